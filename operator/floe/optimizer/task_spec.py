@@ -1,0 +1,83 @@
+"""Wire format of one rewrite task: what the driver ships into a Spark task and gets back.
+
+Everything is JSON-serialisable (pydantic v2) so the same models travel through the
+task service to remote optimizers later. Schemas and partition specs are carried as
+Iceberg JSON so the executor needs no catalog access, only FileIO.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class InputDataFile(_Wire):
+    """A data file the task rewrites."""
+
+    path: str
+    record_count: int
+    size_bytes: int
+    data_sequence_number: int
+
+
+class InputDeleteFile(_Wire):
+    """A delete file that applies to at least one of the task's data files.
+
+    kind is 1 (position deletes) or 2 (equality deletes). The executor re-checks the
+    sequence-number rule per data file: an equality delete applies to data files with
+    a strictly smaller data sequence number, a position delete to smaller or equal.
+    """
+
+    path: str
+    kind: int = Field(ge=1, le=2)
+    record_count: int
+    size_bytes: int
+    data_sequence_number: int
+    equality_ids: list[int] = Field(default_factory=list)
+
+
+class RewriteTaskSpec(_Wire):
+    """One bin of files of one partition to rewrite into target-sized files."""
+
+    task_id: str
+    io_properties: dict[str, str] = Field(description="pyiceberg FileIO properties")
+    schema_json: str = Field(description="Iceberg JSON of the table's current schema")
+    partition_spec_json: str = Field(description="Iceberg JSON of the spec the files belong to")
+    output_dir: str = Field(description="directory (URI) new files are written under")
+    data_files: list[InputDataFile]
+    delete_files: list[InputDeleteFile] = Field(default_factory=list)
+    target_file_size_bytes: int = Field(gt=0)
+    delete_memory_limit_bytes: int = Field(gt=0, description="budget for the in-memory delete sets")
+    parquet_compression: str = "zstd"
+    file_name_prefix: str = Field(description="unique per process and task attempt")
+
+
+class WrittenFile(_Wire):
+    """Metadata of one Parquet file a task wrote, enough to build an Iceberg DataFile.
+
+    Bounds are Iceberg single-value binary serialisations, hex-encoded for JSON.
+    """
+
+    path: str
+    record_count: int
+    size_bytes: int
+    column_sizes: dict[int, int]
+    value_counts: dict[int, int]
+    null_value_counts: dict[int, int]
+    nan_value_counts: dict[int, int]
+    lower_bounds: dict[int, str]
+    upper_bounds: dict[int, str]
+    split_offsets: list[int]
+
+
+class RewriteTaskResult(_Wire):
+    """What a finished task returns to the driver."""
+
+    task_id: str
+    files: list[WrittenFile]
+    rows_read: int
+    rows_deleted: int
+    bytes_read: int

@@ -1,0 +1,38 @@
+"""Optimizing thresholds of one table, as plain values (see DESIGN.md's property table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class OptimizingConfig:
+    """Thresholds that drive evaluation and planning; defaults are Amoro's."""
+
+    target_size: int = 128 * MiB
+    fragment_ratio: int = 8
+    min_target_size_ratio: float = 0.75
+    minor_trigger_file_count: int = 12
+    minor_trigger_interval_s: float = 3600.0
+    major_duplicate_ratio: float = 0.1
+    full_trigger_interval_s: float = -1.0
+    full_rewrite_all_files: bool = True
+    max_task_size_bytes: int = 128 * MiB
+    open_file_cost_bytes: int = 4 * MiB
+
+    @property
+    def fragment_size(self) -> int:
+        """A data file at or below this size is a fragment."""
+        return self.target_size // self.fragment_ratio
+
+    @property
+    def undersized_size(self) -> int:
+        """A data file at or below this size (and above fragment size) is an undersized segment."""
+        return int(self.target_size * self.min_target_size_ratio)
+
+    @property
+    def bin_size(self) -> int:
+        """Bin capacity used when packing files into tasks."""
+        return max(self.target_size, self.max_task_size_bytes)
