@@ -44,7 +44,7 @@ class RewriteTaskSpec(_Wire):
 
     task_id: str
     io_properties: dict[str, str] = Field(description="pyiceberg FileIO properties")
-    schema_json: str = Field(description="Iceberg JSON of the table's current schema")
+    table_schema_json: str = Field(description="Iceberg JSON of the table's current schema")
     partition_spec_json: str = Field(description="Iceberg JSON of the spec the files belong to")
     output_dir: str = Field(description="directory (URI) new files are written under")
     data_files: list[InputDataFile]
