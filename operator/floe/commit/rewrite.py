@@ -1,0 +1,250 @@
+"""Commit an optimizing process as one Iceberg ``replace`` snapshot, safely next to live writers.
+
+The rules (DESIGN.md, "Commit rules that keep data safe"):
+- new files carry the starting snapshot's data sequence number, so equality deletes
+  committed after planning still apply to the rewritten rows;
+- the commit fails when, since the starting snapshot, a rewritten data file was removed
+  or a new position delete may target one (appends and equality deletes are fine);
+- a delete file is removed only when no live data file it can apply to remains;
+- on catalog conflicts the commit is rebuilt on the new head and retried; when it is
+  abandoned, every file the process wrote is deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry, ManifestEntryStatus, ManifestFile
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Operation, Snapshot
+
+from floe.commit.snapshot import SnapshotDraft, UnsupportedTableError, delete_quietly
+from floe.planning.files import ContentFile, DeleteIndex
+from floe.tables.scan import POS_DELETE_FILE_PATH_ID, content_file
+
+log = logging.getLogger(__name__)
+
+SUMMARY_OPTIMIZING_TYPE = "floe.optimizing-type"
+SUMMARY_PROCESS_ID = "floe.process-id"
+
+
+class CommitConflict(RuntimeError):
+    """A concurrent commit makes this process's result unsafe; nothing was committed."""
+
+
+class CommitAbandoned(RuntimeError):
+    """The commit could not be made after all retries; nothing was committed."""
+
+
+@dataclass(frozen=True)
+class RewriteRequest:
+    """What an optimizing process wants to swap in."""
+
+    process_id: str
+    optimizing_type: str
+    starting_snapshot_id: int
+    starting_sequence_number: int
+    rewritten_data_paths: frozenset[str]
+    candidate_delete_paths: frozenset[str]
+    added_files: tuple[DataFile, ...]
+
+
+@dataclass(frozen=True)
+class RewriteCommitResult:
+    """The snapshot made and what it changed."""
+
+    snapshot_id: int
+    sequence_number: int
+    removed_data_files: int
+    removed_delete_files: int
+    added_data_files: int
+    attempts: int
+
+
+def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4) -> RewriteCommitResult:
+    """Commit `request` as one replace snapshot, retrying on catalog conflicts.
+
+    When the commit is known not to have happened (CommitConflict, CommitAbandoned,
+    UnsupportedTableError) the added files are deleted before raising. Any other error
+    may have left the commit in an unknown state, so the files are kept for orphan
+    cleanup rather than risk deleting committed data.
+    """
+    try:
+        return _commit_with_retries(table, request, max_attempts)
+    except (CommitConflict, CommitAbandoned, UnsupportedTableError):
+        for f in request.added_files:
+            delete_quietly(table.io, f.file_path)
+        raise
+
+
+def _commit_with_retries(table: Table, request: RewriteRequest, max_attempts: int) -> RewriteCommitResult:
+    last_error: Exception | None = None
+    for attempt in range(1, max_attempts + 1):
+        table.refresh()
+        metadata = table.metadata
+        validate_since_start(table, metadata, request)
+        draft = SnapshotDraft(table=table, metadata=metadata)
+        try:
+            snapshot, removed_data, removed_deletes = _build_and_commit(draft, request)
+        except CommitFailedException as exc:
+            draft.discard()
+            last_error = exc
+            log.info("commit attempt %d of %s hit a concurrent commit; retrying", attempt, request.process_id)
+            time.sleep(min(0.1 * 2**attempt, 2.0))
+            continue
+        except BaseException:
+            draft.discard()
+            raise
+        table.refresh()
+        return RewriteCommitResult(
+            snapshot_id=snapshot.snapshot_id,
+            sequence_number=snapshot.sequence_number or 0,
+            removed_data_files=removed_data,
+            removed_delete_files=removed_deletes,
+            added_data_files=len(request.added_files),
+            attempts=attempt,
+        )
+    raise CommitAbandoned(f"commit of {request.process_id} failed {max_attempts} times: {last_error}")
+
+
+def validate_since_start(table: Table, metadata: TableMetadata, request: RewriteRequest) -> None:
+    """Raise CommitConflict if a commit since the starting snapshot makes the rewrite unsafe."""
+    for snapshot in _snapshots_since(metadata, request.starting_snapshot_id):
+        for manifest in snapshot.manifests(table.io):
+            if manifest.added_snapshot_id != snapshot.snapshot_id:
+                continue
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                if entry.snapshot_id != snapshot.snapshot_id:
+                    continue
+                _check_entry(entry, snapshot, request)
+
+
+def _snapshots_since(metadata: TableMetadata, starting_snapshot_id: int) -> list[Snapshot]:
+    newer: list[Snapshot] = []
+    snapshot = metadata.snapshot_by_name("main")
+    while snapshot is not None and snapshot.snapshot_id != starting_snapshot_id:
+        newer.append(snapshot)
+        parent = snapshot.parent_snapshot_id
+        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+    if snapshot is None:
+        raise CommitConflict(
+            f"starting snapshot {starting_snapshot_id} is no longer an ancestor of main "
+            "(the table was rolled back or its history replaced)"
+        )
+    return newer
+
+
+def _check_entry(entry: ManifestEntry, snapshot: Snapshot, request: RewriteRequest) -> None:
+    df = entry.data_file
+    op = snapshot.summary.operation.value if snapshot.summary else "?"
+    if entry.status == ManifestEntryStatus.DELETED and df.file_path in request.rewritten_data_paths:
+        raise CommitConflict(
+            f"data file {df.file_path} was removed by snapshot {snapshot.snapshot_id} ({op}) after planning"
+        )
+    if entry.status == ManifestEntryStatus.ADDED and df.content == DataFileContent.POSITION_DELETES:
+        target = _position_delete_targets(df, request.rewritten_data_paths)
+        if target is not None:
+            raise CommitConflict(
+                f"snapshot {snapshot.snapshot_id} ({op}) added position deletes {df.file_path} "
+                f"that may target rewritten data file {target}"
+            )
+
+
+def _position_delete_targets(delete: DataFile, rewritten: frozenset[str]) -> str | None:
+    """A rewritten path the position delete may reference, judged by its file_path bounds."""
+    lower_b = (delete.lower_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
+    upper_b = (delete.upper_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
+    if lower_b is None or upper_b is None:
+        return next(iter(sorted(rewritten)), None)
+    lower, upper = lower_b.decode("utf-8", "replace"), upper_b.decode("utf-8", "replace")
+    # Bounds may be truncated prefixes; a path inside [lower, upper + anything] may match.
+    for path in sorted(rewritten):
+        if lower <= path and (path <= upper or path.startswith(upper)):
+            return path
+    return None
+
+
+def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Snapshot, int, int]:
+    head = draft.parent
+    if head is None:
+        raise CommitConflict("the table has no snapshot any more")
+    head_manifests = head.manifests(draft.io)
+    entries_by_manifest = [m.fetch_manifest_entry(draft.io, discard_deleted=True) for m in head_manifests]
+    live = [e for entries in entries_by_manifest for e in entries]
+    live_paths = {e.data_file.file_path for e in live}
+    missing = request.rewritten_data_paths - live_paths
+    if missing:
+        raise CommitConflict(f"rewritten data file {sorted(missing)[0]} is no longer live")
+
+    removed_deletes = removable_delete_paths(draft.metadata, live, request)
+    removed = set(request.rewritten_data_paths) | removed_deletes
+
+    manifests: list[ManifestFile] = []
+    rewritten_entries: list[ManifestEntry] = []
+    removed_files: list[DataFile] = []
+    for manifest, entries in zip(head_manifests, entries_by_manifest, strict=True):
+        if not any(e.data_file.file_path in removed for e in entries):
+            manifests.append(manifest)
+            continue
+        for e in entries:
+            if e.data_file.file_path in removed:
+                removed_files.append(e.data_file)
+                rewritten_entries.append(_with_status(e, ManifestEntryStatus.DELETED))
+            else:
+                rewritten_entries.append(_with_status(e, ManifestEntryStatus.EXISTING))
+    added_entries = [
+        ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=draft.snapshot_id, data_file=f)
+        for f in request.added_files
+    ]
+    manifests = (
+        draft.write_entries(added_entries, added_sequence_number=request.starting_sequence_number)
+        + draft.write_entries(rewritten_entries, added_sequence_number=None)
+        + manifests
+    )
+    summary = draft.summary(
+        Operation.REPLACE,
+        added=request.added_files,
+        removed=removed_files,
+        extra={SUMMARY_OPTIMIZING_TYPE: request.optimizing_type, SUMMARY_PROCESS_ID: request.process_id},
+    )
+    snapshot = draft.commit(manifests, summary)
+    return snapshot, len(request.rewritten_data_paths), len(removed_deletes)
+
+
+def _with_status(entry: ManifestEntry, status: ManifestEntryStatus) -> ManifestEntry:
+    return ManifestEntry.from_args(
+        status=status,
+        snapshot_id=entry.snapshot_id,
+        sequence_number=entry.sequence_number,
+        file_sequence_number=entry.file_sequence_number,
+        data_file=entry.data_file,
+    )
+
+
+def removable_delete_paths(
+    metadata: TableMetadata, live: Iterable[ManifestEntry], request: RewriteRequest
+) -> set[str]:
+    """Candidate delete files that no remaining live data file can be affected by.
+
+    Files added by this commit are not considered: position deletes cannot name them and
+    they carry the starting sequence number, which no pre-existing equality delete exceeds.
+    """
+    remaining_data: list[ContentFile] = []
+    candidates: list[ContentFile] = []
+    for entry in live:
+        path = entry.data_file.file_path
+        if entry.data_file.content == DataFileContent.DATA:
+            if path not in request.rewritten_data_paths:
+                remaining_data.append(content_file(metadata, entry))
+        elif path in request.candidate_delete_paths:
+            candidates.append(content_file(metadata, entry))
+    still_needed: set[str] = set()
+    index = DeleteIndex(candidates)
+    for data in remaining_data:
+        still_needed.update(d.path for d in index.deletes_for(data))
+    return {c.path for c in candidates if c.path not in still_needed}

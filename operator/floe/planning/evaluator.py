@@ -1,0 +1,236 @@
+"""Per-partition evaluation: classify data files and decide minor, major or full optimizing.
+
+Pure functions over plain values (DESIGN.md, "Evaluation, per partition"); the clock and
+the times of the last optimizings are passed in as seconds.
+
+Where DESIGN.md is silent, floe decides:
+
+- A last-optimizing time of ``None`` (never optimized) counts as "interval elapsed".
+- The minor interval is off when negative (0 means "whenever there is more than one
+  fragment/eq-delete file"); the full interval is off unless strictly positive, so that
+  0 cannot mean "full optimizing forever".
+- floe never writes delete files, so the segments whose deletes minor would rewrite in
+  Amoro (more than one position-delete file, or any equality delete) are rewritten
+  whole; otherwise equality deletes would never go away and minor would fire forever.
+- A stronger type does the weaker types' work too: major rewrites what minor would,
+  plus every undersized segment and the segments over the duplicate ratio.
+- The duplicate ratio counts position and equality delete records (an upper bound of
+  the rows deleted) and applies to undersized segments as well as to segments.
+- Nothing to gain: for minor and major, a rewrite of a single data file with no delete
+  applying to it; for full, a partition with no delete and fewer than two
+  fragments/undersized segments. Such partitions are not optimized, even when forced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from floe.planning.config import OptimizingConfig
+from floe.planning.files import ContentFile, DeleteIndex, FileKind, PartitionKey, TableFiles
+from floe.planning.plan import OptimizingType, PartitionEvaluation
+
+
+def evaluate_partition(
+    partition: PartitionKey,
+    data_files: Sequence[ContentFile],
+    delete_index: DeleteIndex,
+    config: OptimizingConfig,
+    now_s: float,
+    last_minor_s: float | None,
+    last_full_s: float | None,
+    forced: OptimizingType | None = None,
+) -> PartitionEvaluation:
+    """Classify one partition's data files and decide which optimizing it needs.
+
+    Without `forced`, the partition takes the strongest type whose trigger fired
+    (full > major > minor); with it, the partition is evaluated as that type whatever
+    the triggers say. Either way a partition with nothing to gain is not optimized:
+    its evaluation has no type and no rewrite files. `cost` is `partition_cost` of the
+    files to rewrite (0 when nothing is rewritten).
+
+    `last_minor_s` is when the table last finished an optimizing that did minor work
+    (minor, major or full all do); `last_full_s` when it last finished a full one.
+    """
+    files = sorted(data_files, key=lambda f: f.path)
+    deletes_of = {f.path: tuple(delete_index.deletes_for(f)) for f in files}
+    fragments = tuple(f for f in files if f.size_bytes <= config.fragment_size)
+    undersized = tuple(f for f in files if config.fragment_size < f.size_bytes <= config.undersized_size)
+    segments = tuple(f for f in files if f.size_bytes > config.undersized_size)
+    partition_deletes = distinct_deletes(d for f in files for d in deletes_of[f.path])
+
+    def evaluation(kind: OptimizingType | None, reason: str, rewrite: set[str]) -> PartitionEvaluation:
+        rewrite_files = tuple(f for f in files if f.path in rewrite)
+        return PartitionEvaluation(
+            partition=partition,
+            fragments=fragments,
+            undersized_segments=undersized,
+            segments=segments,
+            delete_files=partition_deletes,
+            optimizing_type=kind,
+            reason=reason,
+            rewrite_files=rewrite_files,
+            cost=partition_cost(rewrite_files, deletes_of, config) if rewrite_files else 0.0,
+        )
+
+    non_fragments = undersized + segments
+    multi_pos = {f.path for f in non_fragments if _count(deletes_of[f.path], FileKind.POSITION_DELETES) > 1}
+    with_eq = {f.path for f in non_fragments if _count(deletes_of[f.path], FileKind.EQUALITY_DELETES) > 0}
+    duplicated = {
+        f.path
+        for f in non_fragments
+        if sum(d.record_count for d in deletes_of[f.path]) > config.major_duplicate_ratio * f.record_count
+    }
+    minor_rewrite = {f.path for f in fragments} | multi_pos | with_eq
+    major_rewrite = minor_rewrite | {f.path for f in undersized} | duplicated
+    if config.full_rewrite_all_files:
+        full_rewrite = {f.path for f in files}
+    else:
+        full_rewrite = {f.path for f in fragments + undersized} | {
+            f.path for f in files if deletes_of[f.path]
+        }
+
+    full_due = config.full_trigger_interval_s > 0 and _elapsed(
+        now_s, last_full_s, config.full_trigger_interval_s
+    )
+    major_reasons = _major_reasons(undersized, duplicated, config)
+    minor_reasons = _minor_reasons(
+        len(fragments),
+        _count(partition_deletes, FileKind.EQUALITY_DELETES),
+        len(multi_pos),
+        config,
+        _elapsed(now_s, last_minor_s, config.minor_trigger_interval_s),
+    )
+
+    kind: OptimizingType
+    if forced is not None:
+        kind, reason = forced, f"forced {forced.label}"
+    elif full_due:
+        kind, reason = OptimizingType.FULL, f"full interval {config.full_trigger_interval_s:g}s elapsed"
+    elif major_reasons:
+        kind, reason = OptimizingType.MAJOR, "; ".join(major_reasons)
+    elif minor_reasons:
+        kind, reason = OptimizingType.MINOR, "; ".join(minor_reasons)
+    else:
+        return evaluation(None, "no trigger", set())
+
+    if kind == OptimizingType.FULL:
+        rewrite = full_rewrite
+        gain = bool(partition_deletes) or len(fragments) + len(undersized) >= 2
+    else:
+        rewrite = major_rewrite if kind == OptimizingType.MAJOR else minor_rewrite
+        gain = len(rewrite) >= 2 or any(deletes_of[path] for path in rewrite)
+    if not gain:
+        return evaluation(None, f"{reason}, but nothing to gain", set())
+    return evaluation(kind, reason, rewrite)
+
+
+def evaluate_table(
+    files: TableFiles,
+    config: OptimizingConfig,
+    now_s: float,
+    last_minor_s: float | None,
+    last_full_s: float | None,
+    forced: OptimizingType | None = None,
+) -> list[PartitionEvaluation]:
+    """Evaluate every partition that has data files, in partition order (spec id, then values).
+
+    Partitions holding only delete files are left out: those deletes apply to nothing
+    and are cleaned up elsewhere, not by rewriting data.
+    """
+    index = DeleteIndex(files.delete_files)
+    by_partition: dict[PartitionKey, list[ContentFile]] = {}
+    for f in files.data_files:
+        by_partition.setdefault(f.partition, []).append(f)
+    return [
+        evaluate_partition(
+            partition, by_partition[partition], index, config, now_s, last_minor_s, last_full_s, forced
+        )
+        for partition in sorted(by_partition, key=_partition_order)
+    ]
+
+
+def partition_cost(
+    rewrite_files: Sequence[ContentFile],
+    deletes_of: dict[str, tuple[ContentFile, ...]],
+    config: OptimizingConfig,
+) -> float:
+    """Estimated cost, in bytes, of rewriting `rewrite_files` (DESIGN.md's partition cost).
+
+    - data bytes * 2: every rewritten data file (fragment, undersized segment or
+      segment) is read once and written once;
+    - position-delete records / 10: applying a position delete costs a little per
+      deleted row on top of reading its file;
+    - delete bytes: each applying delete file is read once;
+    - files * open-file cost: the fixed price of opening each data and delete file.
+
+    `deletes_of` maps a data file path to the delete files that apply to it.
+    """
+    deletes = distinct_deletes(d for f in rewrite_files for d in deletes_of[f.path])
+    data_bytes = sum(f.size_bytes for f in rewrite_files)
+    pos_records = sum(d.record_count for d in deletes if d.kind == FileKind.POSITION_DELETES)
+    delete_bytes = sum(d.size_bytes for d in deletes)
+    opened = len(rewrite_files) + len(deletes)
+    return data_bytes * 2 + pos_records / 10 + delete_bytes + opened * config.open_file_cost_bytes
+
+
+def distinct_deletes(deletes: Iterable[ContentFile]) -> tuple[ContentFile, ...]:
+    """Each delete file once, ordered by path so that the input order does not matter."""
+    return tuple(sorted({d.path: d for d in deletes}.values(), key=lambda d: d.path))
+
+
+def _minor_reasons(
+    fragment_count: int,
+    eq_delete_count: int,
+    multi_pos_count: int,
+    config: OptimizingConfig,
+    interval_due: bool,
+) -> list[str]:
+    reasons = []
+    small = fragment_count + eq_delete_count
+    if small >= config.minor_trigger_file_count:
+        reasons.append(
+            f"{fragment_count} fragments + {eq_delete_count} eq-deletes >= {config.minor_trigger_file_count}"
+        )
+    elif small > 1 and interval_due:
+        reasons.append(
+            f"{fragment_count} fragments + {eq_delete_count} eq-deletes"
+            f" and minor interval {config.minor_trigger_interval_s:g}s elapsed"
+        )
+    if multi_pos_count:
+        reasons.append(f"{multi_pos_count} segments with > 1 pos-delete file")
+    return reasons
+
+
+def _major_reasons(
+    undersized: Sequence[ContentFile], duplicated: set[str], config: OptimizingConfig
+) -> list[str]:
+    reasons = []
+    undersized_bytes = sum(f.size_bytes for f in undersized)
+    smallest = sorted(f.size_bytes for f in undersized)[:2]
+    if len(smallest) == 2 and undersized_bytes >= config.target_size and sum(smallest) <= config.target_size:
+        reasons.append(
+            f"{len(undersized)} undersized segments, {undersized_bytes} B >= target {config.target_size} B"
+        )
+    if duplicated:
+        reasons.append(
+            f"{len(duplicated)} segments with deleted records > {config.major_duplicate_ratio:g} x records"
+        )
+    return reasons
+
+
+def _elapsed(now_s: float, last_s: float | None, interval_s: float) -> bool:
+    """Whether an interval (off when negative) has passed since `last_s` (None: never)."""
+    if interval_s < 0:
+        return False
+    return last_s is None or now_s - last_s >= interval_s
+
+
+def _count(deletes: Iterable[ContentFile], kind: FileKind) -> int:
+    return sum(1 for d in deletes if d.kind == kind)
+
+
+def _partition_order(partition: PartitionKey) -> tuple[Any, ...]:
+    """A total order over partition keys: nulls first, values of mixed types grouped by type name."""
+    values = tuple((v is not None, type(v).__name__, 0 if v is None else v) for v in partition.values)
+    return (partition.spec_id, values)

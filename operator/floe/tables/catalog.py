@@ -1,0 +1,111 @@
+"""Open pyiceberg catalogs and tables, turning their failures into errors a user can act on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.table import Table
+
+from floe.api.models import CatalogRef
+
+
+class TableAccessError(RuntimeError):
+    """Base of the errors raised when a catalog or table cannot be used."""
+
+
+class CatalogConfigError(TableAccessError):
+    """The catalog configuration is missing or malformed."""
+
+
+class CatalogUnreachable(TableAccessError):
+    """The catalog could not be contacted or opened."""
+
+
+class TableNotFound(TableAccessError):
+    """The catalog has no such table."""
+
+
+class NotAnIcebergTable(TableAccessError):
+    """A path was given where an Iceberg table identifier is expected."""
+
+
+def catalog_ref_from_file(path: Path) -> CatalogRef:
+    """Read a catalog config file.
+
+    Two layouts are accepted: pyiceberg's own ``.pyiceberg.yaml`` (``catalog: {NAME: {props}}``,
+    first catalog used) or a flat mapping with ``name`` plus the properties.
+    """
+    if not path.is_file():
+        raise CatalogConfigError(f"catalog config {path}: no such file")
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise CatalogConfigError(f"catalog config {path}: not valid YAML: {exc}") from exc
+    if not isinstance(document, dict):
+        raise CatalogConfigError(f"catalog config {path}: expected a mapping of catalog properties")
+    if isinstance(document.get("catalog"), dict):
+        catalogs = document["catalog"]
+        if not catalogs:
+            raise CatalogConfigError(f"catalog config {path}: 'catalog' names no catalog")
+        name, props = next(iter(catalogs.items()))
+        if not isinstance(props, dict):
+            raise CatalogConfigError(f"catalog config {path}: catalog {name!r} must be a mapping")
+        return CatalogRef(name=str(name), properties={str(k): str(v) for k, v in props.items()})
+    props = {str(k): str(v) for k, v in document.items()}
+    name = props.pop("name", "")
+    if not name:
+        raise CatalogConfigError(f"catalog config {path}: missing 'name' (the catalog's name)")
+    return CatalogRef(name=name, properties=props)
+
+
+def open_catalog(ref: CatalogRef) -> Catalog:
+    """Load the catalog and check it answers, so a dead catalog fails here with its name."""
+    if not ref.properties:
+        raise CatalogConfigError(f"catalog {ref.name!r} has no properties (type, uri, warehouse, ...)")
+    try:
+        catalog = load_catalog(ref.name, **ref.properties)
+        catalog.list_namespaces()
+    except Exception as exc:
+        raise CatalogUnreachable(f"catalog {ref.name!r} is unreachable: {_short(exc)}") from exc
+    return catalog
+
+
+def load_table(catalog: Catalog, identifier: str) -> Table:
+    """Load a table by ``namespace.table``; paths and unknown tables get specific errors."""
+    if "/" in identifier or identifier.startswith("."):
+        raise NotAnIcebergTable(_describe_path(identifier))
+    if "." not in identifier:
+        raise TableNotFound(f"{identifier!r} is not a table identifier: expected namespace.table")
+    try:
+        return catalog.load_table(identifier)
+    except (NoSuchTableError, NoSuchNamespaceError) as exc:
+        raise TableNotFound(f"table {identifier!r} not found in catalog {catalog.name!r}") from exc
+    except Exception as exc:
+        raise CatalogUnreachable(
+            f"catalog {catalog.name!r} failed to load {identifier!r}: {_short(exc)}"
+        ) from exc
+
+
+def _describe_path(identifier: str) -> str:
+    path = Path(identifier.removeprefix("file://"))
+    metadata = path / "metadata"
+    if metadata.is_dir() and any(metadata.glob("*.metadata.json")):
+        return (
+            f"{identifier} is an Iceberg table location, not a catalog identifier: floe commits through a "
+            "catalog, so register the table in one and pass namespace.table"
+        )
+    return f"{identifier} is not an Iceberg table: expected a catalog identifier namespace.table"
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def catalog_properties_for_io(table: Table) -> dict[str, Any]:
+    """FileIO properties a remote task needs to read and write the table's files."""
+    return dict(table.io.properties)

@@ -1,0 +1,49 @@
+"""When a table was last optimized, read back from its own snapshot history.
+
+floe tags its commits with ``floe.optimizing-type``; reading the times from the table
+means a restarted engine (or another one) schedules interval triggers correctly without
+a database of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyiceberg.table.metadata import TableMetadata
+
+from floe.commit.rewrite import SUMMARY_OPTIMIZING_TYPE
+
+
+@dataclass(frozen=True)
+class OptimizingHistory:
+    """Epoch seconds of the last floe commit of each type on main (None: never)."""
+
+    last_minor_s: float | None
+    last_major_s: float | None
+    last_full_s: float | None
+
+    @property
+    def last_any_s(self) -> float | None:
+        """Most recent optimizing of any type."""
+        times = [t for t in (self.last_minor_s, self.last_major_s, self.last_full_s) if t is not None]
+        return max(times) if times else None
+
+
+def optimizing_history(metadata: TableMetadata) -> OptimizingHistory:
+    """Walk main's ancestry newest first and note the first floe commit of each type.
+
+    A major or full optimizing also counts as minor (it rewrites at least what a minor
+    would), and a full as major, as in Amoro.
+    """
+    found: dict[str, float] = {}
+    snapshot = metadata.snapshot_by_name("main")
+    while snapshot is not None and len(found) < 3:
+        kind = snapshot.summary[SUMMARY_OPTIMIZING_TYPE] if snapshot.summary else None
+        if kind in ("minor", "major", "full"):
+            seconds = snapshot.timestamp_ms / 1000.0
+            implied = {"minor": ("minor",), "major": ("minor", "major"), "full": ("minor", "major", "full")}
+            for k in implied[kind]:
+                found.setdefault(k, seconds)
+        parent = snapshot.parent_snapshot_id
+        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+    return OptimizingHistory(found.get("minor"), found.get("major"), found.get("full"))

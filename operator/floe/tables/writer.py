@@ -1,0 +1,106 @@
+"""Write Iceberg data and delete files without committing them (see `floe.commit.row_delta`).
+
+floe's own optimizing never writes delete files; CDC-style writers do. The demo and the
+tests use these writers to produce upserts (equality delete + insert in one snapshot)
+and the position deletes that optimizing must then apply.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import pyarrow as pa
+from pyiceberg.io.pyarrow import ParquetFormatWriter, _dataframe_to_data_files, schema_to_pyarrow
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.typedef import Record
+from pyiceberg.types import LongType, NestedField, StringType
+
+POSITION_DELETE_SCHEMA = Schema(
+    NestedField(2147483546, "file_path", StringType(), required=True),
+    NestedField(2147483545, "pos", LongType(), required=True),
+)
+
+
+def _delete_path(table: Table, spec_id: int, partition: Record) -> str:
+    metadata = table.metadata
+    root = metadata.properties.get("write.data.path", f"{metadata.location.rstrip('/')}/data")
+    spec = metadata.specs()[spec_id]
+    partition_path = "" if spec.is_unpartitioned() else spec.partition_to_path(partition, metadata.schema())
+    directory = f"{root}/{partition_path}" if partition_path else root
+    return f"{directory}/{uuid.uuid4()}-deletes.parquet"
+
+
+def _write(
+    table: Table,
+    schema: Schema,
+    rows: pa.Table,
+    content: DataFileContent,
+    spec_id: int,
+    partition: Record,
+    equality_ids: list[int] | None,
+) -> DataFile:
+    if rows.num_rows == 0:
+        raise ValueError("a delete file needs at least one row")
+    arrow_schema = schema_to_pyarrow(schema)
+    rows = rows.select([f.name for f in arrow_schema]).cast(arrow_schema)
+    path = _delete_path(table, spec_id, partition)
+    output = table.io.new_output(path)
+    writer = ParquetFormatWriter(output, schema, table.metadata.properties)
+    writer.write(rows)
+    statistics = writer.close()
+    data_file = DataFile.from_args(
+        content=content,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=partition,
+        file_size_in_bytes=len(output),
+        sort_order_id=None,
+        equality_ids=equality_ids,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
+    # spec_id is not a field of the Avro struct, so from_args ignores it.
+    data_file.spec_id = spec_id
+    return data_file
+
+
+def write_equality_deletes(
+    table: Table, rows: pa.Table, equality_columns: Sequence[str], spec_id: int, partition: Record
+) -> DataFile:
+    """An equality-delete file: every row of `rows` deletes the rows with equal key columns."""
+    schema = table.schema().select(*equality_columns)
+    ids = [f.field_id for f in schema.fields]
+    return _write(table, schema, rows, DataFileContent.EQUALITY_DELETES, spec_id, partition, ids)
+
+
+def write_position_deletes(
+    table: Table, positions: Sequence[tuple[str, int]], spec_id: int, partition: Record
+) -> DataFile:
+    """A position-delete file removing row `pos` (0-based) of data file `file_path`."""
+    ordered = sorted(positions)
+    rows = pa.table(
+        {
+            "file_path": pa.array([p for p, _ in ordered], pa.string()),
+            "pos": pa.array([n for _, n in ordered], pa.int64()),
+        }
+    )
+    return _write(
+        table, POSITION_DELETE_SCHEMA, rows, DataFileContent.POSITION_DELETES, spec_id, partition, None
+    )
+
+
+def conform(table: Table, rows: pa.Table) -> pa.Table:
+    """`rows` cast to the table's Arrow schema (nullability included), as pyiceberg writes expect."""
+    return rows.select(table.schema().column_names).cast(table.schema().as_arrow())
+
+
+def write_data_files(table: Table, rows: pa.Table) -> list[DataFile]:
+    """Data files holding `rows`, split by the table's partition spec, not yet committed."""
+    files = list(_dataframe_to_data_files(table.metadata, conform(table, rows), table.io))
+    for f in files:
+        # pyiceberg writes with the default spec but leaves spec_id unset on the DataFile.
+        f.spec_id = table.metadata.default_spec_id
+    return files

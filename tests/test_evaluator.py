@@ -1,0 +1,325 @@
+"""Per-partition triggers and their boundaries (DESIGN.md, "Evaluation, per partition")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from floe.planning.config import OptimizingConfig
+from floe.planning.evaluator import evaluate_table
+from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
+from floe.planning.plan import OptimizingType, PartitionEvaluation
+
+# fragment <= 125 B, undersized segment <= 750 B, segment above; bins of 1000 B.
+CFG = OptimizingConfig(target_size=1000, max_task_size_bytes=1000, open_file_cost_bytes=10)
+P = PartitionKey(0, (1,))
+NOW = 100_000.0
+JUST_NOW = NOW  # a last-optimizing time for which no interval has elapsed
+
+
+def data(path: str, size: int, seq: int = 1, records: int = 100, partition: PartitionKey = P) -> ContentFile:
+    return ContentFile(path, FileKind.DATA, partition, records, size, seq)
+
+
+def pos(
+    path: str, seq: int = 2, records: int = 1, partition: PartitionKey = P, ref: str | None = None
+) -> ContentFile:
+    return ContentFile(path, FileKind.POSITION_DELETES, partition, records, 10, seq, referenced_data_file=ref)
+
+
+def eq(path: str, seq: int = 2, records: int = 1, partition: PartitionKey = P) -> ContentFile:
+    return ContentFile(path, FileKind.EQUALITY_DELETES, partition, records, 10, seq, equality_ids=(1,))
+
+
+def fragments(n: int, size: int = 100, partition: PartitionKey = P) -> list[ContentFile]:
+    return [
+        data(f"{partition.spec_id}/{partition.describe()}/frag-{i:03}", size, partition=partition)
+        for i in range(n)
+    ]
+
+
+def table(data_files: Sequence[ContentFile], delete_files: Sequence[ContentFile] = ()) -> TableFiles:
+    return TableFiles(1, 3, tuple(data_files), tuple(delete_files))
+
+
+def evaluate_all(
+    data_files: Sequence[ContentFile],
+    delete_files: Sequence[ContentFile] = (),
+    config: OptimizingConfig = CFG,
+    last_minor_s: float | None = JUST_NOW,
+    last_full_s: float | None = JUST_NOW,
+    forced: OptimizingType | None = None,
+) -> list[PartitionEvaluation]:
+    return evaluate_table(table(data_files, delete_files), config, NOW, last_minor_s, last_full_s, forced)
+
+
+def evaluate_one(
+    data_files: Sequence[ContentFile],
+    delete_files: Sequence[ContentFile] = (),
+    config: OptimizingConfig = CFG,
+    last_minor_s: float | None = JUST_NOW,
+    last_full_s: float | None = JUST_NOW,
+    forced: OptimizingType | None = None,
+) -> PartitionEvaluation:
+    [evaluation] = evaluate_all(data_files, delete_files, config, last_minor_s, last_full_s, forced)
+    return evaluation
+
+
+def paths(files: tuple[ContentFile, ...]) -> list[str]:
+    return [f.path for f in files]
+
+
+def test_size_class_boundaries_are_inclusive() -> None:
+    e = evaluate_one([data("a", 125), data("b", 126), data("c", 750), data("d", 751)])
+    assert paths(e.fragments) == ["a"]
+    assert paths(e.undersized_segments) == ["b", "c"]
+    assert paths(e.segments) == ["d"]
+
+
+def test_minor_by_file_count() -> None:
+    below = evaluate_one(fragments(11))
+    assert below.optimizing_type is None
+    assert not below.needs_optimizing
+    at = evaluate_one(fragments(12))
+    assert at.optimizing_type == OptimizingType.MINOR
+    assert len(at.rewrite_files) == 12
+    assert "12 fragments + 0 eq-deletes >= 12" in at.reason
+
+
+def test_minor_by_interval() -> None:
+    two = fragments(2)
+    elapsed = evaluate_one(two, last_minor_s=NOW - 3600)
+    assert elapsed.optimizing_type == OptimizingType.MINOR
+    assert "interval" in elapsed.reason
+    assert evaluate_one(two, last_minor_s=NOW - 3599).optimizing_type is None
+    assert evaluate_one(two, last_minor_s=None).optimizing_type == OptimizingType.MINOR
+
+
+def test_minor_interval_needs_more_than_one_file() -> None:
+    e = evaluate_one([*fragments(1), data("seg", 900)], last_minor_s=None)
+    assert e.optimizing_type is None
+    assert not e.rewrite_files
+
+
+def test_negative_minor_interval_disables_the_interval_trigger() -> None:
+    config = replace(CFG, minor_trigger_interval_s=-1)
+    assert evaluate_one(fragments(2), config=config, last_minor_s=None).optimizing_type is None
+
+
+def test_minor_by_more_than_one_pos_delete_on_a_segment() -> None:
+    files = [data("seg", 900), data("clean", 900)]
+    one = evaluate_one(files, [pos("p1")])
+    assert one.optimizing_type is None
+    two = evaluate_one(files, [pos("p1", ref="seg"), pos("p2", ref="seg")])
+    assert two.optimizing_type == OptimizingType.MINOR
+    assert "1 segments with > 1 pos-delete file" in two.reason
+    assert paths(two.rewrite_files) == ["seg"]
+
+
+def test_pos_delete_on_an_undersized_segment_counts_too() -> None:
+    e = evaluate_one([data("small-seg", 500)], [pos("p1"), pos("p2")])
+    assert e.optimizing_type == OptimizingType.MINOR
+    assert paths(e.rewrite_files) == ["small-seg"]
+
+
+def test_equality_deletes_count_toward_minor_and_pull_their_segments_in() -> None:
+    files = [*fragments(10), data("seg", 900), data("clean", 900, seq=3)]
+    e = evaluate_one(files, [eq("e1"), eq("e2")])
+    assert e.optimizing_type == OptimizingType.MINOR
+    assert "10 fragments + 2 eq-deletes >= 12" in e.reason
+    # "clean" has a data sequence number above the deletes': they do not apply to it.
+    assert "seg" in paths(e.rewrite_files)
+    assert "clean" not in paths(e.rewrite_files)
+    assert paths(e.delete_files) == ["e1", "e2"]
+
+
+def test_equality_delete_not_newer_than_the_data_does_not_apply() -> None:
+    e = evaluate_one(fragments(10), [eq("e1", seq=1), eq("e2", seq=1)])
+    assert e.delete_files == ()
+    assert e.optimizing_type is None
+
+
+def test_position_delete_applies_at_equal_sequence_number() -> None:
+    e = evaluate_one([data("seg", 900, seq=2)], [pos("p1", seq=2), pos("p2", seq=2)])
+    assert e.optimizing_type == OptimizingType.MINOR
+
+
+def test_global_equality_deletes_apply_to_every_partition() -> None:
+    unpartitioned = PartitionKey(0, (), global_scope=True)
+    p1, p2 = PartitionKey(1, ("a",)), PartitionKey(1, ("b",))
+    files = [
+        *fragments(11, partition=p1),
+        *fragments(11, partition=p2),
+        data("old", 900, partition=unpartitioned),
+    ]
+    evaluations = evaluate_all(files, [eq("global-eq", partition=unpartitioned)])
+    assert [e.partition for e in evaluations] == [unpartitioned, p1, p2]
+    assert all(paths(e.delete_files) == ["global-eq"] for e in evaluations)
+    assert [e.optimizing_type for e in evaluations[1:]] == [OptimizingType.MINOR, OptimizingType.MINOR]
+
+
+def test_partitioned_equality_delete_stays_in_its_partition() -> None:
+    p1, p2 = PartitionKey(0, ("a",)), PartitionKey(0, ("b",))
+    evaluations = evaluate_all(
+        [*fragments(11, partition=p1), *fragments(11, partition=p2)], [eq("e", partition=p1)]
+    )
+    assert [e.optimizing_type for e in evaluations] == [OptimizingType.MINOR, None]
+
+
+def test_major_by_undersized_segments_adding_up_to_target() -> None:
+    e = evaluate_one([data("u1", 400), data("u2", 400), data("u3", 400), data("seg", 900)])
+    assert e.optimizing_type == OptimizingType.MAJOR
+    assert "3 undersized segments, 1200 B >= target 1000 B" in e.reason
+    assert paths(e.rewrite_files) == ["u1", "u2", "u3"]
+
+
+def test_no_major_when_the_two_smallest_undersized_do_not_fit_one_target() -> None:
+    assert evaluate_one([data("u1", 700), data("u2", 700)]).optimizing_type is None
+    assert evaluate_one([data("u1", 500), data("u2", 500)]).optimizing_type == OptimizingType.MAJOR
+
+
+def test_no_major_when_undersized_segments_stay_below_target() -> None:
+    assert evaluate_one([data("u1", 400), data("u2", 500)]).optimizing_type is None
+
+
+def test_major_by_duplicate_ratio() -> None:
+    at_ratio = evaluate_one([data("seg", 900, records=100)], [pos("p", records=10)])
+    assert at_ratio.optimizing_type is None
+    over = evaluate_one([data("seg", 900, records=100)], [pos("p", records=11)])
+    assert over.optimizing_type == OptimizingType.MAJOR
+    assert "deleted records > 0.1 x records" in over.reason
+    assert paths(over.rewrite_files) == ["seg"]
+
+
+def test_duplicate_ratio_counts_equality_delete_records() -> None:
+    e = evaluate_one([data("seg", 900, records=100)], [pos("p", records=6), eq("e", records=5)])
+    assert e.optimizing_type == OptimizingType.MAJOR
+
+
+def test_major_also_does_the_minor_work() -> None:
+    files = [*fragments(12), data("u1", 400), data("dup", 900), data("clean", 900)]
+    e = evaluate_one(files, [pos("p", records=50, ref="dup")])
+    assert e.optimizing_type == OptimizingType.MAJOR
+    assert sorted(paths(e.rewrite_files)) == sorted([f.path for f in fragments(12)] + ["dup", "u1"])
+
+
+def test_full_only_when_interval_elapsed_and_something_to_gain() -> None:
+    config = replace(CFG, full_trigger_interval_s=86400)
+    files = [*fragments(2), data("seg", 900)]
+    assert evaluate_one(files, config=config, last_full_s=NOW - 86399).optimizing_type is None
+    due = evaluate_one(files, config=config, last_full_s=NOW - 86400)
+    assert due.optimizing_type == OptimizingType.FULL
+    assert due.reason == "full interval 86400s elapsed"
+    assert len(due.rewrite_files) == 3
+    never = evaluate_one(files, config=config, last_full_s=None)
+    assert never.optimizing_type == OptimizingType.FULL
+
+
+def test_full_with_nothing_to_gain_is_skipped() -> None:
+    config = replace(CFG, full_trigger_interval_s=86400)
+    e = evaluate_one([*fragments(1), data("seg", 900)], config=config, last_full_s=None)
+    assert e.optimizing_type is None
+    assert "nothing to gain" in e.reason
+
+
+def test_full_gains_from_deletes_alone() -> None:
+    config = replace(CFG, full_trigger_interval_s=86400)
+    e = evaluate_one([data("seg", 900)], [pos("p")], config=config, last_full_s=None)
+    assert e.optimizing_type == OptimizingType.FULL
+
+
+def test_full_interval_off_unless_positive() -> None:
+    config = replace(CFG, full_trigger_interval_s=0)
+    assert evaluate_one(fragments(2), config=config, last_full_s=None).optimizing_type is None
+
+
+def test_full_without_rewrite_all_files_keeps_clean_segments() -> None:
+    config = replace(CFG, full_trigger_interval_s=86400, full_rewrite_all_files=False)
+    files = [*fragments(1), data("u", 400), data("deleted", 900), data("clean", 900)]
+    e = evaluate_one(files, [pos("p", ref="deleted")], config=config, last_full_s=None)
+    assert e.optimizing_type == OptimizingType.FULL
+    assert paths(e.rewrite_files) == ["0/1/frag-000", "deleted", "u"]
+
+
+def test_full_wins_over_major_and_minor() -> None:
+    config = replace(CFG, full_trigger_interval_s=86400)
+    e = evaluate_one([*fragments(12), data("u1", 500), data("u2", 500)], config=config, last_full_s=None)
+    assert e.optimizing_type == OptimizingType.FULL
+
+
+def test_forced_types_ignore_triggers() -> None:
+    files = [*fragments(2), data("u1", 400), data("seg", 900)]
+    assert evaluate_one(files).optimizing_type is None
+    minor = evaluate_one(files, forced=OptimizingType.MINOR)
+    assert (minor.optimizing_type, minor.reason) == (OptimizingType.MINOR, "forced minor")
+    assert len(minor.rewrite_files) == 2
+    major = evaluate_one(files, forced=OptimizingType.MAJOR)
+    assert major.optimizing_type == OptimizingType.MAJOR
+    assert len(major.rewrite_files) == 3
+    full = evaluate_one(files, forced=OptimizingType.FULL)
+    assert full.optimizing_type == OptimizingType.FULL
+    assert len(full.rewrite_files) == 4
+
+
+def test_forced_type_replaces_a_stronger_trigger() -> None:
+    e = evaluate_one([data("u1", 500), data("u2", 500)], forced=OptimizingType.MINOR)
+    assert e.optimizing_type is None
+    assert e.reason == "forced minor, but nothing to gain"
+
+
+def test_forced_with_nothing_to_gain_is_skipped() -> None:
+    for forced in OptimizingType:
+        e = evaluate_one([*fragments(1), data("seg", 900)], forced=forced)
+        assert e.optimizing_type is None, forced
+        assert not e.needs_optimizing
+
+
+def test_single_fragment_with_deletes_is_worth_rewriting() -> None:
+    e = evaluate_one(fragments(1), [pos("p")], forced=OptimizingType.MINOR)
+    assert e.optimizing_type == OptimizingType.MINOR
+
+
+def test_empty_table_and_table_with_only_delete_files() -> None:
+    assert evaluate_all([]) == []
+    assert evaluate_all([], [pos("p"), eq("e")]) == []
+
+
+def test_partition_with_only_deletes_is_not_evaluated() -> None:
+    other = PartitionKey(0, (2,))
+    evaluations = evaluate_all(fragments(12), [pos("dangling", partition=other)])
+    assert [e.partition for e in evaluations] == [P]
+
+
+def test_unpartitioned_table() -> None:
+    unpartitioned = PartitionKey(0, (), global_scope=True)
+    e = evaluate_one(fragments(12, partition=unpartitioned))
+    assert e.partition.describe() == "<unpartitioned>"
+    assert e.optimizing_type == OptimizingType.MINOR
+
+
+def test_spec_evolution_keeps_specs_apart() -> None:
+    old, new = PartitionKey(0, (1,)), PartitionKey(1, (1,))
+    files = [data("old-seg", 900, partition=old), data("new-seg", 900, partition=new)]
+    evaluations = evaluate_all(files, [pos("p1", partition=new), pos("p2", partition=new)])
+    assert [e.partition for e in evaluations] == [old, new]
+    assert evaluations[0].delete_files == ()
+    assert evaluations[0].optimizing_type is None
+    assert evaluations[1].optimizing_type == OptimizingType.MINOR
+
+
+def test_partitions_come_in_key_order_with_nulls_first() -> None:
+    keys = [PartitionKey(1, (3,)), PartitionKey(0, (2,)), PartitionKey(1, (None,)), PartitionKey(1, (10,))]
+    evaluations = evaluate_all([data(f"f{i}", 900, partition=k) for i, k in enumerate(keys)])
+    assert [e.partition for e in evaluations] == [keys[1], keys[2], keys[0], keys[3]]
+
+
+def test_cost_follows_the_design_formula() -> None:
+    files = [data("f1", 100), data("f2", 50), data("u1", 400), data("u2", 600)]
+    deletes = [pos("p", records=30, ref="f1"), eq("e")]
+    e = evaluate_one(files, deletes, forced=OptimizingType.MAJOR)
+    # data bytes x 2 + pos-delete records / 10 + delete bytes + (4 data + 2 delete files) x 10
+    assert e.cost == (100 + 50 + 400 + 600) * 2 + 30 / 10 + 20 + 6 * 10
+
+
+def test_no_optimizing_has_zero_cost() -> None:
+    assert evaluate_one(fragments(3)).cost == 0.0

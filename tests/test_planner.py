@@ -1,0 +1,198 @@
+"""Planning: partition order, the max_tasks cut, bin packing and delete attachment."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from floe.planning.config import OptimizingConfig
+from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
+from floe.planning.plan import OptimizingPlan, OptimizingType
+from floe.planning.planner import plan_optimizing
+
+# fragment <= 125 B, undersized segment <= 750 B, segment above; bins of 1000 B.
+CFG = OptimizingConfig(target_size=1000, max_task_size_bytes=1000, open_file_cost_bytes=10)
+P = PartitionKey(0, (1,))
+NOW = 100_000.0
+
+
+def data(path: str, size: int, seq: int = 1, records: int = 100, partition: PartitionKey = P) -> ContentFile:
+    return ContentFile(path, FileKind.DATA, partition, records, size, seq)
+
+
+def pos(path: str, seq: int = 2, partition: PartitionKey = P, ref: str | None = None) -> ContentFile:
+    return ContentFile(path, FileKind.POSITION_DELETES, partition, 1, 10, seq, referenced_data_file=ref)
+
+
+def eq(path: str, seq: int = 2, partition: PartitionKey = P) -> ContentFile:
+    return ContentFile(path, FileKind.EQUALITY_DELETES, partition, 1, 10, seq, equality_ids=(1,))
+
+
+def fragments(n: int, size: int = 100, partition: PartitionKey = P) -> list[ContentFile]:
+    return [
+        data(f"{partition.spec_id}/{partition.describe()}/frag-{i:03}", size, partition=partition)
+        for i in range(n)
+    ]
+
+
+def plan(
+    data_files: Sequence[ContentFile],
+    delete_files: Sequence[ContentFile] = (),
+    config: OptimizingConfig = CFG,
+    forced: OptimizingType | None = None,
+    max_tasks: int | None = None,
+) -> OptimizingPlan:
+    files = TableFiles(7, 3, tuple(data_files), tuple(delete_files))
+    return plan_optimizing(files, config, NOW, NOW, NOW, forced, max_tasks)
+
+
+def task_paths(p: OptimizingPlan) -> list[list[str]]:
+    return [[f.path for f in t.data_files] for t in p.tasks]
+
+
+def test_empty_table_gives_an_empty_plan() -> None:
+    p = plan([])
+    assert p.is_empty
+    assert p.optimizing_type is None
+    assert (p.snapshot_id, p.sequence_number) == (7, 3)
+
+
+def test_table_with_only_delete_files_gives_an_empty_plan() -> None:
+    assert plan([], [pos("p"), eq("e")]).is_empty
+
+
+def test_partition_without_trigger_gives_an_empty_plan() -> None:
+    p = plan(fragments(11))
+    assert p.is_empty
+    assert p.partitions == ()
+
+
+def test_bins_never_exceed_the_bin_size() -> None:
+    rng = random.Random(42)
+    files = [data(f"f{i:03}", rng.randint(1, 125)) for i in range(60)]
+    p = plan(files)
+    assert p.optimizing_type == OptimizingType.MINOR
+    assert all(sum(f.size_bytes for f in t.data_files) <= CFG.bin_size for t in p.tasks)
+    planned = [f for t in p.tasks for f in t.data_files]
+    assert len(set(planned)) == len(planned) >= len(files) - 1  # at most one lone fragment dropped
+
+
+def test_an_oversized_file_gets_a_bin_of_its_own() -> None:
+    big = data("big", 1500, records=100)
+    p = plan([big, *fragments(12)], [pos("p", ref="big"), pos("p2", ref="big")])
+    [alone] = [t for t in p.tasks if big in t.data_files]
+    assert alone.data_files == (big,)
+    assert [d.path for d in alone.delete_files] == ["p", "p2"]
+    assert all(sum(f.size_bytes for f in t.data_files) <= CFG.bin_size for t in p.tasks if t is not alone)
+
+
+def test_single_file_bins_without_deletes_are_dropped() -> None:
+    # Major: 1700 B of undersized segments, the two smallest fit one target. First-fit
+    # decreasing makes [700, 300] and [700]; the lone 700 has nothing to gain.
+    p = plan([data("a", 700), data("b", 700), data("c", 300)])
+    assert p.optimizing_type == OptimizingType.MAJOR
+    assert task_paths(p) == [["a", "c"]]
+
+
+def test_single_file_bin_with_deletes_is_kept() -> None:
+    p = plan([data("a", 700), data("b", 700), data("c", 300)], [pos("p", ref="b")])
+    assert task_paths(p) == [["a", "c"], ["b"]]
+    assert [[d.path for d in t.delete_files] for t in p.tasks] == [[], ["p"]]
+
+
+def test_deletes_attach_only_to_tasks_whose_files_they_apply_to() -> None:
+    # Bins of 8 files: [frag-000..007], [frag-008..011, late-0..3], [late-4..7].
+    late = [data(f"late-{i}", 120, seq=3) for i in range(8)]
+    deletes = [pos("only-frag-000", ref="0/1/frag-000"), eq("eq-before-late", seq=2)]
+    p = plan([*fragments(12, size=120), *late], deletes)
+    assert [len(t.data_files) for t in p.tasks] == [8, 8, 4]
+    assert [[d.path for d in t.delete_files] for t in p.tasks] == [
+        ["eq-before-late", "only-frag-000"],
+        ["eq-before-late"],
+        [],
+    ]
+
+
+def test_partitions_never_share_a_task_across_specs() -> None:
+    old, new = PartitionKey(0, (1,)), PartitionKey(1, (1,))
+    files = [*fragments(12, size=10, partition=old), *fragments(12, size=10, partition=new)]
+    p = plan(files, [pos("new-pos", partition=new)])
+    assert len(p.tasks) == 2
+    for task in p.tasks:
+        assert {f.partition for f in task.data_files} == {task.partition}
+    by_partition = {t.partition: [d.path for d in t.delete_files] for t in p.tasks}
+    assert by_partition == {old: [], new: ["new-pos"]}
+
+
+def test_unpartitioned_table() -> None:
+    unpartitioned = PartitionKey(0, (), global_scope=True)
+    p = plan(fragments(12, partition=unpartitioned), [eq("e", partition=unpartitioned)])
+    assert p.optimizing_type == OptimizingType.MINOR
+    assert len(p.tasks) == 2
+    assert all([d.path for d in t.delete_files] == ["e"] for t in p.tasks)
+
+
+def three_partitions() -> tuple[PartitionKey, PartitionKey, PartitionKey, list[ContentFile]]:
+    big, mid, small = PartitionKey(0, ("big",)), PartitionKey(0, ("mid",)), PartitionKey(0, ("small",))
+    files = [
+        *fragments(12, size=50, partition=small),  # 1 task
+        *fragments(30, size=100, partition=big),  # 3 tasks
+        *fragments(20, size=100, partition=mid),  # 2 tasks
+    ]
+    return big, mid, small, files
+
+
+def test_partitions_are_planned_most_costly_first() -> None:
+    big, mid, small, files = three_partitions()
+    p = plan(files)
+    assert [e.partition for e in p.partitions] == [big, mid, small]
+    assert [e.cost for e in p.partitions] == sorted((e.cost for e in p.partitions), reverse=True)
+    assert [t.partition for t in p.tasks] == [big] * 3 + [mid] * 2 + [small]
+
+
+def test_max_tasks_stops_at_the_first_partition_that_does_not_fit() -> None:
+    big, mid, _, files = three_partitions()
+    assert [e.partition for e in plan(files, max_tasks=5).partitions] == [big, mid]
+    # mid does not fit in 4; small would, but does not overtake the costlier mid.
+    assert [e.partition for e in plan(files, max_tasks=4).partitions] == [big]
+
+
+def test_max_tasks_always_takes_one_partition_whole() -> None:
+    big, _, _, files = three_partitions()
+    p = plan(files, max_tasks=1)
+    assert [e.partition for e in p.partitions] == [big]
+    assert len(p.tasks) == 3
+
+
+def test_plan_type_is_the_strongest_partition_type() -> None:
+    minor_p, major_p = PartitionKey(0, ("minor",)), PartitionKey(0, ("major",))
+    files = [
+        *fragments(12, partition=minor_p),
+        data("u1", 600, partition=major_p),
+        data("u2", 400, partition=major_p),
+    ]
+    p = plan(files)
+    assert {e.partition: e.optimizing_type for e in p.partitions} == {
+        minor_p: OptimizingType.MINOR,
+        major_p: OptimizingType.MAJOR,
+    }
+    assert p.optimizing_type == OptimizingType.MAJOR
+
+
+def test_forced_type_reaches_the_plan() -> None:
+    p = plan([*fragments(2), data("seg", 800)], forced=OptimizingType.FULL)
+    assert p.optimizing_type == OptimizingType.FULL
+    assert sorted(f.path for t in p.tasks for f in t.data_files) == ["0/1/frag-000", "0/1/frag-001", "seg"]
+
+
+def test_same_files_in_any_order_give_the_same_plan() -> None:
+    _, _, _, files = three_partitions()
+    deletes = [pos(f"p{i}", partition=files[i].partition, ref=files[i].path) for i in range(0, 60, 7)]
+    deletes.append(eq("e", partition=files[0].partition))
+    expected = plan(files, deletes)
+    rng = random.Random(7)
+    for _ in range(5):
+        shuffled, shuffled_deletes = files[:], deletes[:]
+        rng.shuffle(shuffled)
+        rng.shuffle(shuffled_deletes)
+        assert plan(shuffled, shuffled_deletes) == expected
