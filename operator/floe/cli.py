@@ -1,0 +1,147 @@
+"""The ``floe`` command line: ``floe optimize`` (one table, once) and ``floe demo``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from floe.api.manifests import ManifestError
+from floe.commit.rewrite import CommitAbandoned, CommitConflict
+from floe.commit.snapshot import UnsupportedTableError
+from floe.optimizer.process import ProcessFailed
+from floe.planning.plan import OptimizingPlan, OptimizingType
+from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_table, open_catalog
+
+
+def _console(stderr: bool) -> Console:
+    """A console that does not wrap messages, and prints wide tables when piped."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, soft_wrap=True, width=None if stream.isatty() else 160)
+
+
+_TYPES = {t.label: t for t in OptimizingType}
+
+
+class UsageError(Exception):
+    """Bad arguments; printed without a traceback."""
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    out, console = _console(stderr=False), _console(stderr=True)
+    from floe.api.models import OptimizedTableSpec
+    from floe.local.optimize import optimize_once, plan_table
+    from floe.local.report import human_bytes
+    from floe.local.report import plan_table as render_plan
+
+    ref = catalog_ref_from_file(Path(args.catalog_config))
+    catalog = open_catalog(ref)
+    table = load_table(catalog, args.table)
+    overrides = {"targetSize": args.target_size} if args.target_size else {}
+    try:
+        spec = OptimizedTableSpec.model_validate(
+            {"table": args.table, "catalog": {"name": ref.name}, **overrides}
+        )
+    except ValidationError as exc:
+        raise UsageError(f"invalid --target-size {args.target_size!r}: {exc.errors()[0]['msg']}") from exc
+    config = spec.optimizing_config()
+    forced = _TYPES[args.type] if args.type else None
+    if args.dry_run:
+        scanned, plan = plan_table(table, config, forced)
+        out.print(render_plan(plan, scanned, table.metadata))
+        if plan.is_empty:
+            out.print("nothing to optimize")
+        return 0
+
+    from floe.optimizer.spark_session import get_spark
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        bar = progress.add_task(f"optimizing {args.table}", total=None)
+
+        def on_plan(plan: OptimizingPlan) -> None:
+            progress.update(bar, total=len(plan.tasks))
+
+        result = optimize_once(
+            table,
+            args.table,
+            config,
+            spark=lambda: get_spark(master=f"local[{args.cores}]"),
+            forced=forced,
+            on_plan=on_plan,
+            on_task_done=lambda _outcome: progress.advance(bar),
+        )
+    if result.commit is None:
+        out.print(f"{args.table}: nothing to optimize")
+        return 0
+    c = result.commit
+    kind = result.plan.optimizing_type.label if result.plan.optimizing_type else "-"
+    out.print(
+        f"{args.table}: {kind} optimizing committed snapshot {c.snapshot_id}: "
+        f"{c.removed_data_files} data files and {c.removed_delete_files} delete files replaced by "
+        f"{c.added_data_files} files; read {human_bytes(result.bytes_read)} in {result.seconds:.1f}s"
+    )
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from floe.local.demo import run_demo
+
+    return run_demo(Path(args.dir), cores=args.cores, scale=args.scale, console=_console(stderr=False))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``floe`` command."""
+    parser = argparse.ArgumentParser(prog="floe", description="Keep Apache Iceberg tables compacted.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    opt = sub.add_parser("optimize", help="optimize one table once")
+    opt.add_argument("--catalog-config", required=True, help="YAML file of pyiceberg catalog properties")
+    opt.add_argument("table", help="table identifier, namespace.table")
+    opt.add_argument("--type", choices=sorted(_TYPES), help="force this optimizing type")
+    opt.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    opt.add_argument("--target-size", help="output file size, e.g. 128Mi (default: 128Mi)")
+    opt.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
+    opt.set_defaults(handler=_optimize)
+
+    demo = sub.add_parser("demo", help="stream into local tables, optimize them, show before/after")
+    demo.add_argument("--dir", default=".floe-demo", help="where the catalog and warehouse go")
+    demo.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
+    demo.add_argument("--scale", type=float, default=1.0, help="multiply the demo's data volume")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code (2 for bad input, 1 for failures)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
+    )
+    try:
+        code: int = args.handler(args)
+        return code
+    except (TableAccessError, ManifestError, UsageError) as exc:
+        _console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        return 2
+    except (CommitConflict, CommitAbandoned, ProcessFailed, UnsupportedTableError) as exc:
+        message = f"[red]optimizing failed, nothing committed:[/red] {escape(str(exc))}"
+        _console(stderr=True).print(message, highlight=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

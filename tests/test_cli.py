@@ -1,0 +1,118 @@
+"""`floe optimize` on bad input: clear messages, exit code 2, nothing changed."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+from floe.cli import main
+from floe.tables.writer import conform
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
+
+
+def _catalog(tmp_path: Path) -> tuple[SqlCatalog, Path]:
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": (tmp_path / "wh").as_uri()}
+    catalog = SqlCatalog("cli", **{k: v for k, v in props.items() if k != "type"})
+    catalog.create_namespace("db")
+    config = tmp_path / "catalog.yaml"
+    config.write_text(yaml.safe_dump({"name": "cli", **props}))
+    return catalog, config
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_unknown_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, config = _catalog(tmp_path)
+    assert main(["optimize", "--catalog-config", str(config), "db.nope"]) == 2
+    assert "table 'db.nope' not found in catalog 'cli'" in capsys.readouterr().err
+
+
+def test_unreachable_catalog(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "rest.yaml"
+    config.write_text(
+        yaml.safe_dump({"catalog": {"prod": {"type": "rest", "uri": f"http://127.0.0.1:{_closed_port()}"}}})
+    )
+    assert main(["optimize", "--catalog-config", str(config), "db.t"]) == 2
+    assert "catalog 'prod' is unreachable" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("type: sql\nuri: x\n", "missing 'name'"),
+        ("name: [unclosed\n", "not valid YAML"),
+        ("- a\n- b\n", "expected a mapping"),
+        ("catalog: {}\n", "names no catalog"),
+    ],
+)
+def test_malformed_catalog_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(content)
+    assert main(["optimize", "--catalog-config", str(config), "db.t"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_catalog_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["optimize", "--catalog-config", str(tmp_path / "none.yaml"), "db.t"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_paths_are_not_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    catalog, config = _catalog(tmp_path)
+    schema = Schema(NestedField(1, "id", LongType(), required=True))
+    table = catalog.create_table("db.t", schema)
+    table.append(conform(table, pa.table({"id": [1, 2]})))
+    location = table.metadata.location.removeprefix("file://")
+
+    assert main(["optimize", "--catalog-config", str(config), location]) == 2
+    assert "is an Iceberg table location, not a catalog identifier" in capsys.readouterr().err
+    assert main(["optimize", "--catalog-config", str(config), str(tmp_path)]) == 2
+    assert "is not an Iceberg table" in capsys.readouterr().err
+
+
+def test_bad_target_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    catalog, config = _catalog(tmp_path)
+    catalog.create_table("db.t", Schema(NestedField(1, "id", LongType(), required=True)))
+    assert main(["optimize", "--catalog-config", str(config), "db.t", "--target-size", "big"]) == 2
+    assert "invalid --target-size 'big'" in capsys.readouterr().err
+
+
+def test_bad_type_is_rejected_by_the_parser(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["optimize", "--catalog-config", "x", "db.t", "--type", "huge"])
+    assert info.value.code == 2
+    assert "invalid choice: 'huge'" in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalog, config = _catalog(tmp_path)
+    table = catalog.create_table("db.t", Schema(NestedField(1, "id", LongType(), required=True)))
+    for start in range(0, 30, 10):
+        table.append(conform(table, pa.table({"id": list(range(start, start + 10))})))
+    snapshot = table.current_snapshot()
+
+    assert main(["optimize", "--catalog-config", str(config), "db.t", "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "minor, 1 tasks" in printed and "<unpartitioned>" in printed
+    table.refresh()
+    assert table.current_snapshot() == snapshot
+
+
+def test_dry_run_of_an_empty_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    catalog, config = _catalog(tmp_path)
+    catalog.create_table("db.t", Schema(NestedField(1, "id", LongType(), required=True)))
+    assert main(["optimize", "--catalog-config", str(config), "db.t", "--dry-run"]) == 0
+    assert "nothing to optimize" in capsys.readouterr().out
