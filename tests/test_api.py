@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from floe.api.manifests import ManifestError, load_manifests
 from floe.api.models import OptimizedTable, OptimizerGroup, SchedulingPolicy
 from floe.api.units import format_duration, format_quantity, parse_duration, parse_quantity

@@ -8,11 +8,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import yaml
-from floe.cli import main
-from floe.tables.writer import conform
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
+
+from floe.cli import main
+from floe.tables.writer import conform
 
 
 def _catalog(tmp_path: Path) -> tuple[SqlCatalog, Path]:

@@ -13,13 +13,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from floe.commit import snapshot as snapshot_module
-from floe.commit.rewrite import CommitConflict, RewriteRequest, commit_rewrite
-from floe.commit.row_delta import commit_row_delta
-from floe.local.reference_reader import ReferenceReader, qualified_name
-from floe.planning.files import FileKind
-from floe.tables.scan import live_entries, scan_table
-from floe.tables.writer import conform, write_data_files, write_equality_deletes
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -27,6 +20,14 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
+
+from floe.commit import snapshot as snapshot_module
+from floe.commit.rewrite import CommitConflict, RewriteRequest, commit_rewrite
+from floe.commit.row_delta import commit_row_delta
+from floe.local.reference_reader import ReferenceReader, qualified_name
+from floe.planning.files import FileKind
+from floe.tables.scan import live_entries, scan_table
+from floe.tables.writer import conform, write_data_files, write_equality_deletes
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

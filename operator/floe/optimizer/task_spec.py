@@ -46,6 +46,10 @@ class RewriteTaskSpec(_Wire):
     io_properties: dict[str, str] = Field(description="pyiceberg FileIO properties")
     table_schema_json: str = Field(description="Iceberg JSON of the table's current schema")
     partition_spec_json: str = Field(description="Iceberg JSON of the spec the files belong to")
+    name_mapping_json: str | None = Field(
+        default=None,
+        description="Iceberg JSON of schema.name-mapping.default, to read files written without field ids",
+    )
     output_dir: str = Field(description="directory (URI) new files are written under")
     data_files: list[InputDataFile]
     delete_files: list[InputDeleteFile] = Field(default_factory=list)

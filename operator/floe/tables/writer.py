@@ -11,7 +11,12 @@ import uuid
 from collections.abc import Sequence
 
 import pyarrow as pa
-from pyiceberg.io.pyarrow import ParquetFormatWriter, _dataframe_to_data_files, schema_to_pyarrow
+from pyiceberg.io.pyarrow import (
+    ParquetFormatWriter,
+    _dataframe_to_data_files,
+    _determine_partitions,
+    schema_to_pyarrow,
+)
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -76,6 +81,34 @@ def write_equality_deletes(
     return _write(table, schema, rows, DataFileContent.EQUALITY_DELETES, spec_id, partition, ids)
 
 
+def write_equality_deletes_by_partition(
+    table: Table, rows: pa.Table, equality_columns: Sequence[str]
+) -> list[DataFile]:
+    """Equality deletes for full rows of the table, one file per partition of the default spec.
+
+    `rows` must carry the partition source columns so each delete lands in the partition
+    of the rows it deletes (a partitioned equality delete applies only there).
+    """
+    metadata = table.metadata
+    spec = metadata.spec()
+    if spec.is_unpartitioned():
+        return [
+            write_equality_deletes(
+                table, rows.select(list(equality_columns)), equality_columns, spec.spec_id, Record()
+            )
+        ]
+    return [
+        write_equality_deletes(
+            table,
+            part.arrow_table_partition.select(list(equality_columns)),
+            equality_columns,
+            spec.spec_id,
+            part.partition_key.partition,
+        )
+        for part in _determine_partitions(spec, metadata.schema(), conform(table, rows))
+    ]
+
+
 def write_position_deletes(
     table: Table, positions: Sequence[tuple[str, int]], spec_id: int, partition: Record
 ) -> DataFile:
@@ -93,8 +126,20 @@ def write_position_deletes(
 
 
 def conform(table: Table, rows: pa.Table) -> pa.Table:
-    """`rows` cast to the table's Arrow schema (nullability included), as pyiceberg writes expect."""
-    return rows.select(table.schema().column_names).cast(table.schema().as_arrow())
+    """`rows` cast to the table's Arrow schema (nullability included), as pyiceberg writes expect.
+
+    Optional columns missing from `rows` are filled with nulls, as after a column was added.
+    """
+    target = table.schema().as_arrow()
+    columns = []
+    for field in target:
+        if field.name in rows.column_names:
+            columns.append(rows[field.name])
+        elif field.nullable:
+            columns.append(pa.nulls(rows.num_rows, field.type))
+        else:
+            raise ValueError(f"rows lack required column {field.name!r}")
+    return pa.Table.from_arrays(columns, names=target.names).cast(target)
 
 
 def write_data_files(table: Table, rows: pa.Table) -> list[DataFile]:

@@ -1,0 +1,50 @@
+# Developer and CI entry points. `make test` is what .ci/run runs.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3.11
+VENV := .venv
+VENV_PY := $(VENV)/bin/python
+
+# Java 17 is the `java` on PATH; resolve its home once for pyspark's spark-submit.
+ifndef JAVA_HOME
+JAVA_HOME := $(shell java_bin=$$(command -v java 2>/dev/null) && dirname "$$(dirname "$$(readlink -f "$$java_bin")")")
+endif
+export JAVA_HOME
+
+# The stamp is named after pyproject.toml's content, so a changed dependency list reinstalls
+# and an unchanged one costs nothing, whatever the files' timestamps after a checkout.
+PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
+VENV_STAMP := $(VENV)/.floe-installed-$(PYPROJECT_HASH)
+
+LINT_DIRS := operator optimizer_image tests
+# mypy fails on a directory without Python files, and optimizer_image may still be empty.
+MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
+
+.PHONY: venv jars lint test demo
+
+venv: $(VENV_STAMP)
+
+$(VENV_STAMP):
+	$(VENV_PY) -c '' 2>/dev/null || $(PYTHON) -m venv --clear $(VENV)
+	$(VENV_PY) -m pip install -q --disable-pip-version-check -e ".[dev]"
+	rm -f $(VENV)/.floe-installed-*
+	touch $@
+
+jars: venv
+	$(VENV_PY) -c 'from floe.local.reference_jars import reference_jars; print(*reference_jars(), sep="\n")'
+
+lint: venv
+	$(VENV)/bin/ruff check $(LINT_DIRS)
+	$(VENV)/bin/ruff format --check $(LINT_DIRS)
+	$(VENV)/bin/mypy --strict $(MYPY_DIRS)
+
+test: venv jars lint
+	@rc=0; $(VENV)/bin/pytest -q || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
+	exit $$rc
+
+demo: venv jars
+	$(VENV)/bin/floe demo

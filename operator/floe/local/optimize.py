@@ -1,0 +1,126 @@
+"""One optimizing process over one table, run on a local Spark: refresh, plan, rewrite, commit."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyiceberg.table import Table
+from pyspark.sql import SparkSession
+
+from floe.commit.rewrite import RewriteCommitResult, commit_rewrite
+from floe.commit.snapshot import delete_quietly
+from floe.optimizer.process import (
+    DEFAULT_DELETE_MEMORY_LIMIT,
+    ProcessFailed,
+    build_process,
+    commit_request,
+)
+from floe.optimizer.spark_runner import TaskOutcome, run_tasks_on_spark
+from floe.optimizer.task_spec import RewriteTaskResult
+from floe.planning.config import OptimizingConfig
+from floe.planning.plan import OptimizingPlan, OptimizingType
+from floe.planning.planner import plan_optimizing
+from floe.tables.history import optimizing_history
+from floe.tables.scan import ScannedTable, scan_table
+
+
+@dataclass
+class OptimizeResult:
+    """What one `optimize_once` call did."""
+
+    table_name: str
+    plan: OptimizingPlan
+    scanned: ScannedTable
+    commit: RewriteCommitResult | None = None
+    task_results: list[RewriteTaskResult] = field(default_factory=list)
+    task_errors: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def bytes_read(self) -> int:
+        """Input bytes of the tasks that succeeded."""
+        return sum(r.bytes_read for r in self.task_results)
+
+
+def plan_table(
+    table: Table,
+    config: OptimizingConfig,
+    forced: OptimizingType | None = None,
+    now_s: float | None = None,
+    max_tasks: int | None = None,
+) -> tuple[ScannedTable, OptimizingPlan]:
+    """Scan the current snapshot and plan it, with interval triggers read from history."""
+    scanned = scan_table(table)
+    history = optimizing_history(table.metadata)
+    plan = plan_optimizing(
+        scanned.files,
+        config,
+        now_s=time.time() if now_s is None else now_s,
+        last_minor_s=history.last_minor_s,
+        last_full_s=history.last_full_s,
+        forced=forced,
+        max_tasks=max_tasks,
+    )
+    return scanned, plan
+
+
+def optimize_once(
+    table: Table,
+    table_name: str,
+    config: OptimizingConfig,
+    spark: Callable[[], SparkSession],
+    forced: OptimizingType | None = None,
+    num_retries: int = 5,
+    allow_partial_commit: bool = False,
+    delete_memory_limit: int = DEFAULT_DELETE_MEMORY_LIMIT,
+    on_plan: Callable[[OptimizingPlan], None] | None = None,
+    on_task_done: Callable[[TaskOutcome], None] | None = None,
+) -> OptimizeResult:
+    """Plan the table and, if there is work, rewrite on Spark and commit one replace snapshot.
+
+    Failed tasks are retried up to `num_retries` times each; then the process fails
+    (ProcessFailed) unless partial commit is allowed. Spark is only started when the
+    plan has tasks.
+    """
+    started = time.monotonic()
+    scanned, plan = plan_table(table, config, forced)
+    result = OptimizeResult(table_name=table_name, plan=plan, scanned=scanned)
+    if on_plan is not None:
+        on_plan(plan)
+    if plan.is_empty:
+        result.seconds = time.monotonic() - started
+        return result
+    process = build_process(table, table_name, scanned, plan, config, delete_memory_limit)
+    pending = list(process.specs)
+    session = spark()
+    for attempt in range(num_retries + 1):
+        outcomes = run_tasks_on_spark(session, pending, on_done=on_task_done)
+        failed_ids = set()
+        for outcome in outcomes:
+            if outcome.result is not None:
+                result.task_results.append(outcome.result)
+                result.task_errors.pop(outcome.task_id, None)
+            else:
+                failed_ids.add(outcome.task_id)
+                result.task_errors[outcome.task_id] = f"attempt {attempt + 1}: {outcome.error}"
+        pending = [s for s in pending if s.task_id in failed_ids]
+        if not pending:
+            break
+    try:
+        request = commit_request(
+            process,
+            result.task_results,
+            sorted(result.task_errors),
+            allow_partial_commit=allow_partial_commit,
+        )
+    except ProcessFailed:
+        # Nothing will reference what the succeeded tasks wrote.
+        for task_result in result.task_results:
+            for written in task_result.files:
+                delete_quietly(table.io, written.path)
+        raise
+    result.commit = commit_rewrite(table, request)
+    result.seconds = time.monotonic() - started
+    return result

@@ -1,0 +1,611 @@
+"""The rewrite one Spark task runs: read a bin of data files, drop deleted rows, write target-sized files.
+
+It runs in a Python worker with no catalog access: the schema, partition spec and FileIO
+properties all come in the `RewriteTaskSpec`. Data files are streamed record batch by
+record batch and projected onto the current table schema by field id, so memory is
+bounded by row groups, not file sizes. Only the delete sets are held in memory, within
+`delete_memory_limit_bytes`.
+
+Deletes follow Iceberg's sequence-number rules per data file: a position delete applies
+when data_seq <= delete_seq, an equality delete when data_seq < delete_seq, and in
+equality deletes null equals null.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.exceptions import ResolveError
+from pyiceberg.io import FileIO, InputStream, OutputStream, load_file_io
+from pyiceberg.io.pyarrow import (
+    _to_requested_schema,
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+    pyarrow_to_schema,
+    schema_to_pyarrow,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Accessor, Schema, build_position_accessors, prune_columns, sanitize_column_names
+from pyiceberg.table.name_mapping import NameMapping, parse_mapping_from_json
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.typedef import Record
+from pyiceberg.types import DoubleType, FloatType
+
+from floe.optimizer.task_spec import (
+    InputDataFile,
+    InputDeleteFile,
+    RewriteTaskResult,
+    RewriteTaskSpec,
+    WrittenFile,
+)
+
+logger = logging.getLogger(__name__)
+
+READ_BATCH_ROWS = 64 * 1024
+"""Rows per record batch read from a data or delete file."""
+
+ROW_GROUP_MAX_BYTES = 64 * 1024 * 1024
+"""Arrow (in-memory) bytes buffered at most before a row group is written.
+
+Parquet's writer briefly needs a few times a row group's size (dictionary encoding of
+high-cardinality columns), so this bounds a task's write memory.
+"""
+
+ROLL_AT_FRACTION = 0.9
+"""A file is closed once this fraction of the target size has been written to it."""
+
+POSITION_DELETES = 1
+EQUALITY_DELETES = 2
+_POS_FILE_PATH = "file_path"
+_POS_POS = "pos"
+_ICEBERG_UNCOMPRESSED = "uncompressed"
+_PYARROW_UNCOMPRESSED = "none"
+
+
+class RewriteError(RuntimeError):
+    """A rewrite task cannot be carried out; nothing it wrote is left behind."""
+
+
+class DeleteSetTooLarge(RewriteError):
+    """The task's delete sets do not fit in `delete_memory_limit_bytes`."""
+
+
+def run_rewrite_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
+    """Rewrite the task's data files, minus their deleted rows, into files of about the target size.
+
+    Files written before a failure are deleted before the error propagates, so an
+    abandoned task leaves nothing behind. Raises `DeleteSetTooLarge` when the delete
+    sets exceed the task's memory budget and `RewriteError` when the inputs cannot be
+    read consistently with the table schema.
+    """
+    io = load_file_io(spec.io_properties, location=spec.output_dir)
+    # Parquet column names must be the sanitized ones, as pyiceberg and Iceberg Java write them.
+    schema = sanitize_column_names(Schema.model_validate_json(spec.table_schema_json))
+    context = _Context(
+        io=io,
+        schema=schema,
+        partition_spec=PartitionSpec.model_validate_json(spec.partition_spec_json),
+        name_mapping=parse_mapping_from_json(spec.name_mapping_json) if spec.name_mapping_json else None,
+    )
+    deletes = _load_deletes(context, spec)
+    writer = _RollingParquetWriter(io, spec, schema)
+    rows_read = rows_deleted = 0
+    try:
+        for data_file in spec.data_files:
+            read, deleted = _rewrite_data_file(context, data_file, deletes, writer)
+            rows_read += read
+            rows_deleted += deleted
+        files = writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    return RewriteTaskResult(
+        task_id=spec.task_id,
+        files=files,
+        rows_read=rows_read,
+        rows_deleted=rows_deleted,
+        bytes_read=sum(f.size_bytes for f in spec.data_files) + deletes.bytes_read,
+    )
+
+
+def written_file_to_data_file(written: WrittenFile, spec_id: int, partition: Record) -> DataFile:
+    """Build the pyiceberg `DataFile` (content DATA, Parquet) a commit adds for a written file."""
+    data_file = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=written.path,
+        file_format=FileFormat.PARQUET,
+        partition=partition,
+        record_count=written.record_count,
+        file_size_in_bytes=written.size_bytes,
+        column_sizes=dict(written.column_sizes),
+        value_counts=dict(written.value_counts),
+        null_value_counts=dict(written.null_value_counts),
+        nan_value_counts=dict(written.nan_value_counts),
+        lower_bounds={k: bytes.fromhex(v) for k, v in written.lower_bounds.items()},
+        upper_bounds={k: bytes.fromhex(v) for k, v in written.upper_bounds.items()},
+        split_offsets=list(written.split_offsets),
+        equality_ids=None,
+        sort_order_id=None,
+        key_metadata=None,
+    )
+    # from_args only binds the manifest struct's fields; the spec id is kept beside them.
+    data_file.spec_id = spec_id
+    return data_file
+
+
+@dataclass(frozen=True)
+class _Context:
+    io: FileIO
+    schema: Schema
+    partition_spec: PartitionSpec
+    name_mapping: NameMapping | None
+
+
+class _ParquetSource:
+    """An open Parquet file whose columns are resolved against an Iceberg schema by field id."""
+
+    def __init__(self, stream: InputStream, path: str, name_mapping: NameMapping | None) -> None:
+        self.path = path
+        self.parquet = pq.ParquetFile(cast(Any, stream))
+        try:
+            self.file_schema = pyarrow_to_schema(
+                self.parquet.schema_arrow, name_mapping, downcast_ns_timestamp_to_us=True
+            )
+        except ValueError as exc:
+            raise RewriteError(f"{path}: {exc}") from exc
+
+    def batches(self, requested: Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        """Yield the file's rows in order as `schema_to_pyarrow(requested)` (absent optional fields null)."""
+        projected = prune_columns(self.file_schema, requested.field_ids, select_full_types=False)
+        # The projection keeps a file's string/large_string flavour; one Arrow type per field
+        # lets batches of different files be compared and written together.
+        target = schema_to_pyarrow(requested)
+        for batch in _stream(self.parquet, batch_rows, [column.name for column in projected.columns]):
+            try:
+                shaped = _to_requested_schema(
+                    requested,
+                    projected,
+                    batch,
+                    downcast_ns_timestamp_to_us=True,
+                    allow_timestamp_tz_mismatch=True,
+                )
+            except (ResolveError, ValueError) as exc:
+                raise RewriteError(f"{self.path} cannot be read as the table schema: {exc}") from exc
+            yield shaped.cast(target)
+
+    def largest_row_group_rows(self) -> int:
+        """Rows of the file's largest row group (0 for a file without row groups)."""
+        metadata = self.parquet.metadata
+        return max((metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)), default=0)
+
+
+def _stream(parquet: pq.ParquetFile, batch_rows: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """Record batches of a Parquet file, in row order, holding at most one row group in memory.
+
+    A reader per row group: over the whole file, Arrow pre-buffers every row group's
+    column chunks up front, i.e. reads the whole file into memory.
+    """
+    for row_group in range(parquet.num_row_groups):
+        yield from parquet.iter_batches(batch_size=batch_rows, row_groups=[row_group], columns=columns)
+
+
+def _column(data: pa.RecordBatch | pa.Table, accessor: Accessor) -> Any:
+    """The leaf column an accessor points at, following struct nesting (a null struct gives null)."""
+    path = [accessor.position]
+    inner = accessor.inner
+    while inner is not None:
+        path.append(inner.position)
+        inner = inner.inner
+    column = data.column(path[0])
+    return pc.struct_field(column, path[1:]) if len(path) > 1 else column
+
+
+def _row_numbers(count: int) -> pa.Array:
+    """The int64 sequence 0, 1, ..., count - 1, without a Python loop."""
+    return pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), count), start=-1)
+
+
+def _mask_at(indices: pa.Array, length: int) -> pa.BooleanArray:
+    """A boolean mask of `length` rows, true at `indices`."""
+    return pc.fill_null(pc.scatter(pa.repeat(True, len(indices)), indices, max_index=length - 1), False)
+
+
+class _MemoryBudget:
+    """Running estimate of the delete sets' memory, checked against the task's limit as they load."""
+
+    def __init__(self, spec: RewriteTaskSpec, files: Sequence[InputDeleteFile]) -> None:
+        self._spec = spec
+        self._files = files
+        self.used = 0
+
+    def charge(self, nbytes: int, delete_file: InputDeleteFile) -> None:
+        self.used += nbytes
+        limit = self._spec.delete_memory_limit_bytes
+        if self.used > limit:
+            position = self._files.index(delete_file) + 1
+            raise DeleteSetTooLarge(
+                f"task {self._spec.task_id}: delete sets need more than delete_memory_limit_bytes={limit} "
+                f"bytes of memory: {self.used} bytes loaded when reading {delete_file.path} "
+                f"(delete file {position} of {len(self._files)}, "
+                f"{sum(f.size_bytes for f in self._files)} bytes on disk in all)"
+            )
+
+
+@dataclass(frozen=True)
+class _EqualityDeletes:
+    """The rows of one equality delete file, projected onto the table schema."""
+
+    sequence_number: int
+    field_ids: tuple[int, ...]
+    batches: list[pa.RecordBatch]
+
+
+class _EqualityMatcher:
+    """Null-safe membership test of data rows in the delete rows of one set of equality fields.
+
+    Every delete column is reduced to its distinct values (a null included), and a data
+    value is looked up by its index in them with `index_in(skip_nulls=False)`, so a null
+    finds the null of the delete set exactly as a value finds its equal. A single column
+    is then a plain `is_in`; several columns become tuples of those int32 indices, and a
+    data row is deleted when its tuple is among the delete rows' tuples (a hash semi join).
+    This is type-agnostic: no per-type sentinel stands in for null.
+    """
+
+    def __init__(self, accessors: list[Accessor], requested: Schema, deletes: list[_EqualityDeletes]) -> None:
+        self._accessors = accessors
+        delete_accessors = build_position_accessors(requested)
+        columns = [
+            pa.chunked_array(
+                [_column(batch, delete_accessors[field_id]) for d in deletes for batch in d.batches],
+                type=schema_to_pyarrow(requested.find_type(field_id)),
+            )
+            for field_id in deletes[0].field_ids
+        ]
+        self.delete_rows = len(columns[0])
+        self._distinct = [pc.unique(column) for column in columns]
+        self._key_names = [f"k{i}" for i in range(len(columns))]
+        self._delete_keys: pa.Table | None = None
+        if len(columns) > 1:
+            keys = pa.table(
+                {
+                    name: pc.index_in(column, value_set=distinct, skip_nulls=False)
+                    for name, column, distinct in zip(self._key_names, columns, self._distinct, strict=True)
+                }
+            )
+            self._delete_keys = keys.group_by(self._key_names).aggregate([])
+
+    def deleted(self, batch: pa.RecordBatch) -> pa.BooleanArray:
+        """Boolean mask of the batch's rows equal to a delete row."""
+        values = [_column(batch, accessor) for accessor in self._accessors]
+        if self._delete_keys is None:
+            return pc.is_in(values[0], value_set=self._distinct[0], skip_nulls=False)
+        probe = {
+            name: pc.index_in(value, value_set=distinct, skip_nulls=False)
+            for name, value, distinct in zip(self._key_names, values, self._distinct, strict=True)
+        }
+        probe["row"] = _row_numbers(batch.num_rows)
+        matched = pa.table(probe).join(self._delete_keys, keys=self._key_names, join_type="left semi")
+        return _mask_at(matched.column("row").combine_chunks(), batch.num_rows)
+
+
+@dataclass
+class _DeleteIndex:
+    """The delete sets of a task, looked up per data file by the sequence-number rules.
+
+    Position deletes are kept only for the data files they apply to, so they need no
+    sequence number here; equality deletes are filtered per data file.
+    """
+
+    schema: Schema
+    positions: dict[str, list[pa.Array]] = field(default_factory=lambda: defaultdict(list))
+    equality: list[_EqualityDeletes] = field(default_factory=list)
+    bytes_read: int = 0
+
+    def positions_for(self, data_file: InputDataFile) -> pa.Array:
+        """Sorted deleted row positions (int64) of a data file."""
+        arrays = [positions.cast(pa.int64()) for positions in self.positions.get(data_file.path, [])]
+        return pa.concat_arrays(arrays).sort() if arrays else pa.array([], type=pa.int64())
+
+    def matchers_for(self, data_file: InputDataFile) -> list[_EqualityMatcher]:
+        """One matcher per equality field set with deletes applying to a data file."""
+        by_ids: dict[tuple[int, ...], list[_EqualityDeletes]] = defaultdict(list)
+        for deletes in self.equality:
+            if data_file.data_sequence_number < deletes.sequence_number:
+                by_ids[deletes.field_ids].append(deletes)
+        accessors = build_position_accessors(self.schema)
+        return [
+            _EqualityMatcher(
+                [accessors[field_id] for field_id in field_ids],
+                prune_columns(self.schema, set(field_ids), select_full_types=False),
+                group,
+            )
+            for field_ids, group in by_ids.items()
+        ]
+
+
+def _load_deletes(context: _Context, spec: RewriteTaskSpec) -> _DeleteIndex:
+    index = _DeleteIndex(schema=context.schema)
+    if not spec.data_files:
+        return index
+    oldest = min(f.data_sequence_number for f in spec.data_files)
+    # A delete file that can apply to none of the task's data files is not read at all.
+    needed = [
+        d
+        for d in spec.delete_files
+        if (d.kind == POSITION_DELETES and oldest <= d.data_sequence_number)
+        or (d.kind == EQUALITY_DELETES and oldest < d.data_sequence_number)
+    ]
+    budget = _MemoryBudget(spec, needed)
+    for delete_file in needed:
+        if delete_file.kind == POSITION_DELETES:
+            targets = [
+                f.path for f in spec.data_files if f.data_sequence_number <= delete_file.data_sequence_number
+            ]
+            _load_position_deletes(context.io, delete_file, targets, index, budget)
+        else:
+            index.equality.append(_load_equality_deletes(context, delete_file, budget))
+        index.bytes_read += delete_file.size_bytes
+    return index
+
+
+def _load_position_deletes(
+    io: FileIO,
+    delete_file: InputDeleteFile,
+    targets: list[str],
+    index: _DeleteIndex,
+    budget: _MemoryBudget,
+) -> None:
+    """Load the positions a delete file holds for `targets`, the data files it applies to."""
+    with io.new_input(delete_file.path).open() as stream:
+        parquet = pq.ParquetFile(cast(Any, stream))
+        for batch in _stream(parquet, READ_BATCH_ROWS, [_POS_FILE_PATH, _POS_POS]):
+            paths = batch.column(_POS_FILE_PATH)
+            ours = pc.is_in(paths, value_set=pa.array(targets, type=paths.type))
+            relevant = pa.Table.from_batches([batch]).filter(ours)
+            if relevant.num_rows == 0:
+                continue
+            grouped = relevant.group_by(_POS_FILE_PATH).aggregate([(_POS_POS, "list")])
+            lists = grouped.column(f"{_POS_POS}_list").combine_chunks()
+            for i, path in enumerate(grouped.column(_POS_FILE_PATH).to_pylist()):
+                positions = lists[i].values
+                budget.charge(positions.nbytes, delete_file)
+                index.positions[path].append(positions)
+
+
+def _load_equality_deletes(
+    context: _Context, delete_file: InputDeleteFile, budget: _MemoryBudget
+) -> _EqualityDeletes:
+    field_ids = tuple(sorted(set(delete_file.equality_ids)))
+    if not field_ids:
+        raise RewriteError(f"equality delete file {delete_file.path} has no equality_ids")
+    reachable = build_position_accessors(context.schema)
+    unknown = [i for i in field_ids if i not in reachable]
+    if unknown:
+        raise RewriteError(
+            f"equality delete file {delete_file.path}: field ids {unknown} are not top-level or "
+            "struct-nested columns of the current table schema"
+        )
+    requested = prune_columns(context.schema, set(field_ids), select_full_types=False)
+    batches: list[pa.RecordBatch] = []
+    with context.io.new_input(delete_file.path).open() as stream:
+        source = _ParquetSource(stream, delete_file.path, context.name_mapping)
+        # A missing column would read as null and delete every row whose value is null.
+        absent = [i for i in field_ids if i not in source.file_schema.field_ids]
+        if absent:
+            raise RewriteError(f"equality delete file {delete_file.path} lacks equality field ids {absent}")
+        for batch in source.batches(requested, READ_BATCH_ROWS):
+            budget.charge(batch.nbytes, delete_file)
+            batches.append(batch)
+    return _EqualityDeletes(delete_file.data_sequence_number, field_ids, batches)
+
+
+def _rewrite_data_file(
+    context: _Context, data_file: InputDataFile, deletes: _DeleteIndex, writer: _RollingParquetWriter
+) -> tuple[int, int]:
+    """Stream one data file through its deletes into the writer; return (rows read, rows deleted)."""
+    positions = deletes.positions_for(data_file)
+    matchers = deletes.matchers_for(data_file)
+    rows_read = rows_deleted = 0
+    with context.io.new_input(data_file.path).open() as stream:
+        source = _ParquetSource(stream, data_file.path, context.name_mapping)
+        _check_readable(context, data_file, source)
+        # is_in/index_in rebuild their hash table of the delete values on every call, so
+        # with large equality delete sets whole row groups are read at once to amortise it.
+        delete_rows = max((m.delete_rows for m in matchers), default=0)
+        batch_rows = max(READ_BATCH_ROWS, min(delete_rows, source.largest_row_group_rows()))
+        for batch in source.batches(context.schema, batch_rows):
+            end = rows_read + batch.num_rows
+            low, high = pc.search_sorted(positions, pa.array([rows_read, end], type=pa.int64())).to_pylist()
+            in_batch = pc.subtract(positions.slice(low, high - low), rows_read)
+            deleted = _mask_at(in_batch, batch.num_rows)
+            for matcher in matchers:
+                deleted = pc.or_(deleted, matcher.deleted(batch))
+            rows_read = end
+            dropped = pc.sum(deleted).as_py() or 0
+            rows_deleted += dropped
+            writer.write(batch.filter(pc.invert(deleted)) if dropped else batch)
+    return rows_read, rows_deleted
+
+
+def _check_readable(context: _Context, data_file: InputDataFile, source: _ParquetSource) -> None:
+    num_rows = source.parquet.metadata.num_rows
+    # Position deletes address rows by their position: a different file under this path
+    # would have the wrong rows deleted.
+    if num_rows != data_file.record_count:
+        raise RewriteError(
+            f"data file {data_file.path} has {num_rows} rows, "
+            f"but its manifest entry says {data_file.record_count}"
+        )
+    missing = context.schema.field_ids - source.file_schema.field_ids
+    identity_sources = [
+        context.schema.find_column_name(f.source_id)
+        for f in context.partition_spec.fields
+        if isinstance(f.transform, IdentityTransform) and f.source_id in missing
+    ]
+    if identity_sources:
+        raise RewriteError(
+            f"data file {data_file.path} lacks the identity partition source column(s) {identity_sources}, "
+            "whose values live only in partition metadata the task does not carry; "
+            "rewriting it would null them"
+        )
+
+
+@dataclass
+class _OpenFile:
+    path: str
+    stream: OutputStream
+    writer: pq.ParquetWriter
+    nan_counts: dict[int, int]
+
+
+class _RollingParquetWriter:
+    """Writes record batches into Parquet files of about the target size, rolling to a new file as needed.
+
+    Sizes are measured on what is actually written: the output stream's position after
+    each row group. Rows are buffered up to the point where, at the compression ratio
+    observed so far in this task (1.0 before the first row group, which keeps the first
+    row group from overshooting), the file would reach the target; that row group is then
+    written (a batch is sliced to fit), and the file is closed once its real size reaches
+    `ROLL_AT_FRACTION` of the target. A row group also never buffers more than
+    `ROW_GROUP_MAX_BYTES` of Arrow data.
+    """
+
+    def __init__(self, io: FileIO, spec: RewriteTaskSpec, schema: Schema) -> None:
+        self._io = io
+        self._directory = spec.output_dir.rstrip("/")
+        self._prefix = spec.file_name_prefix
+        self._target = spec.target_file_size_bytes
+        codec = spec.parquet_compression.lower()
+        self._compression = _PYARROW_UNCOMPRESSED if codec == _ICEBERG_UNCOMPRESSED else codec
+        self._arrow_schema = schema_to_pyarrow(schema)
+        self._stats_plan = compute_statistics_plan(schema, {})
+        self._parquet_paths = parquet_path_to_id_mapping(schema)
+        self._nan_columns = {
+            field_id: accessor
+            for field_id, accessor in build_position_accessors(schema).items()
+            if isinstance(schema.find_type(field_id), FloatType | DoubleType)
+        }
+        self._created: list[str] = []
+        self._files: list[WrittenFile] = []
+        self._open: _OpenFile | None = None
+        self._buffer: list[pa.RecordBatch] = []
+        self._buffered_bytes = 0
+        self._flushed_arrow_bytes = 0
+        self._flushed_file_bytes = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Add rows; row groups and files are written as they fill up."""
+        while batch.num_rows > 0:
+            ratio = self._flushed_file_bytes / self._flushed_arrow_bytes if self._flushed_arrow_bytes else 1.0
+            written = self._open.stream.tell() if self._open is not None else 0
+            room = min(
+                (self._target - written) / ratio - self._buffered_bytes,
+                ROW_GROUP_MAX_BYTES - self._buffered_bytes,
+            )
+            row_bytes = max(batch.nbytes / batch.num_rows, 1.0)
+            # At least one row goes into an empty buffer, so every pass makes progress.
+            fitting = max(math.ceil(room / row_bytes), 0 if self._buffer else 1)
+            if fitting >= batch.num_rows:
+                self._buffer_rows(batch)
+                return
+            if fitting > 0:
+                self._buffer_rows(batch.slice(0, fitting))
+                batch = batch.slice(fitting)
+            self._flush_row_group()
+
+    def finish(self) -> list[WrittenFile]:
+        """Write what is buffered, close the last file and return every file written."""
+        self._flush_row_group()
+        if self._open is not None:
+            self._close_file(self._open)
+        return self._files
+
+    def abort(self) -> None:
+        """Close the open file, if any, and delete every file this writer created."""
+        if self._open is not None:
+            current, self._open = self._open, None
+            # The writer first: left open, it would write its footer to a closed stream when collected.
+            for close in (current.writer.close, current.stream.close):
+                try:
+                    close()
+                except Exception:
+                    logger.warning("could not close %s while aborting", current.path, exc_info=True)
+        for path in self._created:
+            try:
+                self._io.delete(path)
+            except Exception:
+                logger.warning("could not delete %s of an aborted rewrite", path, exc_info=True)
+        self._created.clear()
+
+    def _buffer_rows(self, batch: pa.RecordBatch) -> None:
+        self._buffer.append(batch)
+        self._buffered_bytes += batch.nbytes
+
+    def _flush_row_group(self) -> None:
+        if not self._buffer:
+            return
+        current = self._open if self._open is not None else self._open_file()
+        table = pa.Table.from_batches(self._buffer)
+        before = current.stream.tell()
+        current.writer.write_table(table, row_group_size=table.num_rows)
+        self._flushed_file_bytes += current.stream.tell() - before
+        self._flushed_arrow_bytes += self._buffered_bytes
+        for field_id, accessor in self._nan_columns.items():
+            nans = pc.sum(pc.is_nan(_column(table, accessor))).as_py() or 0
+            current.nan_counts[field_id] += int(nans)
+        self._buffer = []
+        self._buffered_bytes = 0
+        if current.stream.tell() >= ROLL_AT_FRACTION * self._target:
+            self._close_file(current)
+
+    def _open_file(self) -> _OpenFile:
+        path = f"{self._directory}/{self._prefix}-{len(self._created):05d}.parquet"
+        # No overwrite: an existing file here may belong to a committed snapshot.
+        stream = self._io.new_output(path).create(overwrite=False)
+        self._created.append(path)
+        try:
+            writer = pq.ParquetWriter(
+                cast(IO[Any], stream),
+                schema=self._arrow_schema,
+                compression=self._compression,
+                store_decimal_as_integer=True,
+            )
+        except BaseException:
+            stream.close()
+            raise
+        self._open = _OpenFile(path, stream, writer, dict.fromkeys(self._nan_columns, 0))
+        return self._open
+
+    def _close_file(self, current: _OpenFile) -> None:
+        current.writer.close()
+        size = current.stream.tell()
+        current.stream.close()
+        self._open = None
+        stats = data_file_statistics_from_parquet_metadata(
+            current.writer.writer.metadata, self._stats_plan, self._parquet_paths
+        )
+        metrics = stats.to_serialized_dict()
+        self._files.append(
+            WrittenFile(
+                path=current.path,
+                record_count=stats.record_count,
+                size_bytes=size,
+                column_sizes=stats.column_sizes,
+                value_counts=stats.value_counts,
+                null_value_counts=stats.null_value_counts,
+                nan_value_counts=current.nan_counts,
+                lower_bounds={k: v.hex() for k, v in metrics["lower_bounds"].items()},
+                upper_bounds={k: v.hex() for k, v in metrics["upper_bounds"].items()},
+                split_offsets=stats.split_offsets,
+            )
+        )

@@ -1,0 +1,98 @@
+"""Run rewrite tasks as Spark jobs, one job per task, reporting each outcome as it finishes.
+
+The specs travel as JSON in one RDD with a partition per task. A thread pool submits one
+job per partition, as many at a time as the cluster has cores, so progress is known task
+by task and one failed task (caught in the worker, or a failed Spark job) fails nothing
+else.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+
+from pyspark import RDD, SparkContext, inheritable_thread_target
+from pyspark.sql import SparkSession
+
+from floe.optimizer.rewrite import run_rewrite_task
+from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
+
+MAX_ERROR_CHARS = 4000
+"""Longer error texts (Spark's carry whole JVM stack traces) are cut to this length."""
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """How one task ended: a result, or the error that stopped it."""
+
+    task_id: str
+    result: RewriteTaskResult | None
+    error: str | None
+
+
+def run_tasks_on_spark(
+    spark: SparkSession,
+    specs: Sequence[RewriteTaskSpec],
+    on_done: Callable[[TaskOutcome], None] | None = None,
+    max_concurrent: int | None = None,
+) -> list[TaskOutcome]:
+    """Run every task on Spark and return their outcomes in the order of `specs`.
+
+    `on_done` is called on the calling thread as each task finishes. Tasks run
+    `max_concurrent` at a time, by default Spark's default parallelism (its cores).
+    If the caller is interrupted, the jobs still running are cancelled.
+    """
+    if not specs:
+        return []
+    context = spark.sparkContext
+    tasks = context.parallelize([spec.model_dump_json() for spec in specs], len(specs))
+    job_group = f"floe-rewrite-{uuid.uuid4().hex}"
+    # Wrapped here, on the caller's thread, so the jobs inherit its Spark local properties.
+    run_job = inheritable_thread_target(_run_job)
+    workers = max(1, min(len(specs), max_concurrent or context.defaultParallelism))
+    outcomes: dict[int, TaskOutcome] = {}
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="floe-rewrite") as pool:
+        futures: dict[Future[TaskOutcome], int] = {
+            pool.submit(run_job, context, tasks, index, spec.task_id, job_group): index
+            for index, spec in enumerate(specs)
+        }
+        try:
+            for future in as_completed(futures):
+                outcome = future.result()
+                outcomes[futures[future]] = outcome
+                if on_done is not None:
+                    on_done(outcome)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            context.cancelJobGroup(job_group)
+            raise
+    return [outcomes[index] for index in range(len(specs))]
+
+
+def _run_job(context: SparkContext, tasks: RDD[str], index: int, task_id: str, job_group: str) -> TaskOutcome:
+    context.setJobGroup(job_group, f"floe rewrite {task_id}", interruptOnCancel=True)
+    try:
+        rows: list[tuple[str, str | None, str | None]] = context.runJob(tasks, _run_partition, [index])
+    except Exception as exc:
+        return TaskOutcome(task_id, None, _clip(f"Spark job failed: {exc}"))
+    [(_, result_json, error)] = rows
+    result = RewriteTaskResult.model_validate_json(result_json) if result_json is not None else None
+    return TaskOutcome(task_id, result, error)
+
+
+def _run_partition(spec_jsons: Iterable[str]) -> Iterator[tuple[str, str | None, str | None]]:
+    """Worker side: run each task of the partition, turning its failure into an error text."""
+    for spec_json in spec_jsons:
+        spec = RewriteTaskSpec.model_validate_json(spec_json)
+        try:
+            result = run_rewrite_task(spec)
+        except Exception as exc:
+            yield spec.task_id, None, _clip(f"{type(exc).__name__}: {exc}")
+        else:
+            yield spec.task_id, result.model_dump_json(), None
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
