@@ -55,9 +55,10 @@ def _optimize(args: argparse.Namespace) -> int:
     forced = _TYPES[args.type] if args.type else None
     if args.dry_run:
         scanned, plan = plan_table(table, config, forced)
-        out.print(render_plan(plan, scanned, table.metadata))
         if plan.is_empty:
-            out.print("nothing to optimize")
+            out.print(f"{args.table}: nothing to optimize on snapshot {plan.snapshot_id}")
+        else:
+            out.print(render_plan(plan, scanned, table.metadata))
         return 0
 
     from floe.optimizer.spark_session import get_spark

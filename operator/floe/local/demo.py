@@ -177,5 +177,6 @@ def run_demo(directory: Path, cores: int, scale: float, console: Console) -> int
                 "[green]rows unchanged[/green]" if equal else "[red]ROWS DIFFER[/red]",
             )
     console.print(report)
-    console.print(f"tables and manifests are in {directory} (catalog config: {directory / 'tables.yaml'})")
+    manifests_path = directory / "tables.yaml"
+    console.print(f"catalog and warehouse are in {directory}; the tables' manifests in {manifests_path}")
     return 0 if all_equal else 1

@@ -112,7 +112,7 @@ def optimize_once(
         request = commit_request(
             process,
             result.task_results,
-            sorted(result.task_errors),
+            result.task_errors,
             allow_partial_commit=allow_partial_commit,
         )
     except ProcessFailed:

@@ -20,15 +20,13 @@ def human_bytes(num: float) -> str:
 
 
 def plan_table(plan: OptimizingPlan, scanned: ScannedTable, metadata: TableMetadata) -> RichTable:
-    """One row per partition that needs optimizing: type, reason, tasks, files, bytes."""
+    """One row per evaluated partition: type, reason, and the tasks, files and bytes planned."""
     kind = plan.optimizing_type.label if plan.optimizing_type else "none"
     out = RichTable(title=f"plan on snapshot {plan.snapshot_id}: {kind}, {len(plan.tasks)} tasks")
     for column in ("partition", "type", "reason", "tasks", "data files", "delete files", "bytes"):
         out.add_column(column, justify="right" if column in ("tasks", "data files", "bytes") else "left")
     for evaluation in plan.partitions:
         tasks = [t for t in plan.tasks if t.partition == evaluation.partition]
-        if not tasks:
-            continue
         out.add_row(
             scanned.partition_path(metadata, evaluation.partition) or "<unpartitioned>",
             evaluation.optimizing_type.label if evaluation.optimizing_type else "-",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pyiceberg.manifest import DataFile
@@ -126,7 +126,7 @@ def build_process(
 def commit_request(
     process: OptimizingProcess,
     results: Sequence[RewriteTaskResult],
-    failed_task_ids: Sequence[str],
+    failures: Mapping[str, str],
     allow_partial_commit: bool,
 ) -> RewriteRequest:
     """The commit of the finished tasks; raises ProcessFailed if failures forbid it.
@@ -134,10 +134,11 @@ def commit_request(
     With partial commit, only succeeded tasks' input files are replaced: the failed
     tasks' files stay live and are picked up by a later plan.
     """
-    if failed_task_ids and not allow_partial_commit:
+    if failures and not allow_partial_commit:
+        first = min(failures)
         raise ProcessFailed(
-            f"{len(failed_task_ids)} of {len(process.specs)} tasks failed "
-            f"(first: {failed_task_ids[0]}); partial commit is not allowed"
+            f"{len(failures)} of {len(process.specs)} tasks failed; partial commit is not allowed. "
+            f"{first}: {failures[first]}"
         )
     if not results:
         raise ProcessFailed("no task of the process succeeded")

@@ -1,0 +1,113 @@
+"""`floe optimize` and `floe demo` end to end, and how a failing process leaves the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+from pyiceberg.catalog.sql import SqlCatalog
+from pyspark.sql import SparkSession
+from rich.console import Console
+from test_correctness import CONFIG, LAYOUTS, MOR, SCHEMA, Writer, build_table, data_files_on_disk, rows_at
+
+from floe.cli import main
+from floe.local.demo import run_demo
+from floe.local.optimize import optimize_once
+from floe.local.reference_reader import ReferenceReader
+from floe.optimizer.process import ProcessFailed
+from floe.planning.plan import OptimizingType
+from floe.tables.scan import scan_table
+from floe.tables.writer import conform
+
+
+def _config_file(catalog: SqlCatalog, tmp_path: Path) -> Path:
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump({"catalog": {catalog.name: {"type": "sql", **catalog.properties}}}))
+    return path
+
+
+def test_floe_optimize_command(
+    sql_catalog: SqlCatalog, reference: ReferenceReader, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table, _ = build_table(sql_catalog, reference, "identity")
+    before = rows_at(reference, sql_catalog)
+    files_before = len(scan_table(table).files.data_files)
+
+    code = main(
+        ["optimize", "--catalog-config", str(_config_file(sql_catalog, tmp_path)), "db.t", "--type", "full"]
+    )
+
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "db.t: full optimizing committed snapshot" in printed
+    assert rows_at(reference, sql_catalog) == before
+    table.refresh()
+    after = scan_table(table).files
+    assert len(after.data_files) < files_before and after.delete_files == ()
+
+
+def test_delete_set_over_budget_fails_clearly_and_changes_nothing(
+    sql_catalog: SqlCatalog, reference: ReferenceReader, spark: SparkSession
+) -> None:
+    table, _ = build_table(sql_catalog, reference, "identity", evolve_schema=False)
+    snapshot = table.current_snapshot()
+    files_before = data_files_on_disk(table)
+
+    with pytest.raises(ProcessFailed, match="DeleteSetTooLarge"):
+        optimize_once(
+            table,
+            "db.t",
+            CONFIG,
+            spark=lambda: spark,
+            forced=OptimizingType.FULL,
+            num_retries=1,
+            delete_memory_limit=64,
+        )
+    table.refresh()
+    assert table.current_snapshot() == snapshot
+    assert data_files_on_disk(table) == files_before
+
+
+def test_partial_commit_keeps_what_succeeded(
+    sql_catalog: SqlCatalog, reference: ReferenceReader, spark: SparkSession
+) -> None:
+    table = sql_catalog.create_table("db.t", SCHEMA, partition_spec=LAYOUTS["identity"], properties=MOR)
+    writer = Writer(table)
+    for cat in ("a", "b"):
+        for _ in range(4):
+            batch = writer.rows(10).set_column(1, "cat", pa.array([cat] * 10, pa.string()))
+            for i in batch["id"].to_pylist():
+                writer.keys[i] = (cat, writer.keys[i][1])
+            table.append(conform(table, batch))
+    writer.delete_keys([0])  # partition a only
+    before = rows_at(reference, sql_catalog)
+
+    # Partition a's task cannot load its deletes within the budget and fails; b's has none.
+    result = optimize_once(
+        table,
+        "db.t",
+        CONFIG,
+        spark=lambda: spark,
+        forced=OptimizingType.FULL,
+        num_retries=0,
+        allow_partial_commit=True,
+        delete_memory_limit=1,
+    )
+
+    assert result.commit is not None
+    assert len(result.task_results) == 1 and len(result.task_errors) == 1
+    assert rows_at(reference, sql_catalog) == before
+    after = scan_table(table).files
+    by_partition = {v: sum(1 for f in after.data_files if f.partition.values == (v,)) for v in "ab"}
+    assert by_partition == {"a": 4, "b": 1}
+    assert len(after.delete_files) == 1
+
+
+def test_floe_demo_runs_end_to_end(tmp_path: Path) -> None:
+    console = Console(record=True, width=200)
+    assert run_demo(tmp_path / "demo", cores=2, scale=0.15, console=console) == 0
+    text = console.export_text()
+    assert text.count("rows unchanged") == 3
+    assert "ROWS DIFFER" not in text
