@@ -19,7 +19,7 @@ export JAVA_HOME
 PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
 VENV_STAMP := $(VENV)/.floe-installed-$(PYPROJECT_HASH)
 
-LINT_DIRS := operator optimizer_image tests
+LINT_DIRS := $(wildcard operator optimizer_image tests)
 # mypy fails on a directory without Python files, and optimizer_image may still be empty.
 MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
 
