@@ -1,0 +1,85 @@
+"""Wire format of the task service, API version v1 (HTTP/JSON, paths under ``/v1``).
+
+Optimizers register (getting a token), heartbeat, poll per thread for a task, ack it
+when they start, and complete it with the files written or an error. Every call after
+register carries ``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
+
+API_VERSION = "v1"
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RegisterRequest(_Wire):
+    """An optimizer introduces itself to the group it serves."""
+
+    group: str = Field(min_length=1)
+    threads: int = Field(ge=1, description="task threads this optimizer runs in parallel")
+    memory_bytes: int = Field(ge=0, description="memory available to its tasks")
+    name: str = Field(default="", description="free-form, e.g. the driver pod name")
+
+
+class RegisterResponse(_Wire):
+    """Identity and timing the optimizer must respect."""
+
+    optimizer_id: str
+    token: str
+    heartbeat_interval_s: float
+    heartbeat_timeout_s: float
+
+
+class PollRequest(_Wire):
+    """A thread asks for work, waiting up to ``wait_s`` for some (long poll)."""
+
+    thread: int = Field(ge=0)
+    wait_s: float = Field(default=20.0, ge=0, le=60)
+
+
+class TaskAssignment(_Wire):
+    """One attempt at one task; ``attempt_id`` names this attempt and no other."""
+
+    attempt_id: str
+    task_id: str
+    process_id: str
+    table: str
+    spec: RewriteTaskSpec
+
+
+class PollResponse(_Wire):
+    """The task handed out, or none when the wait ran out."""
+
+    task: TaskAssignment | None = None
+
+
+class CompleteRequest(_Wire):
+    """The outcome of an attempt: exactly one of ``result`` and ``error``."""
+
+    result: RewriteTaskResult | None = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> CompleteRequest:
+        if (self.result is None) == (self.error is None):
+            raise ValueError("exactly one of result and error must be given")
+        return self
+
+
+class Accepted(_Wire):
+    """Answer to heartbeat, ack, complete and unregister."""
+
+    accepted: bool = True
+
+
+class ErrorResponse(_Wire):
+    """Body of every 4xx/5xx answer."""
+
+    error: str
+    detail: str = ""
