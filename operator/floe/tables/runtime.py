@@ -1,0 +1,208 @@
+"""Per-table runtime: the state machine a table goes through, and what its status shows.
+
+IDLE → PENDING (evaluation says work is due) → PLANNING → MINOR/MAJOR/FULL_OPTIMIZING →
+COMMITTING → IDLE. Planning failure → PENDING; an empty plan → IDLE.
+
+Pure: the engine does the I/O (loading the table, scanning, planning, committing) and
+reports each step here with the clock's time, so every transition is testable alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from floe.api.models import OptimizedTableSpec
+from floe.planning.files import TableFiles
+from floe.planning.plan import OptimizingPlan, OptimizingType
+from floe.tables.history import OptimizingHistory
+
+
+class TableState(StrEnum):
+    """What a table is doing; shown as STATE by `kubectl get ot` and `floe run`."""
+
+    IDLE = "IDLE"
+    PENDING = "PENDING"
+    PLANNING = "PLANNING"
+    MINOR_OPTIMIZING = "MINOR_OPTIMIZING"
+    MAJOR_OPTIMIZING = "MAJOR_OPTIMIZING"
+    FULL_OPTIMIZING = "FULL_OPTIMIZING"
+    COMMITTING = "COMMITTING"
+    DISABLED = "DISABLED"
+
+
+_OPTIMIZING = {
+    OptimizingType.MINOR: TableState.MINOR_OPTIMIZING,
+    OptimizingType.MAJOR: TableState.MAJOR_OPTIMIZING,
+    OptimizingType.FULL: TableState.FULL_OPTIMIZING,
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A step reported in a state where it cannot happen (an engine bug)."""
+
+
+@dataclass
+class TableRuntime:
+    """Everything floe knows about one OptimizedTable between two refreshes."""
+
+    table_id: str
+    spec: OptimizedTableSpec
+    state: TableState = TableState.IDLE
+    snapshot_id: int | None = None
+    data_files: int = 0
+    delete_files: int = 0
+    pending_reason: str = ""
+    last_error: str = ""
+    last_result: str = ""
+    last_plan_s: float | None = None
+    last_refresh_s: float | None = None
+    last_minor_s: float | None = None
+    last_major_s: float | None = None
+    last_full_s: float | None = None
+    process_id: str | None = None
+    evaluated_snapshot_id: int | None = field(default=None, repr=False)
+
+    @property
+    def group(self) -> str:
+        """The OptimizerGroup serving the table."""
+        return self.spec.group
+
+    @property
+    def last_optimized_s(self) -> float | None:
+        """End of the most recent optimizing of any type."""
+        times = [t for t in (self.last_minor_s, self.last_major_s, self.last_full_s) if t is not None]
+        return max(times) if times else None
+
+    @property
+    def settled(self) -> bool:
+        """Idle (or disabled) with the current snapshot evaluated: nothing left to do now."""
+        if self.state == TableState.DISABLED:
+            return True
+        return self.state == TableState.IDLE and self.evaluated_snapshot_id is not None
+
+    @property
+    def busy(self) -> bool:
+        """A process is being planned, run or committed."""
+        return self.state in (TableState.PLANNING, TableState.COMMITTING, *_OPTIMIZING.values())
+
+    def update_spec(self, spec: OptimizedTableSpec) -> None:
+        """A changed manifest: thresholds, quota, group or enabled apply from now on.
+
+        The last evaluation is forgotten so the next refresh re-evaluates with the new
+        thresholds even when the snapshot did not change.
+        """
+        self.spec = spec
+        self.evaluated_snapshot_id = None
+        if not spec.enabled and not self.busy:
+            self.state = TableState.DISABLED
+        elif spec.enabled and self.state == TableState.DISABLED:
+            self.state = TableState.IDLE
+
+    def needs_evaluation(self, snapshot_id: int | None) -> bool:
+        """Whether a refresh that found `snapshot_id` must scan and evaluate the table.
+
+        An unchanged, already evaluated snapshot is not rescanned; a busy or disabled
+        table is not evaluated.
+        """
+        if self.busy or self.state == TableState.DISABLED:
+            return False
+        return snapshot_id is None or snapshot_id != self.evaluated_snapshot_id
+
+    def on_history(self, history: OptimizingHistory) -> None:
+        """Last optimizing times as recorded in the table's own snapshots."""
+        self.last_minor_s = _latest(self.last_minor_s, history.last_minor_s)
+        self.last_major_s = _latest(self.last_major_s, history.last_major_s)
+        self.last_full_s = _latest(self.last_full_s, history.last_full_s)
+
+    def on_evaluated(self, files: TableFiles, plan: OptimizingPlan, now_s: float) -> None:
+        """A refresh scanned `files` and the evaluator's would-be `plan` says whether work is due."""
+        self.last_refresh_s = now_s
+        self.snapshot_id = files.snapshot_id
+        self.evaluated_snapshot_id = files.snapshot_id
+        self.data_files = len(files.data_files)
+        self.delete_files = len(files.delete_files)
+        self.last_error = ""
+        if self.busy or self.state == TableState.DISABLED:
+            return
+        if plan.is_empty:
+            self.state, self.pending_reason = TableState.IDLE, ""
+        else:
+            self.state = TableState.PENDING
+            kind = plan.optimizing_type.label if plan.optimizing_type else "?"
+            self.pending_reason = f"{kind} due in {len(plan.partitions)} partitions"
+
+    def may_plan(self, now_s: float) -> bool:
+        """PENDING and past min-plan-interval since the last plan."""
+        if self.state != TableState.PENDING:
+            return False
+        return self.last_plan_s is None or now_s - self.last_plan_s >= self.spec.min_plan_interval
+
+    def on_planning(self, now_s: float) -> None:
+        """The scheduler chose this table; planning starts."""
+        self._expect(TableState.PENDING)
+        self.state = TableState.PLANNING
+        self.last_plan_s = now_s
+
+    def on_planned(self, plan: OptimizingPlan, process_id: str) -> None:
+        """Planning produced tasks (→ optimizing) or nothing (→ IDLE)."""
+        self._expect(TableState.PLANNING)
+        if plan.is_empty or plan.optimizing_type is None:
+            self.state, self.pending_reason = TableState.IDLE, ""
+            return
+        self.state = _OPTIMIZING[plan.optimizing_type]
+        self.process_id = process_id
+        self.pending_reason = ""
+
+    def on_planning_failed(self, error: str) -> None:
+        """Planning raised: back to PENDING, the error shown."""
+        self._expect(TableState.PLANNING)
+        self.state = TableState.PENDING
+        self.last_error = f"planning failed: {error}"
+
+    def on_committing(self) -> None:
+        """All tasks are done; the commit starts."""
+        if self.state not in _OPTIMIZING.values():
+            raise IllegalTransition(f"{self.table_id}: commit in state {self.state}")
+        self.state = TableState.COMMITTING
+
+    def on_committed(self, kind: OptimizingType, snapshot_id: int, summary: str, now_s: float) -> None:
+        """The process committed `snapshot_id`."""
+        self._expect(TableState.COMMITTING)
+        if kind >= OptimizingType.MINOR:
+            self.last_minor_s = now_s
+        if kind >= OptimizingType.MAJOR:
+            self.last_major_s = now_s
+        if kind == OptimizingType.FULL:
+            self.last_full_s = now_s
+        self._finish(f"{kind.label} committed snapshot {snapshot_id}: {summary}")
+
+    def on_process_failed(self, error: str) -> None:
+        """Tasks or the commit failed; nothing was committed and the table is re-evaluated."""
+        self.last_error = error
+        self._finish(f"failed: {error}")
+
+    def on_access_error(self, error: str, now_s: float) -> None:
+        """The catalog or table could not be read; shown until a refresh succeeds."""
+        self.last_refresh_s = now_s
+        self.last_error = error
+
+    def _finish(self, result: str) -> None:
+        self.last_result = result
+        self.process_id = None
+        # Re-evaluate at the next refresh, which is due at once.
+        self.evaluated_snapshot_id = None
+        self.last_refresh_s = None
+        self.state = TableState.IDLE if self.spec.enabled else TableState.DISABLED
+
+    def _expect(self, state: TableState) -> None:
+        if self.state != state:
+            raise IllegalTransition(f"{self.table_id}: expected {state}, is {self.state}")
+
+
+def _latest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return max(a, b)
