@@ -23,7 +23,7 @@ LINT_DIRS := $(wildcard operator optimizer_image tests)
 # mypy fails on a directory without Python files, and optimizer_image may still be empty.
 MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
 
-.PHONY: venv jars lint test demo
+.PHONY: venv jars k8s-env lint test demo
 
 venv: $(VENV_STAMP)
 
@@ -36,12 +36,17 @@ $(VENV_STAMP):
 jars: venv
 	$(VENV_PY) -c 'from floe.local.reference_jars import reference_jars; print(*reference_jars(), sep="\n")'
 
+# kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok for tests/k8s,
+# built from the Go module proxy and cached by version (a cold build takes ~16 min).
+k8s-env:
+	scripts/k8s-test-env/build.sh >/dev/null
+
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_DIRS)
 	$(VENV)/bin/ruff format --check $(LINT_DIRS)
 	$(VENV)/bin/mypy --strict $(MYPY_DIRS)
 
-test: venv jars lint
+test: venv jars k8s-env lint
 	@rc=0; $(VENV)/bin/pytest -q || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$rc

@@ -109,5 +109,5 @@ def test_floe_demo_runs_end_to_end(tmp_path: Path) -> None:
     console = Console(record=True, width=200)
     assert run_demo(tmp_path / "demo", cores=2, scale=0.15, console=console) == 0
     text = console.export_text()
-    assert text.count("rows unchanged") == 3
+    assert text.count("rows unchanged") == 4
     assert "ROWS DIFFER" not in text

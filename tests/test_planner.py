@@ -196,3 +196,20 @@ def test_same_files_in_any_order_give_the_same_plan() -> None:
         rng.shuffle(shuffled)
         rng.shuffle(shuffled_deletes)
         assert plan(shuffled, shuffled_deletes) == expected
+
+
+def test_partitions_cut_by_max_tasks_are_counted_as_deferred() -> None:
+    files = TableFiles(
+        snapshot_id=1,
+        sequence_number=1,
+        data_files=tuple(
+            ContentFile(f"p{p}/f{i}", FileKind.DATA, PartitionKey(0, (p,)), 10, 1000 + p, 1)
+            for p in range(3)
+            for i in range(12)
+        ),
+        delete_files=(),
+    )
+    plan = plan_optimizing(files, OptimizingConfig(), now_s=0, last_minor_s=0, last_full_s=None, max_tasks=1)
+    assert len(plan.partitions) == 1 and plan.deferred_partitions == 2
+    whole = plan_optimizing(files, OptimizingConfig(), now_s=0, last_minor_s=0, last_full_s=None)
+    assert len(whole.partitions) == 3 and whole.deferred_partitions == 0

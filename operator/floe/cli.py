@@ -100,7 +100,28 @@ def _optimize(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from floe.local.demo import run_demo
 
-    return run_demo(Path(args.dir), cores=args.cores, scale=args.scale, console=_console(stderr=False))
+    return run_demo(
+        Path(args.dir),
+        cores=args.cores,
+        scale=args.scale,
+        console=_console(stderr=False),
+        write_only=args.write_only,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from floe.local.run import run_engine
+
+    catalog = catalog_ref_from_file(Path(args.catalog_config)) if args.catalog_config else None
+    return run_engine(
+        Path(args.file),
+        catalog,
+        once=args.once,
+        console=_console(stderr=False),
+        cores=args.cores,
+        refresh_interval_s=args.refresh_interval,
+        timeout_s=args.timeout,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,7 +143,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default=".floe-demo", help="where the catalog and warehouse go")
     demo.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
     demo.add_argument("--scale", type=float, default=1.0, help="multiply the demo's data volume")
+    demo.add_argument("--write-only", action="store_true", help="write the tables, do not optimize them")
     demo.set_defaults(handler=_demo)
+
+    run = sub.add_parser("run", help="keep tables optimized: task service, scheduler, optimizers")
+    run.add_argument("-f", "--file", required=True, help="manifest file or directory (re-read on change)")
+    run.add_argument("--catalog-config", help="catalog properties for tables whose manifest gives none")
+    run.add_argument("--once", action="store_true", help="exit when every table is idle")
+    run.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
+    run.add_argument("--refresh-interval", type=float, default=10.0, help="seconds between table refreshes")
+    run.add_argument("--timeout", type=float, help="with --once: give up after this many seconds")
+    run.set_defaults(handler=_run)
     return parser
 
 

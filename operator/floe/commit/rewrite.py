@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 SUMMARY_OPTIMIZING_TYPE = "floe.optimizing-type"
 SUMMARY_PROCESS_ID = "floe.process-id"
+SUMMARY_DEFERRED_PARTITIONS = "floe.deferred-partitions"
 
 
 class CommitConflict(RuntimeError):
@@ -52,6 +53,7 @@ class RewriteRequest:
     rewritten_data_paths: frozenset[str]
     candidate_delete_paths: frozenset[str]
     added_files: tuple[DataFile, ...]
+    deferred_partitions: int = 0
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,11 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Sn
         Operation.REPLACE,
         added=request.added_files,
         removed=removed_files,
-        extra={SUMMARY_OPTIMIZING_TYPE: request.optimizing_type, SUMMARY_PROCESS_ID: request.process_id},
+        extra={
+            SUMMARY_OPTIMIZING_TYPE: request.optimizing_type,
+            SUMMARY_PROCESS_ID: request.process_id,
+            SUMMARY_DEFERRED_PARTITIONS: str(request.deferred_partitions),
+        },
     )
     snapshot = draft.commit(manifests, summary)
     return snapshot, len(request.rewritten_data_paths), len(removed_deletes)

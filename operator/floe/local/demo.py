@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -52,8 +53,8 @@ def _prepare_dir(directory: Path) -> None:
     (directory / MARKER).write_text("created by floe demo; removed and recreated by the next run\n")
 
 
-def _write_manifests(directory: Path, catalog_props: dict[str, str]) -> Path:
-    """The OptimizedTable manifests a user would kubectl apply, for the three demo tables."""
+def _write_manifests(directory: Path, catalog_name: str, catalog_props: dict[str, str]) -> Path:
+    """The OptimizedTable manifests a user would kubectl apply, for the demo tables."""
     documents = [
         {
             "apiVersion": "floe.dev/v1alpha1",
@@ -61,25 +62,25 @@ def _write_manifests(directory: Path, catalog_props: dict[str, str]) -> Path:
             "metadata": {"name": name},
             "spec": {
                 "table": f"demo.{name}",
-                "catalog": {"name": CATALOG_NAME, "properties": catalog_props},
-                "group": "local",
+                "catalog": {"name": catalog_name, "properties": catalog_props},
+                "group": "default",
                 "quota": quota,
                 "targetSize": "32Mi",
             },
         }
-        for name, quota in (("clicks", 0.5), ("orders", 1), ("accounts", 0.5))
+        for name, quota in (("clicks", 0.5), ("orders", 1), ("accounts", 0.5), ("pageviews", 2))
     ]
     path = directory / "tables.yaml"
     path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
     return path
 
 
-def _stats(table: Table, reader: ReferenceReader, identifier: str) -> TableStats:
+def _stats(table: Table, reader: ReferenceReader, catalog_name: str, identifier: str) -> TableStats:
     table.refresh()
     files = scan_table(table).files
     started = time.monotonic()
     # hash(*) forces every column of every live row to be read and deletes applied.
-    reader.sql(f"SELECT count(*), sum(hash(*)) FROM {qualified_name(CATALOG_NAME, identifier)}")
+    reader.sql(f"SELECT count(*), sum(hash(*)) FROM {qualified_name(catalog_name, identifier)}")
     scan_seconds = time.monotonic() - started
     return TableStats(
         snapshot_id=files.snapshot_id,
@@ -95,15 +96,18 @@ def _stream(catalog: SqlCatalog, reader: ReferenceReader, scale: float, progress
     clicks = ClickStream(catalog, "demo.clicks")
     orders = OrderCdcStream(catalog, "demo.orders")
     accounts = AccountsTable(catalog, "demo.accounts")
-    bar = progress.add_task("streaming micro-batches", total=batches * 3)
+    pageviews = ClickStream(catalog, "demo.pageviews", seed=4, partition_spec=PartitionSpec())
+    bar = progress.add_task("streaming micro-batches", total=batches * 4)
     for _ in range(batches):
         clicks.append_batch(2000)
+        progress.advance(bar)
+        pageviews.append_batch(500)
         progress.advance(bar)
         orders.upsert_batch(inserts=1000, updates=250)
         progress.advance(bar)
         accounts.append_batch(1500)
         progress.advance(bar)
-    accounts_name = qualified_name(CATALOG_NAME, "demo.accounts")
+    accounts_name = qualified_name(catalog.name, "demo.accounts")
     statements = [
         f"DELETE FROM {accounts_name} WHERE account_id % 29 = 3",
         f"UPDATE {accounts_name} SET balance = balance + 1 WHERE account_id % 31 = 7",
@@ -115,8 +119,18 @@ def _stream(catalog: SqlCatalog, reader: ReferenceReader, scale: float, progress
         progress.advance(bar)
 
 
-def run_demo(directory: Path, cores: int, scale: float, console: Console) -> int:
-    """Run the demo in `directory`; returns 0 when every table's rows are unchanged."""
+def run_demo(
+    directory: Path,
+    cores: int,
+    scale: float,
+    console: Console,
+    write_only: bool = False,
+    catalog_name: str = CATALOG_NAME,
+) -> int:
+    """Run the demo in `directory`; returns 0 when every table's rows are unchanged.
+
+    With `write_only` the tables are written and left unoptimized (for `floe run`).
+    """
     directory = directory.resolve()
     _prepare_dir(directory)
     warehouse = directory / "warehouse"
@@ -127,18 +141,23 @@ def run_demo(directory: Path, cores: int, scale: float, console: Console) -> int
         "warehouse": warehouse.as_uri(),
     }
     manifests = [
-        r for r in load_manifests(_write_manifests(directory, catalog_props)) if isinstance(r, OptimizedTable)
+        r
+        for r in load_manifests(_write_manifests(directory, catalog_name, catalog_props))
+        if isinstance(r, OptimizedTable)
     ]
-    console.print(f"[bold]floe demo[/bold] in {directory}: catalog {CATALOG_NAME!r}, {len(manifests)} tables")
+    console.print(f"[bold]floe demo[/bold] in {directory}: catalog {catalog_name!r}, {len(manifests)} tables")
 
     reader = ReferenceReader.start(master=f"local[{cores}]")
-    catalog = SqlCatalog(CATALOG_NAME, **catalog_props)
+    catalog = SqlCatalog(catalog_name, **catalog_props)
     catalog.create_namespace("demo")
-    reader.register_sql_catalog(CATALOG_NAME, directory / "catalog.db", warehouse.as_uri())
+    reader.register_sql_catalog(catalog_name, directory / "catalog.db", warehouse.as_uri())
 
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
         _stream(catalog, reader, scale, progress)
+    if write_only:
+        console.print(f"tables written, not optimized; manifests in {directory / 'tables.yaml'}")
+        return 0
 
     report = RichTable(title="before → after optimizing")
     for column in ("table", "type", "data files", "delete files", "bytes", "scan time", "rows", "check"):
@@ -148,8 +167,8 @@ def run_demo(directory: Path, cores: int, scale: float, console: Console) -> int
         for resource in manifests:
             spec = resource.spec
             table = load_table(open_catalog(spec.catalog), spec.table)
-            before = _stats(table, reader, spec.table)
-            rows_before = reader.rows(CATALOG_NAME, spec.table, before.snapshot_id)
+            before = _stats(table, reader, catalog_name, spec.table)
+            rows_before = reader.rows(catalog_name, spec.table, before.snapshot_id)
             bar = progress.add_task(f"optimizing {spec.table}", total=None)
             result = optimize_once(
                 table,
@@ -161,8 +180,8 @@ def run_demo(directory: Path, cores: int, scale: float, console: Console) -> int
                 on_plan=lambda plan, bar=bar: progress.update(bar, total=len(plan.tasks)),  # type: ignore[misc]
                 on_task_done=lambda _o, bar=bar: progress.advance(bar),  # type: ignore[misc]
             )
-            after = _stats(table, reader, spec.table)
-            rows_after = reader.rows(CATALOG_NAME, spec.table)
+            after = _stats(table, reader, catalog_name, spec.table)
+            rows_after = reader.rows(catalog_name, spec.table)
             equal = rows_before == rows_after
             all_equal &= equal
             kind = result.plan.optimizing_type.label if result.plan.optimizing_type else "none"

@@ -55,11 +55,14 @@ V2 = {"format-version": "2"}
 
 
 class ClickStream:
-    """Append-only events over three days: every batch leaves one small file per day."""
+    """Append-only events over three days: every batch leaves one small file per day
+    (or a single one, with an unpartitioned spec)."""
 
-    def __init__(self, catalog: Catalog, identifier: str, seed: int = 1) -> None:
+    def __init__(
+        self, catalog: Catalog, identifier: str, seed: int = 1, partition_spec: PartitionSpec = CLICKS_SPEC
+    ) -> None:
         self.table = catalog.create_table(
-            identifier, CLICKS_SCHEMA, partition_spec=CLICKS_SPEC, properties=V2
+            identifier, CLICKS_SCHEMA, partition_spec=partition_spec, properties=V2
         )
         self._rng = random.Random(seed)
         self._next_id = 0

@@ -160,4 +160,5 @@ def commit_request(
         rewritten_data_paths=frozenset(rewritten),
         candidate_delete_paths=frozenset(deletes),
         added_files=tuple(added),
+        deferred_partitions=process.plan.deferred_partitions,
     )

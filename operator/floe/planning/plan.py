@@ -64,6 +64,8 @@ class OptimizingPlan:
     optimizing_type: OptimizingType | None
     partitions: tuple[PartitionEvaluation, ...]
     tasks: tuple[PlannedTask, ...] = field(default=())
+    deferred_partitions: int = 0
+    """Partitions that need optimizing but were left for a later process (max_tasks)."""
 
     @property
     def is_empty(self) -> bool:

@@ -27,7 +27,9 @@ def plan_optimizing(
     order) while their tasks still fit in `max_tasks`; the first partition that does
     not fit ends the plan, so a costly partition is never overtaken by cheaper ones.
     The first partition with tasks is always taken whole, even beyond `max_tasks`
-    (None: no limit). Partitions whose bins all turn out not worth a task are skipped.
+    (None: no limit). Partitions whose bins all turn out not worth a task are skipped;
+    the partitions left out from the first that did not fit are counted in
+    `deferred_partitions`.
     The plan's type is the strongest type of the partitions taken, None when the plan
     has no task.
     """
@@ -40,11 +42,13 @@ def plan_optimizing(
     candidates.sort(key=lambda e: -e.cost)
     taken: list[PartitionEvaluation] = []
     tasks: list[PlannedTask] = []
-    for evaluation in candidates:
+    deferred = 0
+    for position, evaluation in enumerate(candidates):
         partition_tasks = pack_partition(evaluation, index, config.bin_size)
         if not partition_tasks:
             continue
         if max_tasks is not None and taken and len(tasks) + len(partition_tasks) > max_tasks:
+            deferred = len(candidates) - position
             break
         taken.append(evaluation)
         tasks.extend(partition_tasks)
@@ -56,6 +60,7 @@ def plan_optimizing(
         ),
         partitions=tuple(taken),
         tasks=tuple(tasks),
+        deferred_partitions=deferred,
     )
 
 

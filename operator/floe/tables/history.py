@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata
 
-from floe.commit.rewrite import SUMMARY_OPTIMIZING_TYPE
+from floe.commit.rewrite import SUMMARY_DEFERRED_PARTITIONS, SUMMARY_OPTIMIZING_TYPE
 
 
 @dataclass(frozen=True)
@@ -33,13 +33,17 @@ def optimizing_history(metadata: TableMetadata) -> OptimizingHistory:
     """Walk main's ancestry newest first and note the first floe commit of each type.
 
     A major or full optimizing also counts as minor (it rewrites at least what a minor
-    would), and a full as major, as in Amoro.
+    would), and a full as major, as in Amoro. A process that left triggered partitions
+    for later (``floe.deferred-partitions`` > 0) does not count: the interval that
+    triggered them must stay elapsed until they are done too.
     """
     found: dict[str, float] = {}
     snapshot = metadata.snapshot_by_name("main")
     while snapshot is not None and len(found) < 3:
-        kind = snapshot.summary[SUMMARY_OPTIMIZING_TYPE] if snapshot.summary else None
-        if kind in ("minor", "major", "full"):
+        summary = snapshot.summary
+        kind = summary[SUMMARY_OPTIMIZING_TYPE] if summary else None
+        deferred = int(summary[SUMMARY_DEFERRED_PARTITIONS] or 0) if summary else 0
+        if kind in ("minor", "major", "full") and deferred == 0:
             seconds = snapshot.timestamp_ms / 1000.0
             implied = {"minor": ("minor",), "major": ("minor", "major"), "full": ("minor", "major", "full")}
             for k in implied[kind]:

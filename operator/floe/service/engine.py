@@ -1,0 +1,445 @@
+"""The always-on engine: table runtimes, per-group scheduling, planning and commits.
+
+One `tick()` refreshes the tables that are due (an unchanged snapshot is not rescanned),
+tells each group's scheduler which tables are pending, plans the tables the scheduler
+picks, and commits the processes whose tasks are done. Optimizers reach the same
+TaskService over HTTP and run the tasks. The engine is what `floe run` drives in a
+loop, and what the Kubernetes controller will drive from resource events.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
+from floe.commit.rewrite import CommitAbandoned, CommitConflict, commit_rewrite
+from floe.commit.snapshot import UnsupportedTableError, delete_quietly
+from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
+from floe.planning.plan import OptimizingType
+from floe.planning.planner import plan_optimizing
+from floe.scheduling.queue import ProcessOutcome
+from floe.service.task_service import TaskService
+from floe.tables.catalog import TableAccessError, load_table, open_catalog
+from floe.tables.history import optimizing_history
+from floe.tables.runtime import TableRuntime, TableState
+from floe.tables.scan import ScannedTable, scan_table
+
+log = logging.getLogger(__name__)
+
+MIN_DELETE_MEMORY = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class EngineEvent:
+    """Something a user should hear about (Kubernetes Events later, the live view now)."""
+
+    table_id: str
+    kind: str  # "Normal" or "Warning"
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class TableView:
+    """One row of status: the runtime plus its scheduling figures."""
+
+    table_id: str
+    table: str
+    group: str
+    state: str
+    quota: float
+    occupation: float
+    data_files: int
+    delete_files: int
+    running_tasks: int
+    queued_tasks: int
+    pending_reason: str
+    last_result: str
+    last_error: str
+
+
+@dataclass
+class _InFlight:
+    process: OptimizingProcess
+    table: Table
+    group: str
+    optimizing_type: OptimizingType
+
+
+class OptimizingEngine:
+    """Keeps every registered table optimized through the groups of a TaskService."""
+
+    def __init__(
+        self,
+        service: TaskService,
+        clock: Callable[[], float] = time.time,
+        refresh_interval_s: float = 10.0,
+        io_threads: int = 4,
+    ) -> None:
+        self.service = service
+        self.clock = clock
+        self.refresh_interval_s = refresh_interval_s
+        self.runtimes: dict[str, TableRuntime] = {}
+        self.groups: dict[str, OptimizerGroup] = {}
+        self._catalogs: dict[tuple[str, tuple[tuple[str, str], ...]], Catalog] = {}
+        self._scans: dict[str, ScannedTable] = {}
+        self._in_flight: dict[str, _InFlight] = {}
+        self._listeners: list[Callable[[EngineEvent], None]] = []
+        self._lock = threading.RLock()
+        self._pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="floe-refresh")
+
+    # -- resources -----------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[EngineEvent], None]) -> None:
+        """Receive every EngineEvent."""
+        self._listeners.append(listener)
+
+    def apply_group(self, group: OptimizerGroup) -> None:
+        """Create or update a group: policy and timeouts apply on the next poll."""
+        spec = group.spec
+        with self._lock:
+            name = group.metadata.name
+            if name in self.groups:
+                self.service.update_group(
+                    name, spec.policy, spec.heartbeat_timeout, spec.ack_timeout, spec.execute_timeout
+                )
+            else:
+                self.service.add_group(
+                    name, spec.policy, spec.heartbeat_timeout, spec.ack_timeout, spec.execute_timeout
+                )
+                for runtime in self.runtimes.values():
+                    if runtime.group == name:
+                        self._register_in_group(runtime)
+            self.groups[name] = group
+
+    def apply_table(self, resource: OptimizedTable) -> TableRuntime:
+        """Create or update a table's runtime from its manifest (quota, thresholds, group, enabled)."""
+        table_id = f"{resource.metadata.namespace}/{resource.metadata.name}"
+        spec = resource.spec
+        with self._lock:
+            runtime = self.runtimes.get(table_id)
+            if runtime is None:
+                runtime = TableRuntime(table_id=table_id, spec=spec)
+                self.runtimes[table_id] = runtime
+                if not spec.enabled:
+                    runtime.state = TableState.DISABLED
+            else:
+                old_group = runtime.group
+                runtime.update_spec(spec)
+                # A process in flight finishes in its old group (see _commit); otherwise move now.
+                if old_group != spec.group and old_group in self.groups and not runtime.busy:
+                    self.service.group(old_group).remove_table(table_id)
+            self._register_in_group(runtime)
+            return runtime
+
+    def remove_table(self, table_id: str) -> None:
+        """Forget a table; its in-flight process is cancelled and nothing is committed.
+
+        Files its finished tasks already wrote are left to orphan-file cleanup.
+        """
+        with self._lock:
+            runtime = self.runtimes.pop(table_id, None)
+            if runtime is None:
+                return
+            flight = self._in_flight.pop(runtime.process_id, None) if runtime.process_id else None
+            group = flight.group if flight else runtime.group
+            if group in self.groups:
+                self.service.group(group).remove_table(table_id)
+            self._scans.pop(table_id, None)
+
+    def _register_in_group(self, runtime: TableRuntime, left_group: str | None = None) -> None:
+        if left_group is not None and left_group != runtime.group and left_group in self.groups:
+            self.service.group(left_group).remove_table(runtime.table_id)
+        if runtime.group in self.groups:
+            self.service.group(runtime.group).upsert_table(
+                runtime.table_id, runtime.spec.quota, runtime.last_optimized_s
+            )
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """One round: refresh due tables, plan what the schedulers pick, commit finished work."""
+        self._refresh_due_tables()
+        self._commit_finished()
+        self._plan_picked_tables()
+
+    def run(self, stop: threading.Event, interval_s: float = 1.0) -> None:
+        """Tick until `stop` is set; errors are logged and reported, never fatal."""
+        while not stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("engine tick failed")
+            stop.wait(interval_s)
+
+    def close(self) -> None:
+        """Stop the refresh threads."""
+        self._pool.shutdown(wait=True)
+
+    def converged(self) -> bool:
+        """Nothing in flight and every table settled or stuck (see `stuck_tables`)."""
+        with self._lock:
+            stuck = set(self.stuck_tables())
+            return not self._in_flight and all(
+                r.settled or r.table_id in stuck for r in self.runtimes.values()
+            )
+
+    def stuck_tables(self) -> dict[str, str]:
+        """Tables that cannot progress without outside help, with the reason."""
+        with self._lock:
+            stuck = {}
+            for r in self.runtimes.values():
+                if r.busy:
+                    continue
+                if r.last_error and r.evaluated_snapshot_id is None:
+                    stuck[r.table_id] = r.last_error
+                elif r.state == TableState.PENDING and (
+                    r.group not in self.groups or self.service.group(r.group).threads == 0
+                ):
+                    stuck[r.table_id] = r.pending_reason
+            return stuck
+
+    # -- refresh -------------------------------------------------------------------------
+
+    def _refresh_due_tables(self) -> None:
+        now = self.clock()
+        with self._lock:
+            due = [
+                r
+                for r in self.runtimes.values()
+                if not r.busy
+                and r.state != TableState.DISABLED
+                and (r.last_refresh_s is None or now - r.last_refresh_s >= self.refresh_interval_s)
+            ]
+        for future in [self._pool.submit(self._refresh, r) for r in due]:
+            future.result()
+        with self._lock:
+            for runtime in self.runtimes.values():
+                self._update_pending(runtime, now)
+
+    def _refresh(self, runtime: TableRuntime) -> None:
+        now = self.clock()
+        try:
+            table = self._load(runtime)
+            current = table.metadata.current_snapshot()
+            snapshot_id = current.snapshot_id if current else None
+            if not runtime.needs_evaluation(snapshot_id):
+                runtime.last_refresh_s = now
+                return
+            scanned = scan_table(table)
+            history = optimizing_history(table.metadata)
+            plan = plan_optimizing(
+                scanned.files,
+                runtime.spec.optimizing_config(),
+                now_s=now,
+                last_minor_s=history.last_minor_s,
+                last_full_s=history.last_full_s,
+            )
+        except TableAccessError as exc:
+            if runtime.last_error != str(exc):
+                self._emit(runtime.table_id, "Warning", "TableUnavailable", str(exc))
+            runtime.on_access_error(str(exc), now)
+            return
+        with self._lock:
+            self._scans[runtime.table_id] = scanned
+            runtime.on_history(history)
+            runtime.on_evaluated(scanned.files, plan, now)
+
+    def _update_pending(self, runtime: TableRuntime, now: float) -> None:
+        if runtime.group not in self.groups:
+            if runtime.state == TableState.PENDING:
+                runtime.pending_reason = f"group {runtime.group!r} does not exist"
+            return
+        scheduler = self.service.group(runtime.group)
+        scheduler.set_pending(runtime.table_id, runtime.may_plan(now))
+        if runtime.state == TableState.PENDING and scheduler.threads == 0:
+            reason = f"group {runtime.group!r} has no ready optimizer"
+            if runtime.pending_reason != reason:
+                self._emit(runtime.table_id, "Warning", "NoOptimizer", f"pending: {reason}")
+            runtime.pending_reason = reason
+
+    def _load(self, runtime: TableRuntime) -> Table:
+        ref: CatalogRef = runtime.spec.catalog
+        key = (ref.name, tuple(sorted(ref.properties.items())))
+        catalog = self._catalogs.get(key)
+        if catalog is None:
+            catalog = open_catalog(ref)
+            self._catalogs[key] = catalog
+        return load_table(catalog, runtime.spec.table)
+
+    # -- planning ------------------------------------------------------------------------
+
+    def _plan_picked_tables(self) -> None:
+        for name in list(self.groups):
+            scheduler = self.service.group(name)
+            while True:
+                now = self.clock()
+                with self._lock:
+                    table_id = scheduler.next_table_to_plan(now)
+                    runtime = self.runtimes.get(table_id) if table_id else None
+                    if table_id is None:
+                        break
+                    if runtime is None or not runtime.may_plan(now):
+                        scheduler.planning_empty(table_id)
+                        continue
+                    runtime.on_planning(now)
+                self._plan(runtime, name, max(1, scheduler.threads))
+
+    def _plan(self, runtime: TableRuntime, group_name: str, threads: int) -> None:
+        scheduler = self.service.group(group_name)
+        now = self.clock()
+        try:
+            table = self._load(runtime)
+            current = table.metadata.current_snapshot()
+            cached = self._scans.get(runtime.table_id)
+            if cached is not None and current is not None and cached.files.snapshot_id == current.snapshot_id:
+                scanned = cached
+            else:
+                scanned = scan_table(table)
+            history = optimizing_history(table.metadata)
+            config = runtime.spec.optimizing_config()
+            plan = plan_optimizing(
+                scanned.files,
+                config,
+                now_s=now,
+                last_minor_s=history.last_minor_s,
+                last_full_s=history.last_full_s,
+                max_tasks=threads,
+            )
+            if plan.is_empty or plan.optimizing_type is None:
+                with self._lock:
+                    runtime.on_planned(plan, "")
+                    scheduler.planning_empty(runtime.table_id)
+                return
+            group = self.groups[group_name].spec
+            memory = max(MIN_DELETE_MEMORY, group.executor_memory // group.executor_cores // 2)
+            process = build_process(
+                table, runtime.spec.table, scanned, plan, config, delete_memory_limit=memory
+            )
+        except (TableAccessError, OSError, ValueError) as exc:
+            with self._lock:
+                runtime.on_planning_failed(str(exc))
+                scheduler.planning_failed(runtime.table_id)
+            self._emit(runtime.table_id, "Warning", "PlanningFailed", str(exc))
+            return
+        with self._lock:
+            self._in_flight[process.process_id] = _InFlight(process, table, group_name, plan.optimizing_type)
+            scheduler.add_process(
+                runtime.table_id,
+                process.process_id,
+                list(process.specs),
+                max_retries=runtime.spec.execute.num_retries,
+                allow_partial_commit=runtime.spec.allow_partial_commit,
+            )
+            runtime.on_planned(plan, process.process_id)
+        self._emit(
+            runtime.table_id,
+            "Normal",
+            "OptimizingStarted",
+            f"{plan.optimizing_type.label} optimizing {process.process_id}: {len(process.specs)} tasks",
+        )
+
+    # -- commit --------------------------------------------------------------------------
+
+    def _commit_finished(self) -> None:
+        for name in list(self.groups):
+            scheduler = self.service.group(name)
+            with self._lock:
+                finished = scheduler.take_finished()
+            for outcome in finished:
+                self._commit(outcome)
+
+    def _commit(self, outcome: ProcessOutcome) -> None:
+        with self._lock:
+            flight = self._in_flight.pop(outcome.process_id, None)
+            runtime = self.runtimes.get(outcome.table_id)
+        if flight is None or runtime is None:
+            # The table was removed while its tasks ran: drop what they wrote.
+            self._discard(outcome, flight)
+            return
+        with self._lock:
+            runtime.on_committing()
+        now = self.clock()
+        try:
+            if not outcome.succeeded and not outcome.allow_partial_commit:
+                raise ProcessFailed(_failure_summary(outcome))
+            # With partial commit, commit_request keeps the finished tasks (or raises if none).
+            request = commit_request(
+                flight.process, outcome.results, outcome.failures, runtime.spec.allow_partial_commit
+            )
+            result = commit_rewrite(flight.table, request)
+        except (ProcessFailed, CommitConflict, CommitAbandoned, UnsupportedTableError) as exc:
+            if isinstance(exc, ProcessFailed):
+                self._discard(outcome, flight)
+            with self._lock:
+                runtime.on_process_failed(str(exc))
+                self._register_in_group(runtime, left_group=flight.group)
+            self._emit(runtime.table_id, "Warning", "OptimizingFailed", f"{outcome.process_id}: {exc}")
+            return
+        summary = (
+            f"{result.removed_data_files} data + {result.removed_delete_files} delete files "
+            f"→ {result.added_data_files} files"
+        )
+        with self._lock:
+            runtime.on_committed(flight.optimizing_type, result.snapshot_id, summary, now)
+            self._scans.pop(runtime.table_id, None)
+            self._register_in_group(runtime, left_group=flight.group)
+        self._emit(runtime.table_id, "Normal", "Committed", f"{outcome.process_id}: {summary}")
+
+    def _discard(self, outcome: ProcessOutcome, flight: _InFlight | None) -> None:
+        if flight is None:
+            return
+        for result in outcome.results:
+            for written in result.files:
+                delete_quietly(flight.table.io, written.path)
+
+    # -- views ---------------------------------------------------------------------------
+
+    def table_views(self) -> list[TableView]:
+        """Status of every table, ordered by id."""
+        now = self.clock()
+        with self._lock:
+            stats = {name: self.service.group(name).stats(now) for name in self.groups}
+            views = []
+            for table_id in sorted(self.runtimes):
+                r = self.runtimes[table_id]
+                s = stats.get(r.group, {}).get(table_id)
+                views.append(
+                    TableView(
+                        table_id=table_id,
+                        table=r.spec.table,
+                        group=r.group,
+                        state=r.state.value,
+                        quota=r.spec.quota,
+                        occupation=s.occupation if s else 0.0,
+                        data_files=r.data_files,
+                        delete_files=r.delete_files,
+                        running_tasks=s.running if s else 0,
+                        queued_tasks=s.planned if s else 0,
+                        pending_reason=r.pending_reason,
+                        last_result=r.last_result,
+                        last_error=r.last_error,
+                    )
+                )
+            return views
+
+    def _emit(self, table_id: str, kind: str, reason: str, message: str) -> None:
+        event = EngineEvent(table_id, kind, reason, message)
+        log.info("%s %s %s: %s", kind, table_id, reason, message)
+        for listener in self._listeners:
+            listener(event)
+
+
+def _failure_summary(outcome: ProcessOutcome) -> str:
+    if not outcome.failures:
+        return "process failed"
+    first = min(outcome.failures)
+    return f"{len(outcome.failures)} tasks failed; {first}: {outcome.failures[first]}"

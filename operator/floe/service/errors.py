@@ -1,0 +1,38 @@
+"""Errors the task service raises to optimizers; the HTTP layer maps each to one status code.
+
+Every one of them is raised before anything changes: a rejected call has no effect.
+"""
+
+from __future__ import annotations
+
+
+class Unauthorized(Exception):
+    """The token is unknown, or belongs to an optimizer that unregistered or was dropped."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "unknown or expired optimizer token: register again (optimizers silent past the "
+            "group's heartbeat timeout are dropped)"
+        )
+
+
+class StaleAttempt(Exception):
+    """An ack or completion for an attempt that is no longer current, or not the caller's."""
+
+    def __init__(self, attempt_id: str, reason: str) -> None:
+        super().__init__(f"attempt {attempt_id!r} is stale ({reason}); its outcome is ignored")
+        self.attempt_id = attempt_id
+        self.reason = reason
+
+
+class UnknownGroup(Exception):
+    """No optimizer group of that name exists."""
+
+    def __init__(self, group: str, known: list[str]) -> None:
+        listed = ", ".join(sorted(known)) or "none"
+        super().__init__(f"unknown optimizer group {group!r} (known groups: {listed})")
+        self.group = group
+
+
+class InvalidRequest(ValueError):
+    """A well-formed call that contradicts what the optimizer registered or was given."""

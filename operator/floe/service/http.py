@@ -1,0 +1,366 @@
+"""The task service over HTTP/JSON (API v1, documented in ``docs/task-service-openapi.json``).
+
+An aiohttp app in front of an in-memory `TaskService`. The service's own calls never
+block, so a poll without a task at hand waits here, on the event loop, until the
+service signals that tasks may have become available (its subscribe callback, bridged
+from whatever thread fires it with ``loop.call_soon_threadsafe``) or the poll's
+``wait_s`` runs out. A keeper task runs the service's timeouts every second.
+
+`TaskServiceServer` runs the app on its own event loop in a background thread, for the
+embedded ``floe run`` and the tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from floe.service.errors import InvalidRequest, StaleAttempt, Unauthorized, UnknownGroup
+from floe.service.openapi import ROUTES, build_openapi
+from floe.service.task_service import TaskService
+from floe.service.wire import (
+    Accepted,
+    CompleteRequest,
+    ErrorResponse,
+    PollRequest,
+    PollResponse,
+    RegisterRequest,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Completions carry per-column metrics of every written file; wide tables make them large."""
+
+_Model = TypeVar("_Model", bound=BaseModel)
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _Rejected(Exception):
+    """A request refused before it reaches the service."""
+
+    def __init__(self, status: int, error: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.error = error
+
+
+class _Wakeup:
+    """The service's "tasks may be available" signal, as an asyncio event long polls wait on.
+
+    Each signal sets the current event and replaces it with a fresh one, so a poll that
+    took the event before asking the service for a task cannot miss a signal fired after.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._event = asyncio.Event()
+        self.closed = False
+
+    def current(self) -> asyncio.Event:
+        """The event the next signal will set."""
+        return self._event
+
+    def signal(self) -> None:
+        """Wake every waiting poll; call on the loop's thread."""
+        self._event.set()
+        self._event = asyncio.Event()
+
+    def signal_threadsafe(self) -> None:
+        """Wake every waiting poll from any thread (the TaskService's subscribe callback)."""
+        if self.closed:
+            return
+        # The loop may close between the check and the call when the server stops.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self.signal)
+
+    def close(self) -> None:
+        """Release every waiting poll for good: the server is shutting down."""
+        self.closed = True
+        self.signal()
+
+
+class _Api:
+    """The request handlers, one per operation id of `ROUTES`."""
+
+    def __init__(self, service: TaskService, keeper_interval_s: float) -> None:
+        self.service = service
+        self.keeper_interval_s = keeper_interval_s
+        self._wakeup: _Wakeup | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        self._openapi = build_openapi()
+
+    @property
+    def wakeup(self) -> _Wakeup:
+        if self._wakeup is None:
+            raise RuntimeError("the app has not started")
+        return self._wakeup
+
+    def handlers(self) -> dict[str, _Handler]:
+        return {
+            "register": self.register,
+            "heartbeat": self.heartbeat,
+            "unregister": self.unregister,
+            "poll": self.poll,
+            "ack": self.ack,
+            "complete": self.complete,
+            "openapi": self.openapi,
+            "health": self.health,
+        }
+
+    async def on_startup(self, _: web.Application) -> None:
+        self._wakeup = _Wakeup(asyncio.get_running_loop())
+        self.service.subscribe(self._wakeup.signal_threadsafe)
+        self._keeper = asyncio.create_task(self._run_keeper(), name="floe-task-service-keeper")
+
+    async def on_shutdown(self, _: web.Application) -> None:
+        self.wakeup.close()
+
+    async def on_cleanup(self, _: web.Application) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
+
+    async def _run_keeper(self) -> None:
+        while True:
+            await asyncio.sleep(self.keeper_interval_s)
+            try:
+                await asyncio.to_thread(self.service.run_keeper)
+            except Exception:
+                log.exception(
+                    "the task service keeper failed; trying again in %.0f s", self.keeper_interval_s
+                )
+
+    async def register(self, request: web.Request) -> web.Response:
+        body = await _body(request, RegisterRequest)
+        response = await asyncio.to_thread(self.service.register, body)
+        log.info(
+            "optimizer %s (%s) joined group %s with %d threads",
+            response.optimizer_id,
+            body.name,
+            body.group,
+            body.threads,
+        )
+        return _json(response)
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        await asyncio.to_thread(self.service.heartbeat, _token(request))
+        return _accepted()
+
+    async def unregister(self, request: web.Request) -> web.Response:
+        await asyncio.to_thread(self.service.unregister, _token(request))
+        # Its threads' long polls now answer 401 instead of waiting out their wait_s.
+        self.wakeup.signal()
+        return _accepted()
+
+    async def poll(self, request: web.Request) -> web.Response:
+        token = _token(request)
+        body = await _body(request, PollRequest)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + body.wait_s
+        while True:
+            wakeup = self.wakeup.current()
+            if _client_gone(request):
+                # A task handed to a closed connection would wait out the ack timeout.
+                return _json(PollResponse())
+            task = await asyncio.to_thread(self.service.poll, token, body)
+            remaining = deadline - loop.time()
+            if task is not None or remaining <= 0 or self.wakeup.closed:
+                return _json(PollResponse(task=task))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wakeup.wait(), remaining)
+
+    async def ack(self, request: web.Request) -> web.Response:
+        await asyncio.to_thread(self.service.ack, _token(request), request.match_info["attempt_id"])
+        return _accepted()
+
+    async def complete(self, request: web.Request) -> web.Response:
+        token = _token(request)
+        body = await _body(request, CompleteRequest)
+        await asyncio.to_thread(self.service.complete, token, request.match_info["attempt_id"], body)
+        return _accepted()
+
+    async def openapi(self, _: web.Request) -> web.Response:
+        return web.json_response(self._openapi)
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+
+def create_app(service: TaskService, keeper_interval_s: float = 1.0) -> web.Application:
+    """The v1 HTTP app over `service`; its keeper runs ``service.run_keeper()`` every interval."""
+    api = _Api(service, keeper_interval_s)
+    app = web.Application(middlewares=[_error_responses], client_max_size=MAX_BODY_BYTES)
+    handlers = api.handlers()
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path, handlers[route.operation_id])
+    app.on_startup.append(api.on_startup)
+    app.on_shutdown.append(api.on_shutdown)
+    app.on_cleanup.append(api.on_cleanup)
+    return app
+
+
+@web.middleware
+async def _error_responses(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    """Every failure becomes an ErrorResponse with the status the API documents."""
+    try:
+        return await handler(request)
+    except Unauthorized as exc:
+        return _error(401, "unauthorized", str(exc), headers={"WWW-Authenticate": "Bearer"})
+    except StaleAttempt as exc:
+        return _error(409, "stale_attempt", str(exc))
+    except UnknownGroup as exc:
+        return _error(404, "unknown_group", str(exc))
+    except _Rejected as exc:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return _error(exc.status, exc.error, str(exc), headers)
+    except ValidationError as exc:
+        return _error(422, "invalid_request", _describe(exc))
+    except InvalidRequest as exc:
+        return _error(422, "invalid_request", str(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason.lower().replace(" ", "_"), f"{request.method} {request.path}")
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return _error(500, "internal_error", "see the task service's log")
+
+
+def _token(request: web.Request) -> str:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise _Rejected(
+            401, "unauthorized", "missing bearer token: send 'Authorization: Bearer <token from register>'"
+        )
+    return token.strip()
+
+
+async def _body(request: web.Request, model: type[_Model]) -> _Model:
+    raw = await request.read()
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        if any(error["type"] == "json_invalid" for error in exc.errors()):
+            raise _Rejected(400, "invalid_json", f"the body is not JSON: {exc.errors()[0]['msg']}") from exc
+        raise
+
+
+def _describe(exc: ValidationError) -> str:
+    """``thread: Input should be greater than or equal to 0; ...`` (``body`` for whole-body rules)."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}" for error in exc.errors()
+    )
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+def _json(model: BaseModel, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        text=model.model_dump_json(), status=status, content_type="application/json", headers=headers
+    )
+
+
+def _accepted() -> web.Response:
+    return _json(Accepted())
+
+
+def _error(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> web.Response:
+    return _json(ErrorResponse(error=error, detail=detail), status, headers)
+
+
+class TaskServiceServer:
+    """Serves a TaskService over HTTP from a background thread with its own event loop.
+
+    ``port=0`` picks a free port; `url` tells where the server listens once started.
+    """
+
+    def __init__(
+        self,
+        service: TaskService,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        keeper_interval_s: float = 1.0,
+    ) -> None:
+        self.service = service
+        self.host = host
+        self.port = port
+        self.keeper_interval_s = keeper_interval_s
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._failure: Exception | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL of the server, e.g. ``http://127.0.0.1:41234``."""
+        if not self._started.is_set() or self._failure is not None:
+            raise RuntimeError("the task service server is not running")
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+
+    def start(self) -> None:
+        """Bind and start serving; returns once requests are answered. Bind errors raise here."""
+        if self._thread is not None:
+            raise RuntimeError("the task service server was already started")
+        sock = socket.create_server((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        self._thread = threading.Thread(
+            target=asyncio.run, args=(self._serve(sock),), name="floe-task-service", daemon=True
+        )
+        self._thread.start()
+        self._started.wait()
+        if self._failure is not None:
+            self._thread.join()
+            raise RuntimeError(f"the task service server did not start: {self._failure}") from self._failure
+
+    def stop(self) -> None:
+        """Stop serving: waiting long polls answer ``{"task": null}``, then the thread ends."""
+        if self._thread is None:
+            return
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join()
+
+    def __enter__(self) -> TaskServiceServer:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    async def _serve(self, sock: socket.socket) -> None:
+        runner = web.AppRunner(
+            create_app(self.service, self.keeper_interval_s), access_log=None, shutdown_timeout=5.0
+        )
+        try:
+            await runner.setup()
+            await web.SockSite(runner, sock).start()
+        except Exception as exc:
+            self._failure = exc
+            self._started.set()
+            await runner.cleanup()
+            sock.close()
+            return
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._started.set()
+        log.info("task service listening on %s", self.url)
+        try:
+            await self._stop.wait()
+        finally:
+            await runner.cleanup()

@@ -1,0 +1,236 @@
+"""The task service: the optimizers' API (wire v1) over the groups' schedulers, without HTTP.
+
+Optimizers register with a group and get a token; every later call carries it. Any
+authenticated call counts as a sign of life. The keeper (`run_keeper`, called
+periodically by the host) drops optimizers silent past their group's heartbeat timeout
+and applies the groups' ack and execute timeouts. `poll` never blocks: the HTTP layer
+waits, and `subscribe` wakes it when tasks may have become available.
+
+One re-entrant lock (in the shared `ChangeMonitor`) guards the service and all its
+groups, because the HTTP layer and the engine call in from different threads.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from floe.api.models import SchedulingPolicy
+from floe.scheduling.monitor import ChangeMonitor
+from floe.scheduling.queue import GroupScheduler
+from floe.service.errors import InvalidRequest, Unauthorized, UnknownGroup
+from floe.service.wire import (
+    CompleteRequest,
+    PollRequest,
+    RegisterRequest,
+    RegisterResponse,
+    TaskAssignment,
+)
+
+
+@dataclass(frozen=True)
+class OptimizerInfo:
+    """A registered optimizer, for status and the live view (never its token)."""
+
+    optimizer_id: str
+    group: str
+    name: str
+    threads: int
+    memory_bytes: int
+    registered_at: float
+    last_seen_at: float
+
+
+@dataclass
+class _Optimizer:
+    optimizer_id: str
+    group: str
+    name: str
+    threads: int
+    memory_bytes: int
+    registered_at: float
+    last_seen_at: float
+
+
+@dataclass
+class _Group:
+    scheduler: GroupScheduler
+    heartbeat_timeout_s: float
+
+
+class TaskService:
+    """Optimizer registry and wire API over one `GroupScheduler` per optimizer group."""
+
+    def __init__(self, clock: Callable[[], float], heartbeat_interval_s: float = 10.0) -> None:
+        self._clock = clock
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._monitor = ChangeMonitor()
+        self._groups: dict[str, _Group] = {}
+        self._optimizers: dict[str, _Optimizer] = {}
+
+    # -- groups --------------------------------------------------------------------------
+
+    def add_group(
+        self,
+        name: str,
+        policy: SchedulingPolicy = SchedulingPolicy.QUOTA,
+        heartbeat_timeout_s: float = 60.0,
+        ack_timeout_s: float = 30.0,
+        execute_timeout_s: float = 3600.0,
+    ) -> GroupScheduler:
+        """Create a group's scheduler; ValueError if the group exists."""
+        with self._monitor.hold():
+            if name in self._groups:
+                raise ValueError(f"optimizer group {name!r} already exists")
+            scheduler = GroupScheduler(name, policy, ack_timeout_s, execute_timeout_s, self._monitor)
+            self._groups[name] = _Group(scheduler, heartbeat_timeout_s)
+            return scheduler
+
+    def update_group(
+        self,
+        name: str,
+        policy: SchedulingPolicy,
+        heartbeat_timeout_s: float,
+        ack_timeout_s: float,
+        execute_timeout_s: float,
+    ) -> None:
+        """Apply a changed group spec; the next keeper run and poll use it."""
+        with self._monitor.hold():
+            group = self._group(name)
+            group.heartbeat_timeout_s = heartbeat_timeout_s
+            group.scheduler.set_policy(policy)
+            group.scheduler.set_timeouts(ack_timeout_s, execute_timeout_s)
+
+    def group(self, name: str) -> GroupScheduler:
+        """The group's scheduler, for the engine; UnknownGroup if there is none."""
+        with self._monitor.hold():
+            return self._group(name).scheduler
+
+    def optimizers(self, group: str) -> list[OptimizerInfo]:
+        """The group's registered optimizers, in registration order."""
+        with self._monitor.hold():
+            self._group(group)
+            return [OptimizerInfo(**asdict(o)) for o in self._optimizers.values() if o.group == group]
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` (outside the lock) whenever tasks may have become available."""
+        self._monitor.subscribe(callback)
+
+    # -- the wire API --------------------------------------------------------------------
+
+    def register(self, request: RegisterRequest) -> RegisterResponse:
+        """Admit an optimizer into its group; UnknownGroup if the group does not exist."""
+        now = self._clock()
+        with self._monitor.hold():
+            group = self._group(request.group)
+            optimizer = _Optimizer(
+                optimizer_id=f"{request.group}-{uuid.uuid4().hex[:12]}",
+                group=request.group,
+                name=request.name,
+                threads=request.threads,
+                memory_bytes=request.memory_bytes,
+                registered_at=now,
+                last_seen_at=now,
+            )
+            token = secrets.token_urlsafe(32)
+            self._optimizers[token] = optimizer
+            self._sync_threads(request.group)
+            return RegisterResponse(
+                optimizer_id=optimizer.optimizer_id,
+                token=token,
+                heartbeat_interval_s=self._heartbeat_interval_s,
+                heartbeat_timeout_s=group.heartbeat_timeout_s,
+            )
+
+    def heartbeat(self, token: str) -> None:
+        """The optimizer is alive."""
+        with self._monitor.hold():
+            self._authenticate(token, self._clock())
+
+    def poll(self, token: str, request: PollRequest) -> TaskAssignment | None:
+        """A task for the optimizer's thread ``request.thread``, or None right away (never waits)."""
+        now = self._clock()
+        with self._monitor.hold():
+            optimizer = self._authenticate(token, now)
+            if request.thread >= optimizer.threads:
+                raise InvalidRequest(
+                    f"thread {request.thread} is out of range: optimizer {optimizer.optimizer_id!r} "
+                    f"registered {optimizer.threads} threads (0..{optimizer.threads - 1})"
+                )
+            scheduler = self._groups[optimizer.group].scheduler
+            return scheduler.poll(optimizer.optimizer_id, request.thread, now)
+
+    def ack(self, token: str, attempt_id: str) -> None:
+        """The optimizer started the attempt; StaleAttempt if it is not its current one."""
+        now = self._clock()
+        with self._monitor.hold():
+            optimizer = self._authenticate(token, now)
+            scheduler = self._groups[optimizer.group].scheduler
+            scheduler.ack(attempt_id, optimizer.optimizer_id, now)
+
+    def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> None:
+        """The attempt's result or error; StaleAttempt if it is not the optimizer's current one."""
+        outcome = request.result if request.result is not None else request.error
+        assert outcome is not None, "CompleteRequest validates that exactly one is set"
+        now = self._clock()
+        with self._monitor.hold():
+            optimizer = self._authenticate(token, now)
+            scheduler = self._groups[optimizer.group].scheduler
+            scheduler.complete(attempt_id, optimizer.optimizer_id, outcome, now)
+
+    def unregister(self, token: str) -> None:
+        """Graceful leave: the optimizer's unfinished tasks go back to PLANNED without using retries."""
+        now = self._clock()
+        with self._monitor.hold():
+            self._authenticate(token, now)
+            self._drop(token, now)
+
+    # -- keeper --------------------------------------------------------------------------
+
+    def run_keeper(self) -> list[str]:
+        """Drop optimizers silent past their group's heartbeat timeout, then expire attempts.
+
+        Returns the ids of the optimizers dropped.
+        """
+        now = self._clock()
+        with self._monitor.hold():
+            silent = [
+                (token, o)
+                for token, o in self._optimizers.items()
+                if now - o.last_seen_at > self._groups[o.group].heartbeat_timeout_s
+            ]
+            for token, _ in silent:
+                self._drop(token, now)
+            for group in self._groups.values():
+                group.scheduler.expire(now)
+            return [o.optimizer_id for _, o in silent]
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _group(self, name: str) -> _Group:
+        group = self._groups.get(name)
+        if group is None:
+            raise UnknownGroup(name, list(self._groups))
+        return group
+
+    def _authenticate(self, token: str, now: float) -> _Optimizer:
+        """The token's optimizer, marked seen at ``now``; Unauthorized (changing nothing) if unknown."""
+        optimizer = self._optimizers.get(token)
+        if optimizer is None:
+            raise Unauthorized()
+        optimizer.last_seen_at = now
+        return optimizer
+
+    def _drop(self, token: str, now: float) -> None:
+        optimizer = self._optimizers.pop(token)
+        scheduler = self._groups[optimizer.group].scheduler
+        scheduler.release_optimizer(optimizer.optimizer_id, now)
+        self._sync_threads(optimizer.group)
+        self._monitor.changed()
+
+    def _sync_threads(self, group: str) -> None:
+        self._groups[group].scheduler.threads = sum(
+            o.threads for o in self._optimizers.values() if o.group == group
+        )

@@ -1,0 +1,437 @@
+"""The task service over real HTTP on 127.0.0.1: routes, status codes, long polls, the client.
+
+Every test runs the real in-memory TaskService behind a TaskServiceServer. Task specs are
+synthetic: nothing here runs a task.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from http.client import HTTPConnection
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
+from floe.scheduling.queue import GroupScheduler
+from floe.service.client import (
+    RequestFailed,
+    ServiceUnavailable,
+    StaleAttempt,
+    TaskServiceClient,
+    Unauthorized,
+    UnknownGroup,
+)
+from floe.service.http import TaskServiceServer, create_app
+from floe.service.openapi import ROUTES, build_openapi, render_openapi
+from floe.service.task_service import TaskService
+from floe.service.wire import CompleteRequest, PollRequest, RegisterRequest, RegisterResponse, TaskAssignment
+
+OPENAPI_FILE = Path(__file__).parent.parent / "docs" / "task-service-openapi.json"
+GROUP = "g"
+TABLE = "ns/t"
+
+
+class Clock:
+    """A clock the test moves by hand, so timeouts expire exactly when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ObservedService(TaskService):
+    """The real service, telling the test when a poll found nothing (the HTTP layer then waits)."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock, heartbeat_interval_s=10.0)
+        self.empty_poll = threading.Event()
+
+    def poll(self, token: str, request: PollRequest) -> TaskAssignment | None:
+        task = super().poll(token, request)
+        if task is None:
+            self.empty_poll.set()
+        return task
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def service(clock: Clock) -> ObservedService:
+    service = ObservedService(clock)
+    scheduler = service.add_group(
+        GROUP, heartbeat_timeout_s=60.0, ack_timeout_s=30.0, execute_timeout_s=600.0
+    )
+    scheduler.upsert_table(TABLE, quota=1.0, last_optimized_s=None)
+    return service
+
+
+@pytest.fixture
+def server(service: ObservedService) -> Iterator[TaskServiceServer]:
+    with TaskServiceServer(service, keeper_interval_s=0.05) as server:
+        yield server
+
+
+@pytest.fixture
+def client(server: TaskServiceServer) -> Iterator[TaskServiceClient]:
+    client = TaskServiceClient(server.url, timeout=10.0)
+    yield client
+    client.close()
+
+
+def spec(task_id: str) -> RewriteTaskSpec:
+    return RewriteTaskSpec(
+        task_id=task_id,
+        io_properties={},
+        table_schema_json="{}",
+        partition_spec_json="{}",
+        output_dir="file:///nowhere",
+        data_files=[],
+        target_file_size_bytes=1024,
+        delete_memory_limit_bytes=1024,
+        file_name_prefix=task_id,
+    )
+
+
+def result(task_id: str) -> RewriteTaskResult:
+    return RewriteTaskResult(task_id=task_id, files=[], rows_read=0, rows_deleted=0, bytes_read=0)
+
+
+def add_process(service: TaskService, tasks: int = 1, process_id: str = "p1") -> GroupScheduler:
+    scheduler = service.group(GROUP)
+    specs = [spec(f"{process_id}-t{i}") for i in range(tasks)]
+    scheduler.add_process(TABLE, process_id, specs, max_retries=0, allow_partial_commit=False)
+    return scheduler
+
+
+def register(client: TaskServiceClient, threads: int = 1) -> RegisterResponse:
+    return client.register(RegisterRequest(group=GROUP, threads=threads, memory_bytes=0, name="test"))
+
+
+def call(
+    server: TaskServiceServer,
+    method: str,
+    path: str,
+    body: bytes | str | dict[str, Any] | None = None,
+    token: str | None = None,
+    authorization: str | None = None,
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """One raw HTTP request: status, JSON body, headers."""
+    url = urllib.parse.urlsplit(server.url)
+    connection = HTTPConnection(url.hostname or "", url.port, timeout=30)
+    headers = {}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    payload = json.dumps(body).encode() if isinstance(body, dict) else body
+    try:
+        connection.request(method, path, body=payload, headers=headers)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read()), dict(response.headers)
+    finally:
+        connection.close()
+
+
+def test_register_gives_a_token_and_the_timing(server: TaskServiceServer, service: TaskService) -> None:
+    status, body, _ = call(
+        server, "POST", "/v1/optimizers", {"group": GROUP, "threads": 2, "memory_bytes": 1024, "name": "o1"}
+    )
+
+    assert status == 200
+    response = RegisterResponse.model_validate(body)
+    assert response.token and response.heartbeat_interval_s == 10.0 and response.heartbeat_timeout_s == 60.0
+    [info] = service.optimizers(GROUP)
+    assert (info.optimizer_id, info.name, info.threads) == (response.optimizer_id, "o1", 2)
+
+
+def test_register_in_an_unknown_group_is_404(server: TaskServiceServer, client: TaskServiceClient) -> None:
+    status, body, _ = call(
+        server, "POST", "/v1/optimizers", {"group": "nope", "threads": 1, "memory_bytes": 0}
+    )
+
+    assert status == 404
+    assert body["error"] == "unknown_group" and "'nope'" in body["detail"]
+    with pytest.raises(UnknownGroup, match="unknown optimizer group 'nope'"):
+        client.register(RegisterRequest(group="nope", threads=1, memory_bytes=0))
+
+
+@pytest.mark.parametrize(
+    "authorization", [None, "Bearer wrong-token", "Basic dXNlcjpwYXNz", "Bearer "], ids=repr
+)
+def test_calls_without_a_valid_token_are_401_and_change_nothing(
+    server: TaskServiceServer, service: TaskService, client: TaskServiceClient, authorization: str | None
+) -> None:
+    scheduler = add_process(service, tasks=2)
+    session = register(client, threads=2)
+    held = client.poll(session.token, 0, wait_s=0)
+    assert held is not None
+    before = scheduler.stats(0)[TABLE]
+    attempt = held.attempt_id
+    complete_body = {"result": result(held.task_id).model_dump(mode="json")}
+
+    for method, path, body in [
+        ("POST", "/v1/optimizers/heartbeat", None),
+        ("POST", "/v1/poll", {"thread": 1, "wait_s": 0}),
+        ("POST", f"/v1/tasks/{attempt}/ack", None),
+        ("POST", f"/v1/tasks/{attempt}/complete", complete_body),
+        ("DELETE", "/v1/optimizers", None),
+    ]:
+        status, error, headers = call(server, method, path, body, authorization=authorization)
+        assert status == 401, (method, path, error)
+        assert error["error"] == "unauthorized" and error["detail"]
+        assert headers["WWW-Authenticate"] == "Bearer"
+
+    assert scheduler.stats(0)[TABLE] == before
+    assert [o.optimizer_id for o in service.optimizers(GROUP)] == [session.optimizer_id]
+    # The real token still works on the very same attempt.
+    client.ack(session.token, attempt)
+    client.complete(session.token, attempt, CompleteRequest(result=result(held.task_id)))
+    assert scheduler.stats(0)[TABLE].succeeded == 1
+
+
+def test_tokens_expire_on_unregister_and_when_the_keeper_drops_a_silent_optimizer(
+    server: TaskServiceServer, service: TaskService, client: TaskServiceClient, clock: Clock
+) -> None:
+    scheduler = add_process(service)
+    leaving, silent = register(client), register(client)
+    assert client.poll(leaving.token, 0, wait_s=0) is not None
+
+    client.unregister(leaving.token)
+
+    assert scheduler.stats(0)[TABLE].planned == 1  # its task went back
+    with pytest.raises(Unauthorized, match="register again"):
+        client.heartbeat(leaving.token)
+
+    clock.now += 61  # past the heartbeat timeout; the server's keeper runs every 50 ms
+    deadline = time.monotonic() + 10
+    while service.optimizers(GROUP) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert service.optimizers(GROUP) == []
+    with pytest.raises(Unauthorized):
+        client.poll(silent.token, 0, wait_s=0)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/optimizers", {"group": GROUP, "threads": 0, "memory_bytes": 0}, "threads"),
+        ("/v1/optimizers", {"group": GROUP, "memory_bytes": 0}, "threads"),
+        ("/v1/optimizers", {"group": GROUP, "threads": 1, "memory_bytes": 0, "colour": "red"}, "colour"),
+        ("/v1/poll", {"thread": -1}, "thread"),
+        ("/v1/poll", {"thread": 0, "wait_s": 3600}, "wait_s"),
+        ("/v1/poll", {"thread": 7}, "thread 7"),  # beyond the threads it registered
+        ("/v1/tasks/a1/complete", {"result": None, "error": None}, "exactly one of result and error"),
+        ("/v1/tasks/a1/complete", {"result": {"task_id": "x"}}, "result.files"),
+        ("/v1/poll", [], "body"),
+    ],
+)
+def test_a_body_of_the_wrong_shape_is_422_naming_the_field(
+    server: TaskServiceServer, client: TaskServiceClient, path: str, body: Any, field: str
+) -> None:
+    token = register(client).token
+
+    status, error, _ = call(server, "POST", path, json.dumps(body), token=token)
+
+    assert status == 422, error
+    assert error["error"] == "invalid_request"
+    assert field in error["detail"]
+
+
+@pytest.mark.parametrize("body", ["{not json", "", "\xff"])
+def test_a_body_that_is_not_json_is_400(
+    server: TaskServiceServer, client: TaskServiceClient, body: str
+) -> None:
+    token = register(client).token
+
+    status, error, _ = call(server, "POST", "/v1/poll", body.encode("latin-1"), token=token)
+
+    assert status == 400
+    assert error["error"] == "invalid_json" and "not JSON" in error["detail"]
+
+
+def test_a_long_poll_returns_as_soon_as_a_process_is_added(
+    server: TaskServiceServer, service: ObservedService, client: TaskServiceClient
+) -> None:
+    token = register(client).token
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        polled: Future[TaskAssignment | None] = pool.submit(client.poll, token, 0, 30.0)
+        assert service.empty_poll.wait(10), "the poll never reached the service"
+
+        add_process(service)
+
+        task = polled.result(timeout=25)
+        elapsed = time.monotonic() - started
+    assert task is not None and task.task_id == "p1-t0" and task.table == TABLE
+    assert elapsed < 15, "the poll waited for its deadline instead of waking up"
+
+
+def test_a_long_poll_without_work_answers_null_after_wait_s(
+    server: TaskServiceServer, client: TaskServiceClient
+) -> None:
+    token = register(client).token
+    started = time.monotonic()
+
+    status, body, _ = call(server, "POST", "/v1/poll", {"thread": 0, "wait_s": 0.3}, token=token)
+
+    assert (status, body) == (200, {"task": None})
+    assert time.monotonic() - started >= 0.3
+
+
+def test_unregistering_ends_the_optimizers_long_polls_with_401(
+    server: TaskServiceServer, service: ObservedService, client: TaskServiceClient
+) -> None:
+    token = register(client).token
+    with ThreadPoolExecutor(1) as pool:
+        polled = pool.submit(client.poll, token, 0, 30.0)
+        assert service.empty_poll.wait(10)
+        client.unregister(token)
+        with pytest.raises(Unauthorized):
+            polled.result(timeout=15)
+
+
+def test_stopping_the_server_releases_waiting_polls(service: ObservedService) -> None:
+    server = TaskServiceServer(service)
+    server.start()
+    client = TaskServiceClient(server.url)
+    token = register(client).token
+    with ThreadPoolExecutor(1) as pool:
+        polled = pool.submit(client.poll, token, 0, 30.0)
+        assert service.empty_poll.wait(10)
+        started = time.monotonic()
+        server.stop()
+        assert polled.result(timeout=15) is None
+    assert time.monotonic() - started < 15
+
+
+def test_late_acks_and_completions_of_superseded_attempts_are_409(
+    server: TaskServiceServer, service: TaskService, client: TaskServiceClient
+) -> None:
+    scheduler = add_process(service)
+    token = register(client).token
+    first = client.poll(token, 0, wait_s=0)
+    assert first is not None
+    # Polling again on the same thread gives the task up: the next attempt supersedes the first.
+    second = client.poll(token, 0, wait_s=0)
+    assert second is not None and second.task_id == first.task_id and second.attempt_id != first.attempt_id
+
+    status, error, _ = call(server, "POST", f"/v1/tasks/{first.attempt_id}/ack", token=token)
+    assert status == 409 and error["error"] == "stale_attempt" and first.attempt_id in error["detail"]
+    with pytest.raises(StaleAttempt, match="is stale"):
+        client.complete(token, first.attempt_id, CompleteRequest(result=result(first.task_id)))
+    assert scheduler.stats(0)[TABLE].succeeded == 0
+
+    client.ack(token, second.attempt_id)
+    client.complete(token, second.attempt_id, CompleteRequest(result=result(second.task_id)))
+    with pytest.raises(StaleAttempt):  # completed already
+        client.complete(token, second.attempt_id, CompleteRequest(error="late"))
+    [outcome] = scheduler.take_finished()
+    assert outcome.succeeded and outcome.failures == {}
+
+
+def test_a_failed_task_is_completed_with_its_error(service: TaskService, client: TaskServiceClient) -> None:
+    scheduler = add_process(service)
+    token = register(client).token
+    task = client.poll(token, 0, wait_s=0)
+    assert task is not None
+
+    client.ack(token, task.attempt_id)
+    client.complete(token, task.attempt_id, CompleteRequest(error="boom"))
+
+    [outcome] = scheduler.take_finished()
+    assert not outcome.succeeded and outcome.failures == {task.task_id: "boom"}
+
+
+def test_health_and_unknown_paths(server: TaskServiceServer) -> None:
+    assert call(server, "GET", "/healthz")[:2] == (200, {"status": "ok"})
+    status, error, _ = call(server, "GET", "/v1/nothing-here")
+    assert status == 404 and error["error"] == "not_found"
+    status, error, _ = call(server, "GET", "/v1/poll")
+    assert status == 405 and error["error"] == "method_not_allowed"
+
+
+def test_the_served_document_is_the_generated_one(server: TaskServiceServer) -> None:
+    status, document, _ = call(server, "GET", "/v1/openapi.json")
+
+    assert status == 200
+    assert document == json.loads(render_openapi())
+
+
+def test_every_documented_route_is_served() -> None:
+    app = create_app(TaskService(Clock()))
+    served = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource is not None}
+    documented = {(route.method, route.path) for route in ROUTES}
+    assert documented <= served
+    assert set(build_openapi()["paths"]) == {route.path for route in ROUTES}
+
+
+def test_the_committed_openapi_document_is_up_to_date() -> None:
+    assert OPENAPI_FILE.read_text() == render_openapi(), (
+        "docs/task-service-openapi.json is stale: run "
+        "`.venv/bin/python -m floe.service.openapi > docs/task-service-openapi.json`"
+    )
+
+
+def test_the_client_reports_an_unreachable_service_clearly() -> None:
+    server = TaskServiceServer(TaskService(Clock()))
+    server.start()
+    url = server.url
+    server.stop()
+
+    with pytest.raises(ServiceUnavailable, match=f"unreachable at {url}"):
+        TaskServiceClient(url, timeout=5).heartbeat("token")
+
+
+def test_closing_the_client_aborts_a_long_poll(service: ObservedService, client: TaskServiceClient) -> None:
+    token = register(client).token
+    with ThreadPoolExecutor(1) as pool:
+        polled = pool.submit(client.poll, token, 0, 30.0)
+        assert service.empty_poll.wait(10)
+        client.close()
+        with pytest.raises(ServiceUnavailable, match="closed"):
+            polled.result(timeout=15)
+    with pytest.raises(ServiceUnavailable, match="closed"):
+        client.heartbeat(token)
+
+
+def test_a_poll_from_a_client_that_hung_up_takes_no_task(
+    server: TaskServiceServer, service: ObservedService, client: TaskServiceClient
+) -> None:
+    token = register(client).token
+    gone = TaskServiceClient(server.url)
+    with ThreadPoolExecutor(1) as pool:
+        polled = pool.submit(gone.poll, token, 0, 30.0)
+        assert service.empty_poll.wait(10)
+        gone.close()
+        with pytest.raises(ServiceUnavailable):
+            polled.result(timeout=15)
+
+    add_process(service, process_id="p2")  # wakes the abandoned poll on the server
+
+    task = client.poll(token, 0, wait_s=5)
+    assert task is not None and task.task_id == "p2-t0"
+    assert task.attempt_id.startswith("p2-t0-a1-"), "the hung-up poll took the first attempt"
+
+
+def test_the_client_rejects_a_bad_url() -> None:
+    with pytest.raises(ValueError, match="http"):
+        TaskServiceClient("floe-operator:8080")
+
+
+def test_request_failed_carries_the_status(client: TaskServiceClient) -> None:
+    token = register(client).token
+    with pytest.raises(RequestFailed, match="out of range") as raised:
+        client.poll(token, 5, wait_s=0)
+    assert raised.value.status == 422
