@@ -7,6 +7,7 @@ camelCase on the wire and snake_case in Python.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -45,14 +46,24 @@ class SchedulingPolicy(StrEnum):
 class OptimizerGroupSpec(_Model):
     """A pool of Spark executors and the policy that shares it between tables."""
 
-    policy: SchedulingPolicy = SchedulingPolicy.QUOTA
+    policy: SchedulingPolicy = Field(
+        default=SchedulingPolicy.QUOTA,
+        description="quota: plan the table with the lowest quota occupation first; "
+        "balanced: the table optimized longest ago first",
+    )
     executors: int = Field(default=1, ge=0, description="executor pods (0 scales to zero)")
     executor_cores: int = Field(default=1, ge=1, description="task threads per executor")
     executor_memory: Quantity = Field(default=2048 * MiB, description="memory limit of an executor pod")
     image: str | None = Field(default=None, description="optimizer image; the chart's default when unset")
-    heartbeat_timeout: Duration = 60.0
-    ack_timeout: Duration = 30.0
-    execute_timeout: Duration = 3600.0
+    heartbeat_timeout: Duration = Field(
+        default=60.0, description="an optimizer silent for longer is dropped and its tasks go back"
+    )
+    ack_timeout: Duration = Field(
+        default=30.0, description="a task scheduled but not acked within this goes back to PLANNED"
+    )
+    execute_timeout: Duration = Field(
+        default=3600.0, description="an acked task not completed within this goes back to PLANNED"
+    )
 
     @property
     def threads(self) -> int:
@@ -75,27 +86,36 @@ class CatalogRef(_Model):
 class MinorSpec(_Model):
     """Minor optimizing thresholds."""
 
-    trigger_file_count: int = Field(default=12, ge=1)
-    trigger_interval: Duration = 3600.0
+    trigger_file_count: int = Field(
+        default=12, ge=1, description="fragments + equality-delete files of a partition that trigger minor"
+    )
+    trigger_interval: Duration = Field(
+        default=3600.0, description="minor also after this long, if a partition has more than one such file"
+    )
 
 
 class MajorSpec(_Model):
     """Major optimizing thresholds."""
 
-    duplicate_ratio: float = Field(default=0.1, gt=0)
+    duplicate_ratio: float = Field(
+        default=0.1, gt=0, description="a segment's deleted records / its records that trigger major"
+    )
 
 
 class FullSpec(_Model):
     """Full optimizing schedule; ``triggerInterval: "-1"`` turns it off."""
 
-    trigger_interval: Duration = -1.0
-    rewrite_all_files: bool = True
+    trigger_interval: Duration = Field(default=-1.0, description="full optimizing every interval; -1: never")
+    rewrite_all_files: bool = Field(
+        default=True,
+        description="rewrite every file of the partition (else fragments, undersized and files with deletes)",
+    )
 
 
 class ExecuteSpec(_Model):
     """How tasks of a process are retried."""
 
-    num_retries: int = Field(default=5, ge=0)
+    num_retries: int = Field(default=5, ge=0, description="retries of a failed task before its process fails")
 
 
 class OptimizedTableSpec(_Model):
@@ -107,19 +127,31 @@ class OptimizedTableSpec(_Model):
         description="catalog identifier, namespace.table",
     )
     catalog: CatalogRef
-    group: str = "default"
-    enabled: bool = True
+    group: str = Field(default="default", description="the OptimizerGroup serving the table")
+    enabled: bool = Field(default=True, description="false: never scheduled")
     quota: float = Field(default=0.5, gt=0, description="CPU share in threads (<= 1: fraction of group)")
-    target_size: Quantity = 128 * MiB
-    fragment_ratio: int = Field(default=8, ge=1)
-    min_target_size_ratio: float = Field(default=0.75, gt=0, le=1)
-    max_task_size: Quantity = 128 * MiB
+    target_size: Quantity = Field(default=128 * MiB, description="size of the data files written")
+    fragment_ratio: int = Field(
+        default=8, ge=1, description="fragment: data file <= targetSize / fragmentRatio"
+    )
+    min_target_size_ratio: float = Field(
+        default=0.75,
+        gt=0,
+        le=1,
+        description="undersized segment: data file <= targetSize x minTargetSizeRatio",
+    )
+    max_task_size: Quantity = Field(
+        default=128 * MiB,
+        description="bin size for packing files into tasks (the larger of this and targetSize)",
+    )
     minor: MinorSpec = Field(default_factory=MinorSpec)
     major: MajorSpec = Field(default_factory=MajorSpec)
     full: FullSpec = Field(default_factory=FullSpec)
     execute: ExecuteSpec = Field(default_factory=ExecuteSpec)
-    min_plan_interval: Duration = 60.0
-    allow_partial_commit: bool = False
+    min_plan_interval: Duration = Field(default=60.0, description="no replanning sooner")
+    allow_partial_commit: bool = Field(
+        default=False, description="commit the finished tasks of a process when others fail"
+    )
 
     @model_validator(mode="after")
     def _target_positive(self) -> OptimizedTableSpec:
@@ -155,25 +187,63 @@ class Condition(_Model):
 class OptimizedTableStatus(_Model):
     """What floe last saw and did for a table."""
 
-    state: str = "IDLE"
-    snapshot_id: int | None = None
-    quota_occupation: float = 0.0
-    data_files: int = 0
-    delete_files: int = 0
-    last_minor_optimizing: str | None = None
-    last_major_optimizing: str | None = None
-    last_full_optimizing: str | None = None
-    last_result: str | None = None
+    state: str = Field(
+        default="IDLE",
+        description="IDLE, PENDING, PLANNING, MINOR_OPTIMIZING, MAJOR_OPTIMIZING, FULL_OPTIMIZING, "
+        "COMMITTING or DISABLED",
+    )
+    snapshot_id: int | None = Field(default=None, description="the table's snapshot floe last evaluated")
+    quota_occupation: float = Field(
+        default=0.0, description="task time of the last hour / 1 h / quota limit (1.0 = 100%)"
+    )
+    data_files: int = Field(default=0, description="live data files of the table")
+    delete_files: int = Field(default=0, description="live delete files of the table")
+    last_minor_optimizing: str | None = Field(default=None, description="end of the last minor optimizing")
+    last_major_optimizing: str | None = Field(default=None, description="end of the last major optimizing")
+    last_full_optimizing: str | None = Field(default=None, description="end of the last full optimizing")
+    last_optimized: str | None = Field(
+        default=None,
+        description="the latest of the last minor, major and full optimizing times (RFC 3339); "
+        "filled from them when unset",
+        json_schema_extra={"format": "date-time"},
+    )
+    last_result: str | None = Field(default=None, description="outcome of the last optimizing process")
+    current_process: str | None = Field(default=None, description="id of the optimizing process under way")
     conditions: list[Condition] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _fill_last_optimized(self) -> OptimizedTableStatus:
+        if self.last_optimized is None:
+            times = [
+                t
+                for t in (self.last_minor_optimizing, self.last_major_optimizing, self.last_full_optimizing)
+                if t
+            ]
+            if times:
+                self.last_optimized = max(times, key=_instant)
+        return self
+
+
+def _instant(text: str) -> datetime:
+    """An RFC 3339 time as an aware datetime (naive means UTC); the earliest time when unparsable."""
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 class OptimizerGroupStatus(_Model):
     """Executors and work of a group."""
 
-    ready_executors: int = 0
-    tables: int = 0
-    running_tasks: int = 0
-    pending_tasks: int = 0
+    ready_executors: int = Field(default=0, description="executor pods ready")
+    tables: int = Field(default=0, description="OptimizedTables served by the group")
+    running_tasks: int = Field(default=0, description="tasks scheduled or running now")
+    pending_tasks: int = Field(default=0, description="tasks planned and waiting for a thread")
+    selector: str = Field(
+        default="",
+        description="label selector of the group's executor pods (the scale subresource's labelSelectorPath)",
+    )
     conditions: list[Condition] = Field(default_factory=list)
 
 

@@ -1,0 +1,379 @@
+"""The generated CRDs on a real kube-apiserver: they install, the examples apply, bad manifests are
+rejected with the field named, printer columns, categories, short names and the scale subresource work.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import yaml
+
+from floe.api.crd import KIND_SPECS, SPARK_MIN_EXECUTOR_MEMORY
+from floe.api.models import OptimizedTable, OptimizedTableStatus, OptimizerGroup, OptimizerGroupStatus
+from floe.api.units import parse_duration, parse_quantity
+
+from .conftest import REPO_ROOT, K8sCluster
+
+pytestmark = pytest.mark.k8s
+
+CRDS_DIR = REPO_ROOT / "crds"
+EXAMPLES_DIR = REPO_ROOT / "examples"
+API_VERSION = "floe.dev/v1alpha1"
+
+
+@pytest.fixture(scope="module")
+def crds(k8s: K8sCluster) -> K8sCluster:
+    """The cluster with crds/ applied, Established and served."""
+    k8s.kubectl("apply", "-f", str(CRDS_DIR))
+    names = [f"crd/{spec.crd_name}" for spec in KIND_SPECS]
+    k8s.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names, timeout=90)
+    # Discovery can lag behind Established for a moment.
+    k8s.wait_for(
+        "floe kinds in discovery",
+        lambda: k8s.kubectl("get", "og,ot", "-A", check=False).returncode == 0,
+    )
+    return k8s
+
+
+def _namespace(k8s: K8sCluster) -> Iterator[str]:
+    name = f"crds-{uuid.uuid4().hex[:8]}"
+    k8s.kubectl("create", "namespace", name)
+    yield name
+    k8s.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def namespace(crds: K8sCluster) -> Iterator[str]:
+    """A fresh namespace, for a test that creates objects."""
+    yield from _namespace(crds)
+
+
+@pytest.fixture(scope="module")
+def shared_namespace(crds: K8sCluster) -> Iterator[str]:
+    """One namespace for the tests whose manifests are rejected or only dry-run: they create nothing."""
+    yield from _namespace(crds)
+
+
+def table(name: str = "orders", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "OptimizedTable",
+        "metadata": {"name": name},
+        "spec": {"table": "db.orders", "catalog": {"name": "prod", "secretRef": "prod-catalog"}, **spec},
+    }
+
+
+def group(name: str = "etl", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "OptimizerGroup", "metadata": {"name": name}, "spec": spec}
+
+
+def apply(k8s: K8sCluster, document: dict[str, Any], namespace: str, *extra: str) -> Any:
+    return k8s.kubectl("apply", "-n", namespace, *extra, "-f", "-", input=json.dumps(document), check=False)
+
+
+def get(k8s: K8sCluster, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    document: dict[str, Any] = k8s.kubectl_json("get", kind, name, "-n", namespace)
+    return document
+
+
+def patch_status(k8s: K8sCluster, kind: str, name: str, namespace: str, status: dict[str, Any]) -> None:
+    k8s.kubectl(
+        "patch", kind, name, "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": status}),
+    )  # fmt: skip
+
+
+def columns(output: str) -> list[list[str]]:
+    """``kubectl get`` table output, split into cells (cells are separated by 2+ spaces)."""
+    return [re.split(r"\s{2,}", line.strip()) for line in output.strip().splitlines()]
+
+
+# --------------------------------------------------------------------------------------------------
+# Installing
+
+
+def test_crds_are_established_and_structural(crds: K8sCluster) -> None:
+    for spec in KIND_SPECS:
+        document = crds.kubectl_json("get", "crd", spec.crd_name)
+        conditions = {c["type"]: c["status"] for c in document["status"]["conditions"]}
+        assert conditions["Established"] == "True" and conditions["NamesAccepted"] == "True"
+        assert "NonStructuralSchema" not in conditions
+        assert document["status"]["acceptedNames"]["shortNames"] == [spec.short_name]
+    # Applying again is a no-op: the files are what the server holds.
+    again = crds.kubectl("apply", "-f", str(CRDS_DIR)).stdout
+    assert again.count("unchanged") == len(KIND_SPECS), again
+
+
+def test_example_optimized_table_applies(crds: K8sCluster, namespace: str) -> None:
+    # The example names namespace "default" itself; it goes into the test's namespace instead.
+    documents = list(yaml.safe_load_all((EXAMPLES_DIR / "optimized-table.yaml").read_text()))
+    for document in documents:
+        document["metadata"]["namespace"] = namespace
+    out = crds.kubectl("apply", "-f", "-", input="---\n".join(yaml.safe_dump(d) for d in documents)).stdout
+    assert out.count("created") == 2, out
+    stored = OptimizedTable.model_validate(get(crds, "optimizedtable", "orders", namespace))
+    assert stored.spec == OptimizedTable.model_validate(documents[0]).spec
+    assert stored.spec.table == "demo.orders" and stored.spec.catalog.properties["type"] == "sql"
+    assert OptimizerGroup.model_validate(get(crds, "optimizergroup", "default", namespace)).spec.threads == 2
+
+
+def test_run_examples_apply(crds: K8sCluster, namespace: str) -> None:
+    out = crds.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES_DIR / "run")).stdout
+    assert out.count("created") == 6, out
+    groups = crds.kubectl_json("get", "og", "-n", namespace)["items"]
+    tables = crds.kubectl_json("get", "ot", "-n", namespace)["items"]
+    assert sorted(g["metadata"]["name"] for g in groups) == ["batch", "streaming"]
+    assert sorted(t["spec"]["table"] for t in tables) == [
+        "demo.accounts", "demo.clicks", "demo.orders", "demo.pageviews",
+    ]  # fmt: skip
+    for document in groups + tables:
+        model = OptimizerGroup if document["kind"] == "OptimizerGroup" else OptimizedTable
+        model.model_validate(document)  # what the server stores, pydantic reads
+
+
+def test_server_defaults_equal_the_model_defaults(crds: K8sCluster, namespace: str) -> None:
+    bare_group = {"apiVersion": API_VERSION, "kind": "OptimizerGroup", "metadata": {"name": "bare"}}
+    assert apply(crds, bare_group, namespace).returncode == 0
+    stored = get(crds, "og", "bare", namespace)
+    assert stored["spec"] == {
+        "policy": "quota",
+        "executors": 1,
+        "executorCores": 1,
+        "executorMemory": "2Gi",
+        "heartbeatTimeout": "1m",
+        "ackTimeout": "30s",
+        "executeTimeout": "1h",
+    }
+    assert OptimizerGroup.model_validate(stored).spec == OptimizerGroup.model_validate(bare_group).spec
+
+    minimal = table("minimal")
+    assert apply(crds, minimal, namespace).returncode == 0
+    stored = get(crds, "ot", "minimal", namespace)
+    assert stored["spec"]["minor"] == {"triggerFileCount": 12, "triggerInterval": "1h"}
+    assert stored["spec"]["targetSize"] == "128Mi" and stored["spec"]["full"]["triggerInterval"] == "-1"
+    assert OptimizedTable.model_validate(stored).spec == OptimizedTable.model_validate(minimal).spec
+
+
+# --------------------------------------------------------------------------------------------------
+# Rejections: (id, manifest, what the API server's message must contain)
+
+BAD_MANIFESTS: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("quota-zero", table(quota=0), ["spec.quota", "should be greater than 0"]),
+    ("quota-negative", table(quota=-1), ["spec.quota", "should be greater than 0"]),
+    ("executors-negative", group(executors=-1), ["spec.executors", "greater than or equal to 0"]),
+    ("executor-cores-zero", group(executorCores=0), ["spec.executorCores", "greater than or equal to 1"]),
+    ("fragment-ratio-zero", table(fragmentRatio=0), ["spec.fragmentRatio", "greater than or equal to 1"]),
+    (
+        "min-target-size-ratio",
+        table(minTargetSizeRatio=1.5),
+        ["spec.minTargetSizeRatio", "less than or equal"],
+    ),
+    (
+        "duplicate-ratio-zero",
+        table(major={"duplicateRatio": 0}),
+        ["spec.major.duplicateRatio", "greater than 0"],
+    ),
+    (
+        "unknown-policy",
+        group(policy="fastest"),
+        ["spec.policy", 'Unsupported value: "fastest"', '"quota", "balanced"'],
+    ),
+    ("bad-quantity", table(targetSize="12 MB"), ["spec.targetSize", '"12 MB"', "should match"]),
+    ("negative-quantity", table(maxTaskSize=-1), ["spec.maxTaskSize", "greater than or equal to 0"]),
+    (
+        "bad-duration",
+        table(minPlanInterval="5 minutes"),
+        ["spec.minPlanInterval", '"5 minutes"', "should match"],
+    ),
+    ("duration-as-number", table(minor={"triggerInterval": 60}), ["spec.minor.triggerInterval", "string"]),
+    ("missing-table", {**table(), "spec": {"catalog": {"name": "prod"}}}, ["spec.table", "Required value"]),
+    ("missing-catalog-name", table(catalog={"properties": {}}), ["spec.catalog.name", "Required value"]),
+    ("table-without-namespace", table(table="orders"), ["spec.table", '"orders"', "should match"]),
+    ("group-not-a-name", table(group="ETL_Group"), ["spec.group", "should match"]),
+    ("secret-not-a-name", table(catalog={"name": "c", "secretRef": "my secret"}), ["spec.catalog.secretRef"]),
+    ("unknown-field", table(grop="etl"), ['unknown field "spec.grop"']),
+    # One per CEL rule.
+    (
+        "cel-heartbeat-timeout",
+        group(heartbeatTimeout="0s"),
+        ["spec.heartbeatTimeout", "heartbeatTimeout must be greater than 0", "got 0s"],
+    ),
+    (
+        "cel-ack-timeout",
+        group(ackTimeout="-1"),
+        ["spec.ackTimeout", "ackTimeout must be greater than 0 (-1 does not turn it off)"],
+    ),
+    (
+        "cel-execute-timeout",
+        group(executeTimeout="0ms", ackTimeout="0.5s"),
+        ["spec.executeTimeout", "executeTimeout must be greater than 0"],
+    ),
+    (
+        "cel-ack-shorter-than-execute",
+        group(ackTimeout="2h"),
+        ["spec.ackTimeout", "ackTimeout (2h) must be shorter than executeTimeout (1h)"],
+    ),
+    (
+        "cel-executor-memory",
+        group(executorMemory="256Mi"),
+        ["spec.executorMemory", "executorMemory must be at least 450Mi", "got 256Mi"],
+    ),
+    ("cel-target-size", table(targetSize="0Mi"), ["spec.targetSize", "targetSize must be greater than 0"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("manifest", "expected"), [c[1:] for c in BAD_MANIFESTS], ids=[c[0] for c in BAD_MANIFESTS]
+)
+def test_bad_manifest_is_rejected_naming_the_field(
+    crds: K8sCluster, shared_namespace: str, manifest: dict[str, Any], expected: list[str]
+) -> None:
+    result = apply(crds, manifest, shared_namespace)
+    assert result.returncode != 0, result.stdout
+    for fragment in expected:
+        assert fragment in result.stderr, result.stderr
+    missing = crds.kubectl(
+        "get", manifest["kind"], manifest["metadata"]["name"], "-n", shared_namespace, check=False
+    )
+    assert "NotFound" in missing.stderr
+
+
+# The CEL duration and quantity parsers agree with units.parse_duration / parse_quantity.
+
+DURATION_PAIRS = [
+    ("30s", "1h"), ("1h", "1h"), ("61m", "1h"), ("1d", "25h"), ("1d", "23h59m59s"), ("250ms", "0.5s"),
+    ("500ms", "0.5s"), ("1.5h", "5401s"), ("1.5h", "5400s"), ("1h30m", "90m1ms"), ("2d", "1d24h"),
+    ("59.5s", "1m"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("ack", "execute"), DURATION_PAIRS)
+def test_cel_duration_comparison_matches_parse_duration(
+    crds: K8sCluster, shared_namespace: str, ack: str, execute: str
+) -> None:
+    result = apply(crds, group(ackTimeout=ack, executeTimeout=execute), shared_namespace, "--dry-run=server")
+    accepted = parse_duration(ack) < parse_duration(execute)
+    assert (result.returncode == 0) == accepted, result.stderr
+
+
+MEMORY_VALUES = [
+    "450Mi", "449Mi", "0.5Gi", "0.43Gi", "0.44Gi", "472M", "471M", "471859200", "471859199", "460800Ki",
+    "460799Ki", 471859200, 471859199, "1Ti", "1T", "1G", "0.0004T",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("memory", MEMORY_VALUES, ids=str)
+def test_cel_quantity_parsing_matches_parse_quantity(
+    crds: K8sCluster, shared_namespace: str, memory: str | int
+) -> None:
+    result = apply(crds, group(executorMemory=memory), shared_namespace, "--dry-run=server")
+    accepted = parse_quantity(memory) >= SPARK_MIN_EXECUTOR_MEMORY
+    assert (result.returncode == 0) == accepted, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("size", "accepted"), [("1", True), (1, True), ("0", False), (0, False), ("0.5", False)]
+)
+def test_cel_target_size_truncates_like_parse_quantity(
+    crds: K8sCluster, shared_namespace: str, size: str | int, accepted: bool
+) -> None:
+    result = apply(crds, table(targetSize=size), shared_namespace, "--dry-run=server")
+    assert (result.returncode == 0) == accepted == (parse_quantity(size) > 0), result.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# Status, printer columns, categories, short names, scale
+
+
+def test_status_is_a_subresource(crds: K8sCluster, namespace: str) -> None:
+    assert apply(crds, table("t1"), namespace).returncode == 0
+    crds.kubectl(
+        "patch", "ot", "t1", "-n", namespace, "--type=merge", "-p", '{"status": {"state": "PENDING"}}'
+    )
+    assert "status" not in get(crds, "ot", "t1", namespace)  # the main endpoint ignores status
+    patch_status(crds, "ot", "t1", namespace, {"state": "PENDING"})
+    assert get(crds, "ot", "t1", namespace)["status"]["state"] == "PENDING"
+    bad = crds.kubectl(
+        "patch", "ot", "t1", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", '{"status": {"lastOptimized": "yesterday"}}', check=False,
+    )  # fmt: skip
+    assert bad.returncode != 0 and "status.lastOptimized" in bad.stderr
+
+
+def test_table_printer_columns(crds: K8sCluster, namespace: str) -> None:
+    assert apply(crds, table("orders", group="etl", quota=2), namespace).returncode == 0
+    two_days_ago = (datetime.now(UTC) - timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = OptimizedTableStatus(
+        state="MINOR_OPTIMIZING",
+        snapshot_id=4242,
+        quota_occupation=0.75,
+        data_files=120,
+        delete_files=7,
+        last_minor_optimizing=two_days_ago,
+        last_full_optimizing="2020-01-01T00:00:00Z",
+    )
+    patch_status(
+        crds, "ot", "orders", namespace, status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    )
+    header, row = columns(crds.kubectl("get", "ot", "orders", "-n", namespace).stdout)
+    assert header == [
+        "NAME", "GROUP", "TABLE", "STATE", "QUOTA", "OCCUPATION", "DATA FILES", "DELETE FILES",
+        "LAST OPTIMIZED", "AGE",
+    ]  # fmt: skip
+    assert row[:8] == ["orders", "etl", "db.orders", "MINOR_OPTIMIZING", "2", "0.75", "120", "7"]
+    assert re.fullmatch(r"2d|47h|48h", row[8]), row  # relative to now, as kubectl prints dates
+    stored = OptimizedTable.model_validate(get(crds, "ot", "orders", namespace))
+    assert stored.status is not None and stored.status.last_optimized == two_days_ago
+
+
+def test_group_printer_columns(crds: K8sCluster, namespace: str) -> None:
+    assert apply(crds, group("etl", policy="balanced", executors=3), namespace).returncode == 0
+    status = OptimizerGroupStatus(
+        ready_executors=2, tables=5, running_tasks=4, pending_tasks=9, selector="a=b"
+    )
+    patch_status(crds, "og", "etl", namespace, status.model_dump(mode="json", by_alias=True))
+    header, row = columns(crds.kubectl("get", "og", "etl", "-n", namespace).stdout)
+    assert header == ["NAME", "POLICY", "EXECUTORS", "READY", "TABLES", "RUNNING TASKS", "AGE"]
+    assert row[:6] == ["etl", "balanced", "3", "2", "5", "4"]
+
+
+def test_category_and_short_names(crds: K8sCluster, namespace: str) -> None:
+    assert apply(crds, table("orders"), namespace).returncode == 0
+    assert apply(crds, group("etl"), namespace).returncode == 0
+    listed = crds.kubectl("get", "floe", "-n", namespace, "-o", "name").stdout.split()
+    assert sorted(listed) == ["optimizedtable.floe.dev/orders", "optimizergroup.floe.dev/etl"]
+    for short, full, name in (("ot", "optimizedtables.floe.dev", "orders"), ("og", "optimizergroups", "etl")):
+        by_short = crds.kubectl("get", short, "-n", namespace, "-o", "name").stdout.split()
+        by_full = crds.kubectl("get", full, "-n", namespace, "-o", "name").stdout.split()
+        assert by_short == by_full and len(by_short) == 1 and by_short[0].endswith(f"/{name}")
+    resources = crds.kubectl("api-resources", "--api-group=floe.dev", "-o", "wide").stdout
+    assert re.search(r"optimizergroups\s+og\s+floe.dev/v1alpha1\s+true\s+OptimizerGroup", resources), (
+        resources
+    )
+    assert re.search(r"optimizedtables\s+ot\s+floe.dev/v1alpha1\s+true\s+OptimizedTable", resources), (
+        resources
+    )
+
+
+def test_kubectl_scale_sets_executors(crds: K8sCluster, namespace: str) -> None:
+    assert apply(crds, group("etl", executors=1), namespace).returncode == 0
+    patch_status(crds, "og", "etl", namespace, {"readyExecutors": 1, "selector": "floe.dev/group=etl"})
+
+    crds.kubectl("scale", "og", "etl", "-n", namespace, "--replicas", "3")
+
+    assert get(crds, "og", "etl", namespace)["spec"]["executors"] == 3
+    scale = json.loads(
+        crds.kubectl(
+            "get", "--raw", f"/apis/floe.dev/v1alpha1/namespaces/{namespace}/optimizergroups/etl/scale"
+        ).stdout
+    )
+    assert scale["kind"] == "Scale" and scale["spec"] == {"replicas": 3}
+    assert scale["status"] == {"replicas": 1, "selector": "floe.dev/group=etl"}
+    crds.kubectl("scale", "og", "etl", "-n", namespace, "--replicas", "0")  # scale to zero
+    assert get(crds, "og", "etl", namespace)["spec"]["executors"] == 0
