@@ -1,4 +1,4 @@
-"""The ``floe`` command line: ``floe optimize`` (one table, once) and ``floe demo``."""
+"""The ``floe`` command line: ``floe optimize`` (one table, once), ``demo``, ``run`` and ``operator``."""
 
 from __future__ import annotations
 
@@ -124,6 +124,17 @@ def _run(args: argparse.Namespace) -> int:
     )
 
 
+def _operator(args: argparse.Namespace) -> int:
+    from floe.controller.runtime import OperatorConfig, operator_namespaces, run_operator
+
+    config = OperatorConfig(
+        namespaces=operator_namespaces(args.namespace),
+        service_port=args.service_port,
+        standalone=args.standalone,
+    )
+    return run_operator(config)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``floe`` command."""
     parser = argparse.ArgumentParser(prog="floe", description="Keep Apache Iceberg tables compacted.")
@@ -154,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--refresh-interval", type=float, default=10.0, help="seconds between table refreshes")
     run.add_argument("--timeout", type=float, help="with --once: give up after this many seconds")
     run.set_defaults(handler=_run)
+
+    op = sub.add_parser("operator", help="the Kubernetes operator: kopf handlers, task service, engine")
+    op.add_argument("--namespace", action="append", help="watch only this namespace (repeatable)")
+    op.add_argument("--service-port", type=int, default=7070, help="task service port (default 7070)")
+    op.add_argument("--standalone", action="store_true", help="no peering: this replica always leads")
+    op.set_defaults(handler=_operator)
     return parser
 
 

@@ -149,6 +149,7 @@ def test_server_defaults_equal_the_model_defaults(crds: K8sCluster, namespace: s
         "heartbeatTimeout": "1m",
         "ackTimeout": "30s",
         "executeTimeout": "1h",
+        "executorTemplate": {},
     }
     assert OptimizerGroup.model_validate(stored).spec == OptimizerGroup.model_validate(bare_group).spec
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from floe.api.units import Duration, Quantity
@@ -43,6 +43,20 @@ class SchedulingPolicy(StrEnum):
     BALANCED = "balanced"
 
 
+FreeFormObject = Annotated[
+    dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+]
+"""A Kubernetes object passed through as it is (a toleration, an affinity)."""
+
+
+class ExecutorTemplate(_Model):
+    """Scheduling fields copied into the group's driver and executor pods."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict, description="pod nodeSelector")
+    tolerations: list[FreeFormObject] = Field(default_factory=list, description="pod tolerations")
+    affinity: FreeFormObject | None = Field(default=None, description="pod affinity")
+
+
 class OptimizerGroupSpec(_Model):
     """A pool of Spark executors and the policy that shares it between tables."""
 
@@ -55,6 +69,9 @@ class OptimizerGroupSpec(_Model):
     executor_cores: int = Field(default=1, ge=1, description="task threads per executor")
     executor_memory: Quantity = Field(default=2048 * MiB, description="memory limit of an executor pod")
     image: str | None = Field(default=None, description="optimizer image; the chart's default when unset")
+    executor_template: ExecutorTemplate = Field(
+        default_factory=ExecutorTemplate, description="tolerations, nodeSelector and affinity of the pods"
+    )
     heartbeat_timeout: Duration = Field(
         default=60.0, description="an optimizer silent for longer is dropped and its tasks go back"
     )

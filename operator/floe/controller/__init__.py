@@ -1,0 +1,9 @@
+"""The Kubernetes controller (kopf): OptimizerGroups become Spark driver pods, OptimizedTables
+become engine registrations, and what the engine does is written back as status and Events.
+
+Modules, one idea each: `spark_conf` (a group's Spark settings), `objects` (the Kubernetes
+objects of a group), `kube` (API access), `secrets` (catalog properties from Secrets, and
+keeping them out of everything written), `groups` and `tables` (the kopf handlers),
+`status` (the batched table-status flush), `leader` (who ticks the engine), `runtime` (the
+operator process), `driver` (the entrypoint of the driver pod).
+"""

@@ -1,0 +1,239 @@
+"""The driver pod's entrypoint: Spark in client mode, the optimizer, and executor scaling.
+
+``python -m floe.controller.driver`` starts a SparkSession from the group's properties file
+(pyspark launches the JVM through spark-submit, in client mode: the driver is this
+process) and keeps the optimizer serving the group with ``executors * executorCores``
+threads. It re-reads the scale file (the operator's ConfigMap, mounted) every few seconds;
+when the count changes it stops the optimizer gracefully (running tasks finish, the rest
+go back to the queue without using a retry), asks Spark for the new executor total and
+registers again with the new thread count. Spark and the driver pod stay up throughout;
+at zero executors the group has no optimizer registered, which status reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from floe.api.units import parse_quantity
+from floe.controller.spark_conf import parse_properties
+from floe_optimizer.app import Optimizer
+
+log = logging.getLogger("floe.driver")
+
+SCALE_CHECK_S = 2.0
+EXECUTOR_ROLE = "spark-role=executor"
+
+
+class ExecutorScaler:
+    """Moves a running SparkContext to a new executor total, and the optimizer with it."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        service: str,
+        group: str,
+        executor_cores: int,
+        executor_memory: int,
+        name: str,
+        grace_s: float,
+        poll_wait_s: float,
+    ) -> None:
+        self.spark = spark
+        self.service = service
+        self.group = group
+        self.executor_cores = executor_cores
+        self.executor_memory = executor_memory
+        self.name = name
+        self.grace_s = grace_s
+        self.poll_wait_s = poll_wait_s
+        self.executors: int | None = None
+        self.optimizer: Optimizer | None = None
+
+    def scale(self, executors: int) -> None:
+        """Serve the group with ``executors`` executors from now on."""
+        if executors == self.executors:
+            return
+        log.info("scaling executors %s → %d", self.executors, executors)
+        if self.optimizer is not None:
+            self.optimizer.stop(self.grace_s)
+            self.optimizer = None
+        self._request_total(executors)
+        self.executors = executors
+        if executors > 0:
+            self.optimizer = Optimizer(
+                self.service,
+                self.group,
+                executors * self.executor_cores,
+                spark=self.spark,
+                memory_bytes=executors * self.executor_memory,
+                name=self.name,
+                poll_wait_s=self.poll_wait_s,
+            )
+            self.optimizer.start()
+
+    def stop(self) -> None:
+        """Stop the optimizer gracefully."""
+        if self.optimizer is not None:
+            self.optimizer.stop(self.grace_s)
+            self.optimizer.join(timeout=10.0)
+
+    def _request_total(self, executors: int) -> None:
+        sc = self.spark.sparkContext
+        jvm: Any = sc._jvm
+        jsc: Any = sc._jsc.sc()
+        utils = jvm.org.apache.spark.api.python.PythonUtils
+        if not jsc.master().startswith("k8s://"):
+            return  # local mode: the executor count is fixed by the master URL
+        ids = jsc.getExecutorIds()
+        registered = [str(ids.apply(i)) for i in range(ids.size())]
+        excess = sorted(registered, key=_executor_order)[executors:]
+        if excess:
+            jsc.killExecutors(utils.toSeq(_java_list(jvm, excess)))
+        jsc.requestTotalExecutors(executors, 0, utils.toScalaMap(jvm.java.util.HashMap()))
+        self._drop_unregistered(set(registered), executors)
+
+    def _drop_unregistered(self, registered: set[str], executors: int) -> None:
+        """Delete executor pods beyond the total that never registered with the driver.
+
+        Spark kills only executors it knows; a pod that is up but never connected back
+        (unreachable driver, or a simulated node) would otherwise outlive a scale-down.
+        Spark sees the deletion and, being at its total, does not replace it.
+        """
+        sc = self.spark.sparkContext
+        conf = sc.getConf()
+        namespace = conf.get("spark.kubernetes.namespace", "default")
+        try:
+            from kubernetes import client, config
+        except ImportError:
+            return
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
+        core = client.CoreV1Api()
+        selector = f"spark-app-selector={sc.applicationId},{EXECUTOR_ROLE}"
+        listed = core.api_client.sanitize_for_serialization(
+            core.list_namespaced_pod(namespace, label_selector=selector).items
+        )
+        pods: list[dict[str, Any]] = [
+            p["metadata"] for p in listed if not p["metadata"].get("deletionTimestamp")
+        ]
+        surplus = len(pods) - executors
+        unknown = [p for p in pods if p.get("labels", {}).get("spark-exec-id") not in registered]
+        unknown.sort(
+            key=lambda p: _executor_order(p.get("labels", {}).get("spark-exec-id", "0")), reverse=True
+        )
+        for pod in unknown[: max(0, surplus)]:
+            log.info("deleting executor pod %s: beyond the total and never registered", pod["name"])
+            core.delete_namespaced_pod(pod["name"], namespace)
+
+
+def _executor_order(executor_id: str) -> int:
+    return int(executor_id) if executor_id.isdigit() else 0
+
+
+def _java_list(jvm: Any, values: list[str]) -> Any:
+    result = jvm.java.util.ArrayList()
+    for value in values:
+        result.add(value)
+    return result
+
+
+def read_executors(path: Path, default: int) -> int:
+    """The desired executor count in the scale file; ``default`` while it is missing or unreadable."""
+    try:
+        return max(0, int(path.read_text().strip()))
+    except (OSError, ValueError):
+        return default
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line of the driver entrypoint."""
+    p = argparse.ArgumentParser(
+        prog="floe-driver", description="An OptimizerGroup's Spark driver and optimizer."
+    )
+    p.add_argument("--master", required=True, help="e.g. k8s://https://kubernetes.default.svc")
+    p.add_argument("--properties-file", required=True, type=Path, help="spark.* properties (key=value lines)")
+    p.add_argument("--scale-file", required=True, type=Path, help="file holding the desired executor count")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="override a property")
+    p.add_argument("--service", required=True, help="task service base URL")
+    p.add_argument("--group", required=True, help="the OptimizerGroup to serve")
+    p.add_argument("--executor-cores", type=int, required=True)
+    p.add_argument("--executor-memory", type=parse_quantity, required=True, help="e.g. 2Gi")
+    p.add_argument("--name", default=socket.gethostname(), help="shown in status (default: the host name)")
+    p.add_argument("--grace-period", type=float, default=60.0, help="seconds running tasks get on a stop")
+    p.add_argument("--poll-wait", type=float, default=20.0, help="seconds one poll waits for a task")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run until SIGTERM or SIGINT; returns 0 after a graceful stop."""
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s"
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    properties = parse_properties(args.properties_file.read_text())
+    for item in args.conf:
+        key, _, value = item.partition("=")
+        properties[key] = value
+    builder = SparkSession.builder.master(args.master)
+    for key, value in properties.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    log.info(
+        "Spark %s started (master %s, app %s)", spark.version, args.master, spark.sparkContext.applicationId
+    )
+
+    shutdown = threading.Event()
+
+    def request_shutdown(signum: int, _: FrameType | None) -> None:
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        shutdown.set()
+
+    signal.signal(signal.SIGTERM, request_shutdown)
+    signal.signal(signal.SIGINT, request_shutdown)
+    scaler = ExecutorScaler(
+        spark,
+        args.service,
+        args.group,
+        args.executor_cores,
+        args.executor_memory,
+        args.name,
+        args.grace_period,
+        args.poll_wait,
+    )
+    initial = int(properties.get("spark.executor.instances", "1"))
+    next_check = 0.0
+    # Sleeping rather than shutdown.wait(): see floe_optimizer.main (signal handler deadlock).
+    while not shutdown.is_set():
+        if time.monotonic() >= next_check:
+            next_check = time.monotonic() + SCALE_CHECK_S
+            try:
+                scaler.scale(read_executors(args.scale_file, initial))
+            except Exception:
+                log.exception("scaling failed; retrying")
+                scaler.executors = None
+        time.sleep(0.2)
+    scaler.stop()
+    try:
+        spark.stop()
+    except Exception as exc:  # the JVM may be gone already, e.g. signalled along with its process group
+        log.warning("could not stop Spark cleanly: %s", exc)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

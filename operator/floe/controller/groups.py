@@ -1,0 +1,204 @@
+"""kopf handlers of OptimizerGroup: driver pod, Service, RBAC, scaling, status and Events.
+
+A spec change that needs a new driver (image, cores, memory, executor template) replaces
+the driver pod; a change of ``spec.executors`` (an edit, ``kubectl scale``, an HPA) only
+rewrites the scale ConfigMap, which the running driver follows (`floe.controller.driver`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from floe.api.models import API_GROUP, OptimizerGroup, OptimizerGroupSpec
+from floe.controller.objects import (
+    CONFIG_HASH_ANNOTATION,
+    EXECUTORS_KEY,
+    GroupRef,
+    config_hash,
+    driver_pod,
+    driver_rbac,
+    driver_service,
+    scale_config_map,
+    spark_config_map,
+)
+from floe.controller.runtime import Controller, post_event
+from floe.controller.spark_conf import executor_selector
+from floe.controller.status import condition, with_transition_times
+from floe.service.errors import UnknownGroup
+
+VERSION = "v1alpha1"
+PLURAL = "optimizergroups"
+STATUS_INTERVAL_S = 5.0
+RESTART_DELAY_S = 5.0
+
+
+def group_model(body: kopf.Body) -> OptimizerGroup:
+    """The resource as floe's model; spec fields this version does not know are left out."""
+    known = {f.alias or n for n, f in OptimizerGroupSpec.model_fields.items()} | set(
+        OptimizerGroupSpec.model_fields
+    )
+    spec = {k: v for k, v in dict(body.get("spec") or {}).items() if k in known}
+    meta = body.metadata
+    return OptimizerGroup.model_validate(
+        {
+            "apiVersion": body.get("apiVersion"),
+            "kind": "OptimizerGroup",
+            "metadata": {"name": meta.name, "namespace": meta.namespace},
+            "spec": spec,
+        }
+    )
+
+
+def executor_template_of(body: kopf.Body) -> dict[str, Any] | None:
+    """``spec.executorTemplate`` (tolerations, nodeSelector, affinity), if any."""
+    template = (body.get("spec") or {}).get("executorTemplate")
+    return dict(template) if template else None
+
+
+@kopf.on.resume(API_GROUP, VERSION, PLURAL)
+@kopf.on.create(API_GROUP, VERSION, PLURAL)
+@kopf.on.update(API_GROUP, VERSION, PLURAL)
+def reconcile_group(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Register the group with the engine and bring its Kubernetes objects to the spec."""
+    controller: Controller = memo.controller
+    group = group_model(body)
+    controller.engine.apply_group(group)
+    ensure_driver(controller, body, group)
+
+
+def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup) -> None:
+    """Apply ConfigMaps, Service and RBAC; create or replace the driver pod when needed."""
+    kube = controller.kube
+    meta = body.metadata
+    ref = GroupRef(name=meta.name, namespace=meta.namespace or "default", uid=meta.uid or "")
+    spec = group.spec
+    image = spec.image or controller.config.default_image
+    template = executor_template_of(body)
+    spark_config = spark_config_map(ref, spec, image, template)
+
+    previous = kube.core.list_namespaced_config_map(
+        ref.namespace, field_selector=f"metadata.name={ref.scale_config_name}"
+    ).items
+    before = int(previous[0].data.get(EXECUTORS_KEY, -1)) if previous and previous[0].data else None
+    for manifest in [
+        *driver_rbac(ref),
+        driver_service(ref),
+        spark_config,
+        scale_config_map(ref, spec.executors),
+    ]:
+        kube.apply(manifest)
+    if before is not None and before != spec.executors:
+        post_event(
+            controller, body, "Normal", reason="Scaled", message=f"executors {before} → {spec.executors}"
+        )
+
+    digest = config_hash(spark_config)
+    pod = kube.read_pod(ref.driver_name, ref.namespace)
+    if pod is not None and pod["metadata"].get("deletionTimestamp"):
+        raise kopf.TemporaryError("the previous driver pod is still terminating", delay=RESTART_DELAY_S)
+    if pod is not None and pod["metadata"].get("annotations", {}).get(CONFIG_HASH_ANNOTATION) != digest:
+        kube.delete_pod(ref.driver_name, ref.namespace)
+        post_event(
+            controller,
+            body,
+            "Normal",
+            reason="DriverRestarting",
+            message="Spark settings changed: replacing the driver pod",
+        )
+        raise kopf.TemporaryError("waiting for the old driver pod to go", delay=RESTART_DELAY_S)
+    if pod is None:
+        kube.create_pod(driver_pod(ref, spec, image, controller.config.service_url, digest, template))
+        post_event(
+            controller,
+            body,
+            "Normal",
+            reason="DriverCreated",
+            message=(
+                f"driver pod {ref.driver_name}: {spec.executors} executors of {spec.executor_cores} cores, "
+                f"image {image}"
+            ),
+        )
+
+
+@kopf.timer(API_GROUP, VERSION, PLURAL, interval=STATUS_INTERVAL_S, idle=0)
+def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
+    """Refresh the group's status; recreate a driver pod that disappeared; warn about idle tables."""
+    controller: Controller = memo.controller
+    group = group_model(body)
+    name, namespace = group.metadata.name, group.metadata.namespace
+    ref = GroupRef(name=name, namespace=namespace, uid=body.metadata.uid or "")
+    kube = controller.kube
+    driver = kube.read_pod(ref.driver_name, namespace)
+    if driver is None:
+        ensure_driver(controller, body, group)
+    executors = kube.list_pods(namespace, executor_selector(name))
+    ready = sum(1 for pod in executors if _ready(pod))
+    try:
+        stats = controller.service.group(name).group_stats(controller.engine.clock())
+        tables, running, pending, pending_tables = (
+            stats.tables,
+            stats.running_tasks,
+            stats.pending_tasks,
+            stats.pending_tables,
+        )
+    except UnknownGroup:
+        tables = running = pending = pending_tables = 0
+    desired = group.spec.executors
+    driver_phase = (driver or {}).get("status", {}).get("phase") or "Missing"
+    conditions = [
+        _ready_condition(driver_phase, ready, desired),
+        condition(
+            "Progressing",
+            ready != desired,
+            "Scaling" if ready != desired else "Stable",
+            f"{ready} of {desired} executors ready",
+        ),
+        condition(
+            "Degraded",
+            driver_phase in ("Failed", "Missing"),
+            "DriverFailed" if driver_phase in ("Failed", "Missing") else "Healthy",
+            f"driver pod is {driver_phase}",
+        ),
+    ]
+    new = {
+        "readyExecutors": ready,
+        "selector": executor_selector(name),
+        "tables": tables,
+        "runningTasks": running,
+        "pendingTasks": pending,
+        "conditions": with_transition_times(conditions, status.get("conditions"), controller.engine.clock),
+    }
+    for key, value in new.items():
+        if status.get(key) != value:
+            patch.status[key] = value
+    if pending_tables and ready == 0:
+        if name not in controller.warned_groups:
+            controller.warned_groups.add(name)
+            post_event(
+                controller,
+                body,
+                "Warning",
+                reason="NoReadyExecutors",
+                message=f"pending: group has no ready executors ({pending_tables} tables waiting)",
+            )
+    else:
+        controller.warned_groups.discard(name)
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Running":
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _ready_condition(driver_phase: str, ready: int, desired: int) -> dict[str, str]:
+    if driver_phase != "Running":
+        return condition("Ready", False, "DriverNotRunning", f"driver pod is {driver_phase}")
+    if desired == 0:
+        return condition("Ready", True, "ScaledToZero", "no executors requested")
+    if ready < desired:
+        return condition("Ready", False, "ExecutorsNotReady", f"{ready} of {desired} executors ready")
+    return condition("Ready", True, "ExecutorsReady", f"{ready} executors ready")

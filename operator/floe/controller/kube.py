@@ -1,0 +1,135 @@
+"""The few Kubernetes API calls the controller makes, over the official ``kubernetes`` client.
+
+The client is synchronous; kopf's handlers run it in their thread pool, and the status
+flusher and the engine's event listener call it from their own threads.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import logging
+import os
+import uuid
+from typing import Any, cast
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from floe.api.models import API_GROUP
+
+log = logging.getLogger(__name__)
+
+VERSION = "v1alpha1"
+Manifest = dict[str, Any]
+
+
+def load_config() -> None:
+    """In-cluster credentials when running in a pod, else the kubeconfig (``KUBECONFIG``)."""
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        # Read KUBECONFIG now: the client's default path was fixed when it was imported.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
+
+
+class Kube:
+    """Typed wrappers over the core, RBAC and custom-objects APIs."""
+
+    def __init__(self, api_client: Any | None = None) -> None:
+        self.api = api_client or client.ApiClient()
+        self.core = client.CoreV1Api(self.api)
+        self.rbac = client.RbacAuthorizationV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    # -- generic objects -----------------------------------------------------------------
+
+    def apply(self, manifest: Manifest) -> None:
+        """Create the object, or merge-patch it to the manifest when it exists (not for pods)."""
+        kind, meta = manifest["kind"], manifest["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        create, patch = self._calls(kind)
+        try:
+            create(namespace, manifest)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            patch(name, namespace, manifest)
+
+    def _calls(self, kind: str) -> tuple[Any, Any]:
+        core, rbac = self.core, self.rbac
+        calls = {
+            "ConfigMap": (core.create_namespaced_config_map, core.patch_namespaced_config_map),
+            "Service": (core.create_namespaced_service, core.patch_namespaced_service),
+            "ServiceAccount": (core.create_namespaced_service_account, core.patch_namespaced_service_account),
+            "Role": (rbac.create_namespaced_role, rbac.patch_namespaced_role),
+            "RoleBinding": (rbac.create_namespaced_role_binding, rbac.patch_namespaced_role_binding),
+        }
+        return calls[kind]
+
+    # -- pods ----------------------------------------------------------------------------
+
+    def read_pod(self, name: str, namespace: str) -> Manifest | None:
+        """The pod as a dict, or None if there is none."""
+        try:
+            pod = self.core.read_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        result: Manifest = self.api.sanitize_for_serialization(pod)
+        return result
+
+    def create_pod(self, manifest: Manifest) -> None:
+        """Create a pod."""
+        self.core.create_namespaced_pod(manifest["metadata"]["namespace"], cast(Any, manifest))
+
+    def delete_pod(self, name: str, namespace: str) -> None:
+        """Delete a pod now; a missing pod is fine."""
+        try:
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def list_pods(self, namespace: str, selector: str) -> list[Manifest]:
+        """Pods matching the label selector, as dicts."""
+        pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        result: list[Manifest] = self.api.sanitize_for_serialization(pods.items)
+        return result
+
+    # -- secrets, status, events ---------------------------------------------------------
+
+    def read_secret(self, name: str, namespace: str) -> dict[str, str]:
+        """The Secret's data, decoded (kopf never sees it: it is read here, on demand)."""
+        secret: Any = self.core.read_namespaced_secret(name, namespace)
+        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+    def patch_status(self, plural: str, name: str, namespace: str, status: Manifest) -> None:
+        """Merge-patch the ``status`` subresource of one of floe's resources."""
+        self.custom.patch_namespaced_custom_object_status(
+            API_GROUP, VERSION, namespace, plural, name, {"status": status}
+        )
+
+    def event(self, involved: Manifest, kind: str, reason: str, message: str) -> None:
+        """Post a core/v1 Event about ``involved`` (apiVersion, kind, name, namespace, uid)."""
+        now = datetime.datetime.now(datetime.UTC)
+        namespace = involved["namespace"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+            "involvedObject": involved,
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": "floe-operator"},
+            "firstTimestamp": now.isoformat(),
+            "lastTimestamp": now.isoformat(),
+            "count": 1,
+            "reportingComponent": "floe-operator",
+        }
+        try:
+            self.core.create_namespaced_event(namespace, cast(Any, body))
+        except ApiException as exc:
+            log.warning("could not post event %s on %s: %s", reason, involved.get("name"), exc.reason)

@@ -1,0 +1,266 @@
+"""The Kubernetes objects of an OptimizerGroup, as plain manifests (no API calls here).
+
+Per group NAME: the driver Pod ``floe-NAME-driver``, a headless Service of the same name
+(``spark.driver.host``, so executors reach the driver), a ServiceAccount, Role and
+RoleBinding letting the driver manage its executor pods, a ConfigMap ``floe-NAME-spark``
+(Spark properties and the executor pod template) and a ConfigMap ``floe-NAME-scale`` (the
+desired executor count, which the driver follows without restarting). All are owned by
+the group, so deleting it garbage-collects them; the executor pods are owned by the driver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from floe.api.models import OptimizerGroupSpec
+from floe.api.units import format_quantity
+from floe.controller.spark_conf import (
+    BLOCK_MANAGER_PORT,
+    DRIVER_PORT,
+    GROUP_LABEL,
+    IN_CLUSTER_MASTER,
+    ROLE_LABEL,
+    render_properties,
+    spark_properties,
+)
+
+SPARK_DIR = "/etc/floe/spark"
+SCALE_DIR = "/etc/floe/scale"
+PROPERTIES_KEY = "spark.properties"
+TEMPLATE_KEY = "executor-template.yaml"
+EXECUTORS_KEY = "executors"
+CONFIG_HASH_ANNOTATION = "floe.dev/spark-config-hash"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "floe"}
+DRIVER_MEMORY = "1Gi"
+DRIVER_CPU = "500m"
+TEMPLATE_FIELDS = ("tolerations", "nodeSelector", "affinity")
+
+Manifest = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    """The owning OptimizerGroup: what ownerReferences and names need."""
+
+    name: str
+    namespace: str
+    uid: str
+    api_version: str = "floe.dev/v1alpha1"
+    kind: str = "OptimizerGroup"
+
+    @property
+    def driver_name(self) -> str:
+        """Name of the driver pod, its Service, ServiceAccount, Role and RoleBinding."""
+        return f"floe-{self.name}-driver"
+
+    @property
+    def spark_config_name(self) -> str:
+        """ConfigMap with the Spark properties and the executor pod template."""
+        return f"floe-{self.name}-spark"
+
+    @property
+    def scale_config_name(self) -> str:
+        """ConfigMap with the desired executor count."""
+        return f"floe-{self.name}-scale"
+
+    @property
+    def driver_host(self) -> str:
+        """DNS name of the headless Service in front of the driver."""
+        return f"{self.driver_name}.{self.namespace}.svc"
+
+    def labels(self, role: str) -> dict[str, str]:
+        """Labels of every object of the group."""
+        return {**MANAGED_BY, GROUP_LABEL: self.name, ROLE_LABEL: role}
+
+    def metadata(self, name: str, role: str) -> Manifest:
+        """Metadata with labels and the controller owner reference to the group."""
+        return {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": self.labels(role),
+            "ownerReferences": [
+                {
+                    "apiVersion": self.api_version,
+                    "kind": self.kind,
+                    "name": self.name,
+                    "uid": self.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        }
+
+
+def executor_template(template: dict[str, Any] | None) -> Manifest:
+    """The executor pod template: scheduling fields of ``spec.executorTemplate`` only."""
+    spec = {k: v for k, v in (template or {}).items() if k in TEMPLATE_FIELDS and v}
+    return {"apiVersion": "v1", "kind": "Pod", "spec": spec}
+
+
+def spark_config_map(
+    ref: GroupRef, spec: OptimizerGroupSpec, image: str, template: dict[str, Any] | None
+) -> Manifest:
+    """ConfigMap ``floe-NAME-spark``: everything whose change needs a new driver."""
+    properties = spark_properties(
+        ref.name, ref.namespace, spec, image, driver_pod=ref.driver_name, driver_host=ref.driver_host
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": ref.metadata(ref.spark_config_name, "config"),
+        "data": {
+            PROPERTIES_KEY: render_properties(properties),
+            TEMPLATE_KEY: yaml.safe_dump(executor_template(template), sort_keys=True),
+        },
+    }
+
+
+def scale_config_map(ref: GroupRef, executors: int) -> Manifest:
+    """ConfigMap ``floe-NAME-scale``: the executor count the running driver follows."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": ref.metadata(ref.scale_config_name, "config"),
+        "data": {EXECUTORS_KEY: str(executors)},
+    }
+
+
+def config_hash(spark_config: Manifest) -> str:
+    """Digest of the Spark ConfigMap's data; a driver started with another one is replaced.
+
+    ``spark.executor.instances`` is left out: the executor count changes without a restart.
+    """
+    data = dict(spark_config["data"])
+    data[PROPERTIES_KEY] = "".join(
+        line
+        for line in data[PROPERTIES_KEY].splitlines(True)
+        if not line.startswith("spark.executor.instances=")
+    )
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def driver_pod(
+    ref: GroupRef,
+    spec: OptimizerGroupSpec,
+    image: str,
+    service_url: str,
+    spark_hash: str,
+    template: dict[str, Any] | None,
+) -> Manifest:
+    """The driver pod: ``python -m floe.controller.driver`` in Spark client mode.
+
+    The driver gets the group's scheduling fields too (a group pinned to some nodes runs its
+    driver there), and both ConfigMaps as volumes: the Spark one is read at start, the
+    scale one is followed while it runs.
+    """
+    command = [
+        "python",
+        "-m",
+        "floe.controller.driver",
+        "--master",
+        IN_CLUSTER_MASTER,
+        "--properties-file",
+        f"{SPARK_DIR}/{PROPERTIES_KEY}",
+        "--scale-file",
+        f"{SCALE_DIR}/{EXECUTORS_KEY}",
+        "--service",
+        service_url,
+        "--group",
+        ref.name,
+        "--executor-cores",
+        str(spec.executor_cores),
+        "--executor-memory",
+        format_quantity(spec.executor_memory),
+        "--name",
+        "$(POD_NAME)",
+    ]
+    metadata = ref.metadata(ref.driver_name, "driver")
+    metadata["annotations"] = {CONFIG_HASH_ANNOTATION: spark_hash}
+    pod_spec: Manifest = {
+        "serviceAccountName": ref.driver_name,
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": int(spec.heartbeat_timeout),
+        "containers": [
+            {
+                "name": "driver",
+                "image": image,
+                "command": command,
+                "env": [
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "FLOE_SERVICE_URL", "value": service_url},
+                ],
+                "ports": [
+                    {"name": "driver", "containerPort": DRIVER_PORT},
+                    {"name": "blockmanager", "containerPort": BLOCK_MANAGER_PORT},
+                ],
+                "resources": {
+                    "requests": {"cpu": DRIVER_CPU, "memory": DRIVER_MEMORY},
+                    "limits": {"memory": DRIVER_MEMORY},
+                },
+                "volumeMounts": [
+                    {"name": "spark-config", "mountPath": SPARK_DIR, "readOnly": True},
+                    {"name": "scale", "mountPath": SCALE_DIR, "readOnly": True},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "spark-config", "configMap": {"name": ref.spark_config_name}},
+            {"name": "scale", "configMap": {"name": ref.scale_config_name}},
+        ],
+        **executor_template(template)["spec"],
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def driver_service(ref: GroupRef) -> Manifest:
+    """Headless Service selecting the driver pod: a stable DNS name for ``spark.driver.host``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": ref.metadata(ref.driver_name, "driver"),
+        "spec": {
+            "clusterIP": "None",
+            "selector": {GROUP_LABEL: ref.name, ROLE_LABEL: "driver"},
+            "ports": [
+                {"name": "driver", "port": DRIVER_PORT, "targetPort": DRIVER_PORT},
+                {"name": "blockmanager", "port": BLOCK_MANAGER_PORT, "targetPort": BLOCK_MANAGER_PORT},
+            ],
+            "publishNotReadyAddresses": True,
+        },
+    }
+
+
+def driver_rbac(ref: GroupRef) -> list[Manifest]:
+    """ServiceAccount, Role and RoleBinding: what Spark's Kubernetes backend does with executors."""
+    verbs = ["get", "list", "watch", "create", "delete", "deletecollection", "patch", "update"]
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": ref.metadata(ref.driver_name, "driver"),
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["pods", "configmaps", "persistentvolumeclaims"],
+                "verbs": verbs,
+            },
+            {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": ref.metadata(ref.driver_name, "driver"),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ref.driver_name},
+        "subjects": [{"kind": "ServiceAccount", "name": ref.driver_name, "namespace": ref.namespace}],
+    }
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": ref.metadata(ref.driver_name, "driver"),
+    }
+    return [account, role, binding]

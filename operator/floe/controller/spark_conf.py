@@ -1,0 +1,104 @@
+"""The Spark settings of an OptimizerGroup's optimizer: executors sized to their pod limit.
+
+An executor pod's memory limit is ``spark.executor.memory`` (JVM heap) plus
+``spark.executor.memoryOverhead``; floe's rewrite runs in the Python workers, which live in
+the overhead, so the heap gets only a quarter of the limit and the rest stays outside it.
+A heap sized to the whole limit is what gets executors OOM-killed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from floe.api.models import OptimizerGroupSpec
+
+MiB = 1024 * 1024
+MIN_HEAP = 512 * MiB
+MIN_OVERHEAD = 384 * MiB
+DRIVER_PORT = 7078
+BLOCK_MANAGER_PORT = 7079
+IN_CLUSTER_MASTER = "k8s://https://kubernetes.default.svc"
+EXECUTOR_TEMPLATE_PATH = "/etc/floe/spark/executor-template.yaml"
+
+GROUP_LABEL = "floe.dev/group"
+ROLE_LABEL = "floe.dev/role"
+
+
+@dataclass(frozen=True)
+class ExecutorMemory:
+    """How an executor pod's memory limit splits between JVM heap and overhead."""
+
+    heap: int
+    overhead: int
+
+    @property
+    def limit(self) -> int:
+        """The pod's memory limit, which Spark sets to heap + overhead."""
+        return self.heap + self.overhead
+
+
+def executor_memory(limit: int) -> ExecutorMemory:
+    """Split ``limit`` so the pod's limit is exactly ``limit`` and the heap stays below it."""
+    heap = max(MIN_HEAP, limit // 4)
+    overhead = max(MIN_OVERHEAD, limit - heap)
+    return ExecutorMemory(heap=heap, overhead=overhead)
+
+
+def executor_selector(group: str) -> str:
+    """Label selector of a group's executor pods (the scale subresource's ``status.selector``)."""
+    return f"{GROUP_LABEL}={group},{ROLE_LABEL}=executor"
+
+
+def spark_properties(
+    group: str,
+    namespace: str,
+    spec: OptimizerGroupSpec,
+    image: str,
+    driver_pod: str,
+    driver_host: str,
+) -> dict[str, str]:
+    """The driver's ``spark.*`` properties, except the master (given on the command line).
+
+    ``spark.kubernetes.driver.pod.name`` makes Spark set the driver pod as the owner of
+    every executor pod, so deleting the driver (or its group) removes the executors.
+    """
+    memory = executor_memory(spec.executor_memory)
+    return {
+        "spark.app.name": f"floe-optimizer-{group}",
+        "spark.submit.deployMode": "client",
+        "spark.kubernetes.namespace": namespace,
+        "spark.kubernetes.container.image": image,
+        "spark.kubernetes.driver.pod.name": driver_pod,
+        "spark.kubernetes.executor.podNamePrefix": f"floe-{group}",
+        f"spark.kubernetes.executor.label.{GROUP_LABEL}": group,
+        f"spark.kubernetes.executor.label.{ROLE_LABEL}": "executor",
+        "spark.kubernetes.executor.podTemplateFile": EXECUTOR_TEMPLATE_PATH,
+        "spark.kubernetes.executor.deleteOnTermination": "true",
+        "spark.executor.instances": str(spec.executors),
+        "spark.executor.cores": str(spec.executor_cores),
+        "spark.kubernetes.executor.request.cores": str(spec.executor_cores),
+        "spark.kubernetes.executor.limit.cores": str(spec.executor_cores),
+        "spark.executor.memory": f"{memory.heap // MiB}m",
+        "spark.executor.memoryOverhead": f"{memory.overhead // MiB}m",
+        "spark.dynamicAllocation.enabled": "false",
+        "spark.driver.host": driver_host,
+        "spark.driver.bindAddress": "0.0.0.0",
+        "spark.driver.port": str(DRIVER_PORT),
+        "spark.blockManager.port": str(BLOCK_MANAGER_PORT),
+    }
+
+
+def render_properties(properties: dict[str, str]) -> str:
+    """Java properties text, one ``key=value`` a line, sorted (stable for change detection)."""
+    return "".join(f"{key}={value}\n" for key, value in sorted(properties.items()))
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Inverse of `render_properties` (blank lines and ``#`` comments ignored)."""
+    properties = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            properties[key.strip()] = value.strip()
+    return properties

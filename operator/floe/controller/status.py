@@ -1,0 +1,151 @@
+"""Status of OptimizedTables, flushed in batches, and the conditions helper both kinds use.
+
+The engine changes a table's state many times a minute under load; one API call per change
+would flood the API server. `TableStatusFlusher.flush` runs every few seconds and patches
+each table's ``status`` subresource once, with only the fields that changed since the last
+successful flush.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from floe.controller.kube import Kube
+from floe.service.engine import OptimizingEngine, TableView
+from floe.tables.runtime import TableRuntime, TableState
+
+log = logging.getLogger(__name__)
+
+TABLES = "optimizedtables"
+BUSY = {
+    TableState.PLANNING,
+    TableState.MINOR_OPTIMIZING,
+    TableState.MAJOR_OPTIMIZING,
+    TableState.FULL_OPTIMIZING,
+    TableState.COMMITTING,
+}
+
+Status = dict[str, Any]
+
+
+def timestamp(seconds: float | None) -> str | None:
+    """RFC 3339 UTC time of an epoch timestamp, as Kubernetes writes times."""
+    if seconds is None:
+        return None
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def epoch(text: Any) -> float | None:
+    """Inverse of `timestamp`; None for anything that is not such a time."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def condition(type_: str, true: bool, reason: str, message: str = "") -> dict[str, str]:
+    """A condition without its transition time (see `with_transition_times`)."""
+    return {"type": type_, "status": "True" if true else "False", "reason": reason, "message": message}
+
+
+def with_transition_times(
+    conditions: list[dict[str, str]], previous: Any, now: Callable[[], float]
+) -> list[dict[str, str]]:
+    """Conditions with ``lastTransitionTime`` kept from ``previous`` when the status did not flip."""
+    before = {c.get("type"): c for c in previous or [] if isinstance(c, dict)}
+    out = []
+    for c in conditions:
+        old = before.get(c["type"])
+        if old is not None and old.get("status") == c["status"] and old.get("lastTransitionTime"):
+            out.append({**c, "lastTransitionTime": old["lastTransitionTime"]})
+        else:
+            out.append({**c, "lastTransitionTime": timestamp(now()) or ""})
+    return out
+
+
+def table_status(runtime: TableRuntime, view: TableView | None, redact: Callable[[str], str]) -> Status:
+    """A table's status fields (camelCase), every free text redacted."""
+    state = runtime.state
+    error = redact(runtime.last_error)
+    return {
+        "state": state.value,
+        "snapshotId": runtime.snapshot_id,
+        "quotaOccupation": round(view.occupation, 4) if view else 0.0,
+        "dataFiles": runtime.data_files,
+        "deleteFiles": runtime.delete_files,
+        "lastMinorOptimizing": timestamp(runtime.last_minor_s),
+        "lastMajorOptimizing": timestamp(runtime.last_major_s),
+        "lastFullOptimizing": timestamp(runtime.last_full_s),
+        "lastOptimized": timestamp(runtime.last_optimized_s),
+        "lastResult": redact(runtime.last_result) or None,
+        "currentProcess": runtime.process_id,
+        "conditions": [
+            condition("Optimizing", state in BUSY, state.value if state in BUSY else "Idle"),
+            condition(
+                "Pending",
+                state == TableState.PENDING,
+                "Pending" if state == TableState.PENDING else "NotPending",
+                redact(runtime.pending_reason),
+            ),
+            condition("Degraded", bool(error), "Error" if error else "Healthy", error),
+        ],
+    }
+
+
+class TableStatusFlusher:
+    """Writes changed table status fields back, one merge patch per table per flush."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        engine: OptimizingEngine,
+        redact: Callable[[str], str],
+        now: Callable[[], float],
+    ) -> None:
+        self.kube = kube
+        self.engine = engine
+        self.redact = redact
+        self.now = now
+        self._written: dict[str, Status] = {}
+        self.patches = 0
+        """API calls made so far (tests check that flushing batches)."""
+
+    def seed(self, table_id: str, status: Mapping[str, Any]) -> None:
+        """What the resource's status already holds (at resume), so unchanged fields are not re-sent."""
+        self._written[table_id] = dict(status)
+
+    def forget(self, table_id: str) -> None:
+        """The table is gone; stop writing its status."""
+        self._written.pop(table_id, None)
+
+    def flush(self) -> int:
+        """Patch every table whose status changed; returns how many patches were sent."""
+        views = {v.table_id: v for v in self.engine.table_views()}
+        sent = 0
+        for table_id, runtime in list(self.engine.runtimes.items()):
+            written = self._written.setdefault(table_id, {})
+            status = table_status(runtime, views.get(table_id), self.redact)
+            status["conditions"] = with_transition_times(
+                status["conditions"], written.get("conditions"), self.now
+            )
+            changed = {k: v for k, v in status.items() if written.get(k) != v}
+            if not changed:
+                continue
+            namespace, name = table_id.split("/", 1)
+            try:
+                self.kube.patch_status(TABLES, name, namespace, changed)
+            except ApiException as exc:
+                if exc.status != 404:
+                    log.warning("status of %s not written: %s", table_id, exc.reason)
+                continue
+            written.update(changed)
+            sent += 1
+        self.patches += sent
+        return sent

@@ -1,0 +1,363 @@
+"""The controller against a real API server: kopf handlers, driver objects, Spark executor pods,
+scaling, table status from a real optimizing run, Secrets kept out of status, GC and finalizers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pyiceberg.catalog.sql import SqlCatalog
+from pyspark.sql import SparkSession
+from test_correctness import build_table
+
+from floe.controller import kube as kube_module
+from floe.controller.objects import PROPERTIES_KEY, TEMPLATE_KEY
+from floe.controller.runtime import Controller, OperatorConfig, run_kopf
+from floe.local.reference_reader import ReferenceReader
+from floe_optimizer.app import Optimizer
+
+from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster
+
+pytestmark = pytest.mark.k8s
+
+PEERING_CRDS = REPO_ROOT / "operator" / "floe" / "controller" / "peering-crds.yaml"
+KWOK_TEMPLATE = {
+    "tolerations": [{"key": FAKE_NODE_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}],
+    "nodeSelector": {"type": "kwok"},
+}
+SECRET_VALUE = "s3cr3t-never-shown-7f3a"
+
+
+@pytest.fixture(scope="module")
+def namespace(k8s: K8sCluster) -> str:
+    """CRDs (floe's and kopf's peering) installed, and a fresh namespace for this module."""
+    k8s.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
+    k8s.kubectl("apply", "-f", str(PEERING_CRDS))
+    for crd in ("optimizergroups.floe.dev", "optimizedtables.floe.dev", "kopfpeerings.kopf.dev"):
+        k8s.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    name = f"ctl-{uuid.uuid4().hex[:6]}"
+    k8s.kubectl("create", "namespace", name)
+    k8s.wait_for(
+        "default ServiceAccount",
+        lambda: k8s.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
+    )
+    return name
+
+
+@pytest.fixture(scope="module")
+def controller(k8s: K8sCluster, namespace: str) -> Iterator[Controller]:
+    """The operator in-process: kopf in a thread (with peering), task service, ticking engine."""
+    saved = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(k8s.kubeconfig)
+    kube_module.load_config()
+    config = OperatorConfig(
+        namespaces=[namespace],
+        service_port=0,
+        service_url="http://floe-operator.floe-system.svc:7070",
+        default_image="floe-optimizer:test",
+        tick_interval_s=0.3,
+        status_interval_s=1.0,
+        refresh_interval_s=1.0,
+    )
+    ctrl = Controller(config, kube_module.Kube())
+    ctrl.start()
+    stop, ready = threading.Event(), threading.Event()
+    thread = threading.Thread(target=run_kopf, args=(ctrl, stop, ready), daemon=True)
+    thread.start()
+    assert ready.wait(60), "kopf did not start"
+    k8s.wait_for("leadership", ctrl.leadership.is_leader, timeout=30)
+    yield ctrl
+    stop.set()
+    thread.join(30)
+    ctrl.stop()
+    if saved is None:
+        os.environ.pop("KUBECONFIG", None)
+    else:
+        os.environ["KUBECONFIG"] = saved
+
+
+def _apply(k8s: K8sCluster, manifest: dict[str, Any]) -> None:
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+
+
+def _group(name: str, namespace: str, executors: int = 2, cores: int = 2) -> dict[str, Any]:
+    return {
+        "apiVersion": "floe.dev/v1alpha1",
+        "kind": "OptimizerGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "executors": executors,
+            "executorCores": cores,
+            "executorMemory": "2Gi",
+            "executorTemplate": KWOK_TEMPLATE,
+        },
+    }
+
+
+def _get(k8s: K8sCluster, *args: str) -> Any:
+    result = k8s.kubectl("get", *args, "-o", "json", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def _status(k8s: K8sCluster, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    return dict((_get(k8s, kind, name, "-n", namespace) or {}).get("status") or {})
+
+
+def _events(k8s: K8sCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    items = _get(k8s, "events", "-n", namespace)["items"]
+    return [e for e in items if e["involvedObject"]["name"] == name]
+
+
+def test_group_gets_driver_pod_service_and_rbac(
+    k8s: K8sCluster, namespace: str, controller: Controller
+) -> None:
+    _apply(k8s, _group("alpha", namespace))
+    k8s.wait_for("driver pod", lambda: _get(k8s, "pod", "floe-alpha-driver", "-n", namespace) is not None)
+    group = _get(k8s, "og", "alpha", "-n", namespace)
+    owner = {"kind": "OptimizerGroup", "name": "alpha", "uid": group["metadata"]["uid"], "controller": True}
+
+    pod = _get(k8s, "pod", "floe-alpha-driver", "-n", namespace)
+    assert pod["metadata"]["labels"]["floe.dev/group"] == "alpha"
+    assert pod["metadata"]["labels"]["floe.dev/role"] == "driver"
+    assert owner.items() <= pod["metadata"]["ownerReferences"][0].items()
+    container = pod["spec"]["containers"][0]
+    assert container["image"] == "floe-optimizer:test"
+    assert container["command"][:3] == ["python", "-m", "floe.controller.driver"]
+    assert "k8s://https://kubernetes.default.svc" in container["command"]
+    assert {"name": "FLOE_SERVICE_URL", "value": "http://floe-operator.floe-system.svc:7070"} in container[
+        "env"
+    ]
+    assert pod["spec"]["serviceAccountName"] == "floe-alpha-driver"
+    assert pod["spec"]["nodeSelector"] == {"type": "kwok"}
+
+    service = _get(k8s, "service", "floe-alpha-driver", "-n", namespace)
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {"floe.dev/group": "alpha", "floe.dev/role": "driver"}
+    for kind in ("serviceaccount", "role", "rolebinding", "service"):
+        obj = _get(k8s, kind, "floe-alpha-driver", "-n", namespace)
+        assert owner.items() <= obj["metadata"]["ownerReferences"][0].items(), kind
+    role = _get(k8s, "role", "floe-alpha-driver", "-n", namespace)
+    assert {"pods", "configmaps"} <= set(role["rules"][0]["resources"])
+
+    spark = _get(k8s, "configmap", "floe-alpha-spark", "-n", namespace)["data"]
+    properties = dict(line.split("=", 1) for line in spark[PROPERTIES_KEY].splitlines())
+    heap = int(properties["spark.executor.memory"].removesuffix("m"))
+    overhead = int(properties["spark.executor.memoryOverhead"].removesuffix("m"))
+    assert heap + overhead == 2048 and heap < 2048
+    assert properties["spark.executor.instances"] == "2"
+    assert properties["spark.kubernetes.driver.pod.name"] == "floe-alpha-driver"
+    assert properties["spark.driver.host"] == f"floe-alpha-driver.{namespace}.svc"
+    assert properties["spark.kubernetes.executor.label.floe.dev/group"] == "alpha"
+    assert yaml.safe_load(spark[TEMPLATE_KEY])["spec"]["tolerations"] == KWOK_TEMPLATE["tolerations"]
+
+    # kwok runs the driver pod; no executor registers, so the group is not Ready yet.
+    k8s.wait_for(
+        "group status",
+        lambda: (
+            _status(k8s, "og", "alpha", namespace).get("selector")
+            == "floe.dev/group=alpha,floe.dev/role=executor"
+            and any(
+                c["type"] == "Progressing" and c["status"] == "True"
+                for c in _status(k8s, "og", "alpha", namespace).get("conditions", [])
+            )
+        ),
+    )
+    conditions = {c["type"]: c for c in _status(k8s, "og", "alpha", namespace)["conditions"]}
+    assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"]
+    assert all(c["lastTransitionTime"] for c in conditions.values())
+    table = k8s.kubectl("get", "og", "alpha", "-n", namespace).stdout
+    assert "EXECUTORS" in table and "READY" in table
+    assert any(e["reason"] == "DriverCreated" for e in _events(k8s, namespace, "alpha"))
+
+
+def _start_local_driver(
+    k8s: K8sCluster, namespace: str, group: str, controller: Controller, tmp: Path
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """Runs the driver entrypoint here, against the test API server: Spark creates the executor pods."""
+    spark_cm = _get(k8s, "configmap", f"floe-{group}-spark", "-n", namespace)["data"]
+    (tmp / "spark.properties").write_text(spark_cm[PROPERTIES_KEY])
+    (tmp / "template.yaml").write_text(spark_cm[TEMPLATE_KEY])
+    scale_file = tmp / "executors"
+    _sync_scale_file(k8s, namespace, group, scale_file)
+    command = [
+        sys.executable, "-m", "floe.controller.driver",
+        "--master", f"k8s://{k8s.server}",
+        "--properties-file", str(tmp / "spark.properties"),
+        "--scale-file", str(scale_file),
+        "--service", controller.server.url,
+        "--group", group,
+        "--executor-cores", "2",
+        "--executor-memory", "2Gi",
+        "--grace-period", "1",
+        "--conf", "spark.driver.host=127.0.0.1",
+        "--conf", "spark.driver.bindAddress=127.0.0.1",
+        "--conf", "spark.driver.port=0",
+        "--conf", "spark.blockManager.port=0",
+        "--conf", "spark.ui.enabled=false",
+        "--conf", f"spark.kubernetes.executor.podTemplateFile={tmp / 'template.yaml'}",
+    ]  # fmt: skip
+    env = {**os.environ, "KUBECONFIG": str(k8s.kubeconfig)}
+    log = (tmp / "driver.log").open("wb")
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), scale_file
+
+
+def _sync_scale_file(k8s: K8sCluster, namespace: str, group: str, path: Path) -> None:
+    """Plays the kubelet's ConfigMap projection for the local driver."""
+    data = _get(k8s, "configmap", f"floe-{group}-scale", "-n", namespace)["data"]
+    path.write_text(data["executors"])
+
+
+def _executor_pods(k8s: K8sCluster, namespace: str, group: str) -> list[dict[str, Any]]:
+    selector = f"floe.dev/group={group},floe.dev/role=executor"
+    pods = _get(k8s, "pods", "-n", namespace, "-l", selector)["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def test_spark_creates_executor_pods_and_follows_scaling(
+    k8s: K8sCluster, namespace: str, controller: Controller, tmp_path: Path
+) -> None:
+    _apply(k8s, _group("beta", namespace, executors=2))
+    k8s.wait_for(
+        "driver pod Running",
+        lambda: (
+            (_get(k8s, "pod", "floe-beta-driver", "-n", namespace) or {}).get("status", {}).get("phase")
+            == "Running"
+        ),
+    )
+    driver_uid = _get(k8s, "pod", "floe-beta-driver", "-n", namespace)["metadata"]["uid"]
+    driver, scale_file = _start_local_driver(k8s, namespace, "beta", controller, tmp_path)
+    try:
+
+        def count(n: int) -> bool:
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            _sync_scale_file(k8s, namespace, "beta", scale_file)
+            return len(_executor_pods(k8s, namespace, "beta")) == n
+
+        k8s.wait_for("2 executor pods", lambda: count(2), timeout=120)
+        pod = _executor_pods(k8s, namespace, "beta")[0]
+        assert pod["metadata"]["ownerReferences"][0]["uid"] == driver_uid
+        assert pod["metadata"]["labels"]["floe.dev/role"] == "executor"
+        resources = pod["spec"]["containers"][0]["resources"]
+        assert resources["limits"]["memory"] == "2Gi"
+        assert resources["requests"]["cpu"] == "2"
+        k8s.wait_for(
+            "readyExecutors 2", lambda: _status(k8s, "og", "beta", namespace).get("readyExecutors") == 2
+        )
+        conditions = {c["type"]: c for c in _status(k8s, "og", "beta", namespace)["conditions"]}
+        assert conditions["Ready"]["status"] == "True"
+
+        k8s.kubectl("scale", "og", "beta", "-n", namespace, "--replicas", "3")
+        k8s.wait_for("3 executor pods", lambda: count(3), timeout=90)
+        k8s.kubectl("patch", "og", "beta", "-n", namespace, "--type=merge", "-p", '{"spec":{"executors":1}}')
+        k8s.wait_for("1 executor pod", lambda: count(1), timeout=90)
+        k8s.kubectl("scale", "og", "beta", "-n", namespace, "--replicas", "0")
+        k8s.wait_for("no executor pods", lambda: count(0), timeout=90)
+        assert _get(k8s, "pod", "floe-beta-driver", "-n", namespace)["metadata"]["uid"] == driver_uid
+        assert any(e["reason"] == "Scaled" for e in _events(k8s, namespace, "beta"))
+        path = f"/apis/floe.dev/v1alpha1/namespaces/{namespace}/optimizergroups/beta/scale"
+        scale = json.loads(k8s.kubectl("get", "--raw", path).stdout)
+        assert scale["spec"].get("replicas", 0) == 0  # omitted when zero
+        assert scale["status"]["selector"] == "floe.dev/group=beta,floe.dev/role=executor"
+    finally:
+        driver.terminate()
+        driver.wait(60)
+
+
+def test_table_status_after_optimizing_keeps_secrets_out(
+    k8s: K8sCluster,
+    namespace: str,
+    controller: Controller,
+    sql_catalog: SqlCatalog,
+    reference: ReferenceReader,
+    spark: SparkSession,
+) -> None:
+    build_table(sql_catalog, reference, "identity", evolve_schema=False)
+    properties = {"type": "sql", **{k: str(v) for k, v in sql_catalog.properties.items()}}
+    properties["client.secret-token"] = SECRET_VALUE  # extra catalog property: must stay secret
+    _apply(
+        k8s,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "catalog", "namespace": namespace},
+            "stringData": properties,
+        },
+    )
+    _apply(k8s, _group("local", namespace, executors=1))
+    optimizer = Optimizer(controller.server.url, group="local", threads=2, spark=spark, name="test-local")
+    optimizer.start()
+    try:
+        _apply(
+            k8s,
+            {
+                "apiVersion": "floe.dev/v1alpha1",
+                "kind": "OptimizedTable",
+                "metadata": {"name": "orders", "namespace": namespace},
+                "spec": {
+                    "table": "db.t",
+                    "catalog": {"name": sql_catalog.name, "secretRef": "catalog"},
+                    "group": "local",
+                    "targetSize": "16Ki",
+                    "maxTaskSize": "16Ki",
+                    "minPlanInterval": "0s",
+                },
+            },
+        )
+        k8s.wait_for(
+            "committed optimizing in status",
+            lambda: "committed" in (_status(k8s, "ot", "orders", namespace).get("lastResult") or ""),
+            timeout=180,
+        )
+    finally:
+        optimizer.stop(grace_s=5)
+    status = _status(k8s, "ot", "orders", namespace)
+    assert status["state"]  # whatever comes next: another round of optimizing may already have started
+    assert status["lastMinorOptimizing"] or status["lastMajorOptimizing"] or status["lastFullOptimizing"]
+    assert status["lastOptimized"]
+    assert status["dataFiles"] > 0
+    assert {c["type"] for c in status["conditions"]} == {"Optimizing", "Pending", "Degraded"}
+    reasons = {e["reason"] for e in _events(k8s, namespace, "orders")}
+    assert {"OptimizingStarted", "Committed"} <= reasons
+    everything = k8s.kubectl("get", "ot,og,events", "-n", namespace, "-o", "yaml").stdout
+    assert SECRET_VALUE not in everything and str(sql_catalog.properties["uri"]) not in everything
+    # Batched: a flush with nothing changed sends nothing.
+    controller.flusher.flush()
+    assert controller.flusher.flush() == 0
+
+    # The finalizer: deleting the table removes it from the engine before the resource goes.
+    assert _get(k8s, "ot", "orders", "-n", namespace)["metadata"].get("finalizers")
+    k8s.kubectl("delete", "ot", "orders", "-n", namespace, "--timeout=60s")
+    assert f"{namespace}/orders" not in controller.engine.runtimes
+
+
+def test_deleting_a_group_garbage_collects_its_objects(
+    k8s: K8sCluster, namespace: str, controller: Controller
+) -> None:
+    _apply(k8s, _group("gamma", namespace, executors=1))
+    k8s.wait_for("driver pod", lambda: _get(k8s, "pod", "floe-gamma-driver", "-n", namespace) is not None)
+    k8s.kubectl("delete", "og", "gamma", "-n", namespace, "--wait=true", "--timeout=60s")
+
+    def gone() -> bool:
+        return all(
+            _get(k8s, kind, name, "-n", namespace) is None
+            for kind, name in [
+                ("pod", "floe-gamma-driver"),
+                ("service", "floe-gamma-driver"),
+                ("serviceaccount", "floe-gamma-driver"),
+                ("role", "floe-gamma-driver"),
+                ("rolebinding", "floe-gamma-driver"),
+                ("configmap", "floe-gamma-spark"),
+                ("configmap", "floe-gamma-scale"),
+            ]
+        )
+
+    k8s.wait_for("garbage collection of the group's objects", gone, timeout=60)
