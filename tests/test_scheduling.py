@@ -714,3 +714,17 @@ def test_the_scheduler_signals_when_tasks_may_have_become_available() -> None:
     group.complete(attempt.attempt_id, "o", "boom", 1.0)  # back to PLANNED for a retry
     assert len(calls) == 2
     assert math.isclose(group.stats(1.0)["t"].occupation, 1.0 / HOUR)
+
+
+def test_ledger_cache_matches_a_fresh_computation() -> None:
+    cached = TaskTimeLedger(cache_ttl_s=1.0)
+    fresh = TaskTimeLedger(cache_ttl_s=0.0)
+    for ledger in (cached, fresh):
+        ledger.start("t", "r1", 0.0)
+        ledger.stop("r1", 100.0)
+        ledger.start("t", "r2", 150.0)
+    for now in (200.0, 200.5, 200.99, 201.0, 250.0):
+        assert cached.task_seconds("t", now) == pytest.approx(fresh.task_seconds("t", now))
+    cached.stop("r2", 260.0)  # a stop drops the cached sum at once
+    fresh.stop("r2", 260.0)
+    assert cached.task_seconds("t", 260.2) == pytest.approx(fresh.task_seconds("t", 260.2)) == 210.0

@@ -48,10 +48,16 @@ class TaskTimeLedger:
     ledger stays bounded by the number of tasks that ran in the last window.
     """
 
-    def __init__(self, retention_s: float = QUOTA_WINDOW_S) -> None:
+    def __init__(self, retention_s: float = QUOTA_WINDOW_S, cache_ttl_s: float = 1.0) -> None:
         if retention_s <= 0:
             raise ValueError(f"retention_s must be positive, got {retention_s}")
         self._retention_s = retention_s
+        # The quota policy orders every table on every poll; recomputing each table's
+        # history each time made polls O(tables x tasks). A cached sum is reused for
+        # `cache_ttl_s` (running tasks' time is added on top) and dropped as soon as one
+        # of the table's tasks starts or stops.
+        self._cache_ttl_s = cache_ttl_s
+        self._cache: dict[str, tuple[float, float, float]] = {}
         self._finished: dict[str, deque[tuple[float, float]]] = {}
         self._running: dict[str, dict[str, float]] = {}
         self._table_of_run: dict[str, str] = {}
@@ -62,10 +68,12 @@ class TaskTimeLedger:
             raise ValueError(f"run {run_id!r} is already running")
         self._running.setdefault(table_id, {})[run_id] = now
         self._table_of_run[run_id] = table_id
+        self._cache.pop(table_id, None)
 
     def stop(self, run_id: str, now: float) -> None:
         """The run ended (completed, failed, expired or was released); its interval becomes history."""
         table_id = self._table_of_run.pop(run_id)
+        self._cache.pop(table_id, None)
         runs = self._running[table_id]
         started = runs.pop(run_id)
         if not runs:
@@ -77,6 +85,11 @@ class TaskTimeLedger:
         """Task time of the table within ``[now - window_s, now]``, running tasks included."""
         if window_s > self._retention_s:
             raise ValueError(f"window {window_s}s is longer than the ledger keeps ({self._retention_s}s)")
+        cached = self._cache.get(table_id)
+        if cached is not None:
+            cached_window, computed_at, seconds = cached
+            if cached_window == window_s and computed_at <= now < computed_at + self._cache_ttl_s:
+                return seconds + len(self._running.get(table_id, ())) * (now - computed_at)
         self._prune(table_id, now)
         since = now - window_s
         total = 0.0
@@ -84,6 +97,7 @@ class TaskTimeLedger:
             total += max(0.0, min(ended, now) - max(started, since))
         for started in self._running.get(table_id, {}).values():
             total += max(0.0, now - max(started, since))
+        self._cache[table_id] = (window_s, now, total)
         return total
 
     def occupation(self, table_id: str, now: float, limit: float, window_s: float = QUOTA_WINDOW_S) -> float:
@@ -93,6 +107,7 @@ class TaskTimeLedger:
     def forget(self, table_id: str) -> None:
         """Drop everything known about the table (it left the group)."""
         self._finished.pop(table_id, None)
+        self._cache.pop(table_id, None)
         for run_id in self._running.pop(table_id, {}):
             del self._table_of_run[run_id]
 
