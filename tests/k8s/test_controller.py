@@ -132,6 +132,8 @@ def test_group_gets_driver_pod_service_and_rbac(
     container = pod["spec"]["containers"][0]
     assert container["image"] == "floe-optimizer:test"
     assert container["command"][:3] == ["python", "-m", "floe.controller.driver"]
+    group_arg = container["command"].index("--group") + 1
+    assert container["command"][group_arg] == f"{namespace}/alpha"  # groups are keyed by namespace
     assert "k8s://https://kubernetes.default.svc" in container["command"]
     assert {"name": "FLOE_SERVICE_URL", "value": "http://floe-operator.floe-system.svc:7070"} in container[
         "env"
@@ -194,7 +196,7 @@ def _start_local_driver(
         "--properties-file", str(tmp / "spark.properties"),
         "--scale-file", str(scale_file),
         "--service", controller.server.url,
-        "--group", group,
+        "--group", f"{namespace}/{group}",  # the task service knows groups as namespace/name
         "--executor-cores", "2",
         "--executor-memory", "2Gi",
         "--grace-period", "1",
@@ -293,7 +295,9 @@ def test_table_status_after_optimizing_keeps_secrets_out(
         },
     )
     _apply(k8s, _group("local", namespace, executors=1))
-    optimizer = Optimizer(controller.server.url, group="local", threads=2, spark=spark, name="test-local")
+    optimizer = Optimizer(
+        controller.server.url, group=f"{namespace}/local", threads=2, spark=spark, name="test-local"
+    )
     optimizer.start()
     try:
         _apply(

@@ -169,7 +169,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scale-file", required=True, type=Path, help="file holding the desired executor count")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="override a property")
     p.add_argument("--service", required=True, help="task service base URL")
-    p.add_argument("--group", required=True, help="the OptimizerGroup to serve")
+    p.add_argument("--group", required=True, help="the group to serve, as the task service knows it")
     p.add_argument("--executor-cores", type=int, required=True)
     p.add_argument("--executor-memory", type=parse_quantity, required=True, help="e.g. 2Gi")
     p.add_argument("--name", default=socket.gethostname(), help="shown in status (default: the host name)")

@@ -3,6 +3,12 @@
 A spec change that needs a new driver (image, cores, memory, executor template) replaces
 the driver pod; a change of ``spec.executors`` (an edit, ``kubectl scale``, an HPA) only
 rewrites the scale ConfigMap, which the running driver follows (`floe.controller.driver`).
+
+The engine knows a group as ``namespace/name`` (`OptimizingEngine.group_key`), so groups of
+the same name in two namespaces are two groups, and a table uses the one of its own
+namespace. Deleting a group removes it from the engine before the group goes (kopf's
+finalizer, which the status timer needs anyway): its processes are cancelled uncommitted,
+and its tables wait as PENDING with "group ... does not exist".
 """
 
 from __future__ import annotations
@@ -66,6 +72,15 @@ def reconcile_group(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     group = group_model(body)
     controller.engine.apply_group(group)
     ensure_driver(controller, body, group)
+
+
+@kopf.on.delete(API_GROUP, VERSION, PLURAL)
+def remove_group(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """The finalizer: the engine forgets the group; its objects go by garbage collection (owner refs)."""
+    controller: Controller = memo.controller
+    name, namespace = body.metadata.name or "", body.metadata.namespace or "default"
+    controller.engine.remove_group(name, namespace)
+    controller.warned_groups.discard(controller.engine.group_key(name, namespace))
 
 
 def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup) -> None:
@@ -135,8 +150,9 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
         ensure_driver(controller, body, group)
     executors = kube.list_pods(namespace, executor_selector(name))
     ready = sum(1 for pod in executors if _ready(pod))
+    service_group = controller.engine.group_key(name, namespace)
     try:
-        stats = controller.service.group(name).group_stats(controller.engine.clock())
+        stats = controller.service.group(service_group).group_stats(controller.engine.clock())
         tables, running, pending, pending_tables = (
             stats.tables,
             stats.running_tasks,
@@ -174,8 +190,8 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
         if status.get(key) != value:
             patch.status[key] = value
     if pending_tables and ready == 0:
-        if name not in controller.warned_groups:
-            controller.warned_groups.add(name)
+        if service_group not in controller.warned_groups:
+            controller.warned_groups.add(service_group)
             post_event(
                 controller,
                 body,
@@ -184,7 +200,7 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
                 message=f"pending: group has no ready executors ({pending_tables} tables waiting)",
             )
     else:
-        controller.warned_groups.discard(name)
+        controller.warned_groups.discard(service_group)
 
 
 def _ready(pod: dict[str, Any]) -> bool:

@@ -1,11 +1,32 @@
 """Which replica is the leader: the live kopf peer with the highest priority.
 
-kopf's peering pauses the handlers of every replica but the one with the highest priority
-(equal priorities pause all of them, so each replica draws a distinct random one). The
-engine's ticking and the status flush are not kopf handlers, so they ask `Leadership`,
-which reads the same peering object kopf keeps alive. The leader also labels its own pod
-``floe.dev/leader=true``: the operator's Service selects that label, so drivers reach the
-task service of the replica that actually schedules.
+How leadership works, end to end:
+
+* Every replica runs kopf with peering on (``OperatorConfig.standalone`` false) under the
+  same peering name. kopf keeps one record per replica in the ``status`` of a KopfPeering
+  object per watched namespace (a ClusterKopfPeering when watching the whole cluster):
+  identity → priority, ``lastseen``, ``lifetime``. A replica renews its record every few
+  seconds and removes it when it stops cleanly. A record older than its lifetime
+  (``OperatorConfig.peering_lifetime_s``, 60 s by default) counts as dead.
+* kopf pauses every handler, timer and watch of a replica that sees a live peer with a
+  higher priority (equal priorities pause everyone, so each replica draws a distinct random
+  priority). A replica starts paused (peering is mandatory) and stays so until it has read
+  the peering object. So only the leader reconciles OptimizerGroups and OptimizedTables:
+  a follower's engine has no groups or tables registered at all.
+* The engine's ticking and the status flush are not kopf handlers: they run in the
+  controller's own thread and ask `Leadership.is_leader`, which reads the same peering
+  object (at most every ``check_interval_s``) and answers yes only when this replica's own
+  record is there and no live record has an equal or higher priority.
+* Failover: when the leader stops cleanly its record goes at once; when it dies, its record
+  expires after its lifetime. kopf then resumes the follower, whose resume handlers
+  register every group and table with its engine (last optimizing times restored from
+  status, see `floe.controller.tables`), and `is_leader` turns true within
+  ``check_interval_s``, so its engine starts ticking. A process the old leader had in
+  flight is never committed by the new one: the new engine has no record of it and plans
+  afresh; commits are validated against concurrent ones, so even a few seconds of overlap
+  with a dying leader cannot apply the same rewrite twice.
+* The leader also labels its own pod ``floe.dev/leader=true``: the operator's Service
+  selects that label, so drivers reach the task service of the replica that schedules.
 """
 
 from __future__ import annotations
@@ -46,8 +67,10 @@ class Leadership:
         priority: int,
         peering_name: str,
         namespaces: Sequence[str],
+        check_interval_s: float = CHECK_INTERVAL_S,
     ) -> None:
         """With ``kube=None`` (standalone) this replica is always the leader."""
+        self.check_interval_s = check_interval_s
         self.kube = kube
         self.identity = identity
         self.priority = priority
@@ -86,7 +109,7 @@ class Leadership:
         if self.kube is None:
             return True
         now = time.monotonic()
-        if now - self._checked_at >= CHECK_INTERVAL_S:
+        if now - self._checked_at >= self.check_interval_s:
             self._checked_at = now
             try:
                 leader = self._read()

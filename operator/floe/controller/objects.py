@@ -69,6 +69,11 @@ class GroupRef:
         return f"floe-{self.name}-scale"
 
     @property
+    def service_group(self) -> str:
+        """The group's name in the task service (``namespace/name``), which its driver registers with."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
     def driver_host(self) -> str:
         """DNS name of the headless Service in front of the driver."""
         return f"{self.driver_name}.{self.namespace}.svc"
@@ -171,7 +176,7 @@ def driver_pod(
         "--service",
         service_url,
         "--group",
-        ref.name,
+        ref.service_group,
         "--executor-cores",
         str(spec.executor_cores),
         "--executor-memory",

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
+from floe.api.models import OptimizedTable
 from floe.controller.kube import Kube, load_config
-from floe.controller.leader import Leadership, random_priority
-from floe.controller.secrets import RedactingFilter, Redactor
+from floe.controller.leader import CHECK_INTERVAL_S, Leadership, random_priority
+from floe.controller.secrets import RedactingFilter, Redactor, with_catalog_properties
 from floe.controller.status import TableStatusFlusher
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
@@ -49,6 +51,12 @@ class OperatorConfig:
     tick_interval_s: float = 1.0
     status_interval_s: float = 5.0
     refresh_interval_s: float = 10.0
+    peering_lifetime_s: int = 60
+    """How long a replica's peering record counts without renewal: a crashed leader's successor
+    takes over after at most this long (a replica that stops cleanly removes its record at once)."""
+    leader_check_interval_s: float = CHECK_INTERVAL_S
+    secret_interval_s: float = 30.0
+    """How often the leader re-reads the catalog Secrets tables refer to."""
 
     def __post_init__(self) -> None:
         namespace = os.environ.get("POD_NAMESPACE", "default")
@@ -87,7 +95,10 @@ class Controller:
         self.config = config
         self.kube = kube
         self.service = TaskService(clock=time.time)
-        self.engine = OptimizingEngine(self.service, refresh_interval_s=config.refresh_interval_s)
+        # Groups keyed by namespace/name: same-named groups in two namespaces stay apart.
+        self.engine = OptimizingEngine(
+            self.service, refresh_interval_s=config.refresh_interval_s, namespaced_groups=True
+        )
         self.server = TaskServiceServer(self.service, host="0.0.0.0", port=config.service_port)
         self.redact = Redactor()
         self.flusher = TableStatusFlusher(kube, self.engine, self.redact, time.time)
@@ -97,9 +108,17 @@ class Controller:
             config.priority,
             config.peering_name,
             config.namespaces,
+            check_interval_s=config.leader_check_interval_s,
         )
         self.tables: dict[str, InvolvedObject] = {}
+        self.resources: dict[str, OptimizedTable] = {}
+        """Each table as applied, before its Secret's catalog properties are merged in."""
+        self.apply_lock = threading.RLock()
+        """Held while a table's spec is applied to the engine (kopf handlers, Secret refresh)."""
+        self._secret_errors: dict[tuple[str, str], str] = {}
         self.warned_groups: set[str] = set()
+        self.rounds = 0
+        """Engine rounds ticked by this replica (only while it leads)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.engine.subscribe(self.on_engine_event)
@@ -125,11 +144,15 @@ class Controller:
         self.engine.close()
 
     def _loop(self) -> None:
-        last_flush = 0.0
+        last_flush = last_secrets = time.monotonic()
         while not self._stop.is_set():
             try:
                 if self.leadership.is_leader():
+                    if time.monotonic() - last_secrets >= self.config.secret_interval_s:
+                        last_secrets = time.monotonic()
+                        self.refresh_catalog_secrets()
                     self.engine.tick()
+                    self.rounds += 1
                     if time.monotonic() - last_flush >= self.config.status_interval_s:
                         last_flush = time.monotonic()
                         self.flusher.flush()
@@ -138,6 +161,51 @@ class Controller:
             self._stop.wait(self.config.tick_interval_s)
         if self.leadership.is_leader():
             self.flusher.flush()
+
+    def refresh_catalog_secrets(self) -> int:
+        """Re-read each Secret a table's catalog refers to; re-apply the tables whose properties changed.
+
+        One GET per Secret, however many tables use it. A Secret that cannot be read leaves
+        its tables as they are (logged once per failure, reason only). Returns how many
+        tables were re-applied.
+        """
+        users: dict[tuple[str, str], list[str]] = {}
+        for table_id, resource in list(self.resources.items()):
+            secret = resource.spec.catalog.secret_ref
+            if secret:
+                users.setdefault((resource.metadata.namespace, secret), []).append(table_id)
+        applied = 0
+        for (namespace, name), table_ids in users.items():
+            try:
+                properties = self.kube.read_secret(name, namespace)
+            except ApiException as exc:
+                error = str(exc.reason)
+                if self._secret_errors.get((namespace, name)) != error:
+                    log.warning("catalog Secret %s/%s cannot be read: %s", namespace, name, error)
+                self._secret_errors[(namespace, name)] = error
+                continue
+            self._secret_errors.pop((namespace, name), None)
+            self.redact.add(properties)
+            for table_id in table_ids:
+                applied += self._apply_catalog_properties(table_id, name, properties)
+        return applied
+
+    def _apply_catalog_properties(self, table_id: str, secret: str, properties: dict[str, str]) -> int:
+        with self.apply_lock:
+            base = self.resources.get(table_id)
+            runtime = self.engine.runtimes.get(table_id)
+            if base is None or runtime is None or base.spec.catalog.secret_ref != secret:
+                return 0
+            resource = with_catalog_properties(base, properties)
+            if resource.spec.catalog.properties == runtime.spec.catalog.properties:
+                return 0
+            self.engine.apply_table(resource)
+        involved = self.tables.get(table_id)
+        if involved is not None:
+            message = f"catalog Secret {secret!r} changed: the table is read with its new properties"
+            self.kube.event(involved.as_dict(), "Normal", "CatalogSecretChanged", message)
+        log.info("catalog Secret of %s changed: re-applied", table_id)
+        return 1
 
     def on_engine_event(self, event: EngineEvent) -> None:
         """An engine event becomes a Kubernetes Event on its OptimizedTable (redacted)."""
@@ -178,12 +246,15 @@ def kopf_settings(config: OperatorConfig) -> dict[str, Any]:
 
 
 @kopf.on.startup()
-def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+def _configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Handler progress goes into annotations: floe's status schema has no place for kopf's.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="floe.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="floe.dev")
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 60
+    controller: Controller | None = getattr(memo, "controller", None)
+    if controller is not None:
+        settings.peering.lifetime = controller.config.peering_lifetime_s
 
 
 @kopf.on.login()

@@ -94,9 +94,26 @@ def table_status(runtime: TableRuntime, view: TableView | None, redact: Callable
                 "Pending" if state == TableState.PENDING else "NotPending",
                 redact(runtime.pending_reason),
             ),
-            condition("Degraded", bool(error), "Error" if error else "Healthy", error),
+            condition("Degraded", bool(error), degraded_reason(runtime), error),
         ],
     }
+
+
+def degraded_reason(runtime: TableRuntime) -> str:
+    """Why the table is Degraded, as a condition reason (``Healthy`` when it is not).
+
+    ``TableUnavailable``: the catalog or the table cannot be read (wrong catalog properties
+    or Secret, catalog down, table gone); ``PlanningFailed``; ``OptimizingFailed``: the last
+    process failed or its commit was refused, and nothing was committed.
+    """
+    error = runtime.last_error
+    if not error:
+        return "Healthy"
+    if error.startswith("planning failed"):
+        return "PlanningFailed"
+    if runtime.last_result == f"failed: {error}":
+        return "OptimizingFailed"
+    return "TableUnavailable"
 
 
 class TableStatusFlusher:

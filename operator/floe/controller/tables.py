@@ -1,10 +1,22 @@
 """kopf handlers of OptimizedTable: register with the engine, catalog Secrets, finalizer.
 
 Status is not written here but by the batched flush (`floe.controller.status`); the
-engine's events become Events through `Controller.on_engine_event`. On resume (operator
-restart) the table's last optimizing times come back from its status, so the balanced
-policy orders tables as before; a process in flight at the restart is simply abandoned
-(nothing was committed), and the next refresh reads the table's real history anyway.
+engine's events become Events through `Controller.on_engine_event`.
+
+Restarts: on resume (a new operator process, or a follower that just became the leader)
+the table's last minor/major/full optimizing times come back from its status, so interval
+triggers and the balanced policy carry on as before. A process in flight at the restart is
+abandoned: the new engine has no record of it, nothing of it is committed, a late
+completion from its optimizer is refused (its token belongs to the old task service), and
+the table is evaluated and planned afresh from the table's current snapshot.
+
+Catalog Secrets: the properties in ``spec.catalog.secretRef`` are read when the table is
+reconciled, and re-read by the leader every ``OperatorConfig.secret_interval_s``
+(`Controller.refresh_catalog_secrets`: one GET per referenced Secret, whatever the number of
+tables using it; no list or watch on Secrets, which the operator is not granted). A table
+whose catalog properties changed is re-applied. Fixing a wrong Secret therefore heals its
+tables without touching them; meanwhile their Degraded condition says what failed
+(reason ``TableUnavailable``), with secret values masked.
 """
 
 from __future__ import annotations
@@ -46,6 +58,9 @@ def reconcile_table(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, **_: 
     resource = table_model(body)
     meta = resource.metadata
     table_id = f"{meta.namespace}/{meta.name}"
+    controller.tables[table_id] = InvolvedObject(
+        str(body.get("apiVersion")), "OptimizedTable", meta.name, meta.namespace, body.metadata.uid or ""
+    )
     secret = resource.spec.catalog.secret_ref
     if secret:
         try:
@@ -56,18 +71,17 @@ def reconcile_table(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, **_: 
             raise kopf.TemporaryError(message, delay=SECRET_RETRY_S) from None
         controller.redact.add(properties)
         resource = with_catalog_properties(resource, properties)
-    controller.tables[table_id] = InvolvedObject(
-        str(body.get("apiVersion")), "OptimizedTable", meta.name, meta.namespace, body.metadata.uid or ""
-    )
-    known = table_id in controller.engine.runtimes
-    runtime = controller.engine.apply_table(resource)
-    if not known and status:
-        controller.flusher.seed(table_id, status)
-        runtime.last_minor_s = runtime.last_minor_s or epoch(status.get("lastMinorOptimizing"))
-        runtime.last_major_s = runtime.last_major_s or epoch(status.get("lastMajorOptimizing"))
-        runtime.last_full_s = runtime.last_full_s or epoch(status.get("lastFullOptimizing"))
-        # Re-applying hands the restored last-optimized time to the group's scheduler.
-        controller.engine.apply_table(resource)
+    with controller.apply_lock:  # against a concurrent Secret refresh applying an older spec
+        controller.resources[table_id] = table_model(body)
+        known = table_id in controller.engine.runtimes
+        runtime = controller.engine.apply_table(resource)
+        if not known and status:
+            controller.flusher.seed(table_id, status)
+            runtime.last_minor_s = runtime.last_minor_s or epoch(status.get("lastMinorOptimizing"))
+            runtime.last_major_s = runtime.last_major_s or epoch(status.get("lastMajorOptimizing"))
+            runtime.last_full_s = runtime.last_full_s or epoch(status.get("lastFullOptimizing"))
+            # Re-applying hands the restored last-optimized time to the group's scheduler.
+            controller.engine.apply_table(resource)
 
 
 @kopf.on.delete(API_GROUP, VERSION, PLURAL)
@@ -75,6 +89,8 @@ def remove_table(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """The finalizer: the engine forgets the table (an in-flight process is cancelled uncommitted)."""
     controller: Controller = memo.controller
     table_id = f"{body.metadata.namespace}/{body.metadata.name}"
-    controller.engine.remove_table(table_id)
+    with controller.apply_lock:
+        controller.resources.pop(table_id, None)
+        controller.engine.remove_table(table_id)
     controller.flusher.forget(table_id)
     controller.tables.pop(table_id, None)

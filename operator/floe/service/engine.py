@@ -4,7 +4,13 @@ One `tick()` refreshes the tables that are due (an unchanged snapshot is not res
 tells each group's scheduler which tables are pending, plans the tables the scheduler
 picks, and commits the processes whose tasks are done. Optimizers reach the same
 TaskService over HTTP and run the tasks. The engine is what `floe run` drives in a
-loop, and what the Kubernetes controller will drive from resource events.
+loop, and what the Kubernetes controller drives from resource events.
+
+Groups are keyed in the TaskService by `OptimizingEngine.group_key`: by name alone
+embedded (``floe run``, where every manifest is in one namespace), and by
+``namespace/name`` when ``namespaced_groups`` is set (the Kubernetes controller), so two
+namespaces can each have a group called ``batch`` and a table only ever uses the group of
+its own namespace. Optimizers register with that key.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from floe.commit.snapshot import UnsupportedTableError, delete_quietly
 from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
-from floe.scheduling.queue import ProcessOutcome
+from floe.scheduling.queue import GroupScheduler, ProcessOutcome
 from floe.service.task_service import TaskService
 from floe.tables.catalog import TableAccessError, load_table, open_catalog
 from floe.tables.history import optimizing_history
@@ -35,6 +41,7 @@ from floe.tables.scan import ScannedTable, scan_table
 log = logging.getLogger(__name__)
 
 MIN_DELETE_MEMORY = 64 * 1024 * 1024
+DEFAULT_NAMESPACE = "default"
 
 
 @dataclass(frozen=True)
@@ -83,12 +90,15 @@ class OptimizingEngine:
         clock: Callable[[], float] = time.time,
         refresh_interval_s: float = 10.0,
         io_threads: int = 4,
+        namespaced_groups: bool = False,
     ) -> None:
         self.service = service
+        self.namespaced_groups = namespaced_groups
         self.clock = clock
         self.refresh_interval_s = refresh_interval_s
         self.runtimes: dict[str, TableRuntime] = {}
         self.groups: dict[str, OptimizerGroup] = {}
+        """Groups by `group_key`."""
         self._catalogs: dict[tuple[str, tuple[tuple[str, str], ...]], Catalog] = {}
         self._scans: dict[str, ScannedTable] = {}
         self._in_flight: dict[str, _InFlight] = {}
@@ -102,23 +112,63 @@ class OptimizingEngine:
         """Receive every EngineEvent."""
         self._listeners.append(listener)
 
+    def group_key(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
+        """The group's name in the TaskService, which its optimizers register with."""
+        return f"{namespace}/{name}" if self.namespaced_groups else name
+
+    def table_group_key(self, runtime: TableRuntime) -> str:
+        """`group_key` of the group serving the table: the one of that name in the table's namespace."""
+        namespace = runtime.table_id.split("/", 1)[0] if "/" in runtime.table_id else DEFAULT_NAMESPACE
+        return self.group_key(runtime.group, namespace)
+
     def apply_group(self, group: OptimizerGroup) -> None:
         """Create or update a group: policy and timeouts apply on the next poll."""
         spec = group.spec
         with self._lock:
-            name = group.metadata.name
+            name = self.group_key(group.metadata.name, group.metadata.namespace)
             if name in self.groups:
                 self.service.update_group(
                     name, spec.policy, spec.heartbeat_timeout, spec.ack_timeout, spec.execute_timeout
                 )
+                self.groups[name] = group
             else:
                 self.service.add_group(
                     name, spec.policy, spec.heartbeat_timeout, spec.ack_timeout, spec.execute_timeout
                 )
+                # Known first: registering checks it. Tables applied before their group join it now.
+                self.groups[name] = group
                 for runtime in self.runtimes.values():
-                    if runtime.group == name:
+                    if self.table_group_key(runtime) == name:
                         self._register_in_group(runtime)
-            self.groups[name] = group
+
+    def remove_group(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> None:
+        """Forget a group (deleted): its optimizers are dropped and its processes cancelled uncommitted.
+
+        Its tables stay registered and wait, PENDING with the reason "group ... does not
+        exist", until a group of that name appears again. Files that finished tasks of a
+        cancelled process already wrote are left to orphan-file cleanup, as in `remove_table`.
+        """
+        key = self.group_key(name, namespace)
+        with self._lock:
+            if self.groups.pop(key, None) is None:
+                return
+            cancelled = [pid for pid, flight in self._in_flight.items() if flight.group == key]
+            for pid in cancelled:
+                del self._in_flight[pid]
+            self.service.remove_group(key)
+            failed = []
+            for runtime in self.runtimes.values():
+                if runtime.process_id in cancelled and runtime.busy:
+                    process_id = runtime.process_id
+                    runtime.on_process_failed(f"group {name!r} was deleted: process {process_id} cancelled")
+                    failed.append((runtime.table_id, process_id))
+        for table_id, process_id in failed:
+            self._emit(
+                table_id,
+                "Warning",
+                "OptimizingCancelled",
+                f"{process_id}: group {name!r} was deleted; nothing was committed",
+            )
 
     def apply_table(self, resource: OptimizedTable) -> TableRuntime:
         """Create or update a table's runtime from its manifest (quota, thresholds, group, enabled)."""
@@ -132,10 +182,11 @@ class OptimizingEngine:
                 if not spec.enabled:
                     runtime.state = TableState.DISABLED
             else:
-                old_group = runtime.group
+                old_group = self.table_group_key(runtime)
                 runtime.update_spec(spec)
                 # A process in flight finishes in its old group (see _commit); otherwise move now.
-                if old_group != spec.group and old_group in self.groups and not runtime.busy:
+                moved = old_group != self.table_group_key(runtime)
+                if moved and old_group in self.groups and not runtime.busy:
                     self.service.group(old_group).remove_table(table_id)
             self._register_in_group(runtime)
             return runtime
@@ -150,16 +201,17 @@ class OptimizingEngine:
             if runtime is None:
                 return
             flight = self._in_flight.pop(runtime.process_id, None) if runtime.process_id else None
-            group = flight.group if flight else runtime.group
+            group = flight.group if flight else self.table_group_key(runtime)
             if group in self.groups:
                 self.service.group(group).remove_table(table_id)
             self._scans.pop(table_id, None)
 
     def _register_in_group(self, runtime: TableRuntime, left_group: str | None = None) -> None:
-        if left_group is not None and left_group != runtime.group and left_group in self.groups:
+        group = self.table_group_key(runtime)
+        if left_group is not None and left_group != group and left_group in self.groups:
             self.service.group(left_group).remove_table(runtime.table_id)
-        if runtime.group in self.groups:
-            self.service.group(runtime.group).upsert_table(
+        if group in self.groups:
+            self.service.group(group).upsert_table(
                 runtime.table_id, runtime.spec.quota, runtime.last_optimized_s
             )
 
@@ -202,7 +254,8 @@ class OptimizingEngine:
                 if r.last_error and r.evaluated_snapshot_id is None:
                     stuck[r.table_id] = r.last_error
                 elif r.state == TableState.PENDING and (
-                    r.group not in self.groups or self.service.group(r.group).threads == 0
+                    self.table_group_key(r) not in self.groups
+                    or self.service.group(self.table_group_key(r)).threads == 0
                 ):
                     stuck[r.table_id] = r.pending_reason
             return stuck
@@ -254,11 +307,12 @@ class OptimizingEngine:
             runtime.on_evaluated(scanned.files, plan, now)
 
     def _update_pending(self, runtime: TableRuntime, now: float) -> None:
-        if runtime.group not in self.groups:
+        key = self.table_group_key(runtime)
+        if key not in self.groups:
             if runtime.state == TableState.PENDING:
                 runtime.pending_reason = f"group {runtime.group!r} does not exist"
             return
-        scheduler = self.service.group(runtime.group)
+        scheduler = self.service.group(key)
         scheduler.set_pending(runtime.table_id, runtime.may_plan(now))
         if runtime.state == TableState.PENDING and scheduler.threads == 0:
             reason = f"group {runtime.group!r} has no ready optimizer"
@@ -279,10 +333,15 @@ class OptimizingEngine:
 
     def _plan_picked_tables(self) -> None:
         for name in list(self.groups):
-            scheduler = self.service.group(name)
+            with self._lock:
+                if name not in self.groups:
+                    continue  # removed meanwhile
+                scheduler = self.service.group(name)
             while True:
                 now = self.clock()
                 with self._lock:
+                    if not self._current(name, scheduler):
+                        break  # removed meanwhile
                     table_id = scheduler.next_table_to_plan(now)
                     runtime = self.runtimes.get(table_id) if table_id else None
                     if table_id is None:
@@ -291,10 +350,14 @@ class OptimizingEngine:
                         scheduler.planning_empty(table_id)
                         continue
                     runtime.on_planning(now)
-                self._plan(runtime, name, max(1, scheduler.threads))
+                self._plan(runtime, name, scheduler, max(1, scheduler.threads))
 
-    def _plan(self, runtime: TableRuntime, group_name: str, threads: int) -> None:
-        scheduler = self.service.group(group_name)
+    def _plan(self, runtime: TableRuntime, group_name: str, scheduler: GroupScheduler, threads: int) -> None:
+        with self._lock:
+            if not self._current(group_name, scheduler):
+                runtime.on_planning_failed(f"group {runtime.group!r} was deleted")
+                return
+            group = self.groups[group_name].spec
         now = self.clock()
         try:
             table = self._load(runtime)
@@ -319,7 +382,6 @@ class OptimizingEngine:
                     runtime.on_planned(plan, "")
                     scheduler.planning_empty(runtime.table_id)
                 return
-            group = self.groups[group_name].spec
             memory = max(MIN_DELETE_MEMORY, group.executor_memory // group.executor_cores // 2)
             process = build_process(
                 table, runtime.spec.table, scanned, plan, config, delete_memory_limit=memory
@@ -331,6 +393,10 @@ class OptimizingEngine:
             self._emit(runtime.table_id, "Warning", "PlanningFailed", str(exc))
             return
         with self._lock:
+            if not self._current(group_name, scheduler):
+                # The group was deleted (or deleted and created again) while this table was planned.
+                runtime.on_planning_failed(f"group {runtime.group!r} was deleted")
+                return
             self._in_flight[process.process_id] = _InFlight(process, table, group_name, plan.optimizing_type)
             scheduler.add_process(
                 runtime.table_id,
@@ -347,13 +413,18 @@ class OptimizingEngine:
             f"{plan.optimizing_type.label} optimizing {process.process_id}: {len(process.specs)} tasks",
         )
 
+    def _current(self, group_name: str, scheduler: GroupScheduler) -> bool:
+        """Whether ``scheduler`` is still the group's (not deleted, nor deleted and created again)."""
+        return group_name in self.groups and self.service.group(group_name) is scheduler
+
     # -- commit --------------------------------------------------------------------------
 
     def _commit_finished(self) -> None:
         for name in list(self.groups):
-            scheduler = self.service.group(name)
             with self._lock:
-                finished = scheduler.take_finished()
+                if name not in self.groups:
+                    continue  # removed meanwhile
+                finished = self.service.group(name).take_finished()
             for outcome in finished:
                 self._commit(outcome)
 
@@ -411,7 +482,7 @@ class OptimizingEngine:
             views = []
             for table_id in sorted(self.runtimes):
                 r = self.runtimes[table_id]
-                s = stats.get(r.group, {}).get(table_id)
+                s = stats.get(self.table_group_key(r), {}).get(table_id)
                 views.append(
                     TableView(
                         table_id=table_id,

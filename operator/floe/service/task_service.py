@@ -103,6 +103,20 @@ class TaskService:
             group.scheduler.set_policy(policy)
             group.scheduler.set_timeouts(ack_timeout_s, execute_timeout_s)
 
+    def remove_group(self, name: str) -> None:
+        """Delete a group; UnknownGroup if there is none.
+
+        Its optimizers are dropped (their tokens stop working, so they register again and are
+        refused until the group exists again) and its scheduler, with every process in it,
+        is forgotten: the engine cancels those processes on its side.
+        """
+        with self._monitor.hold():
+            self._group(name)
+            for token in [t for t, o in self._optimizers.items() if o.group == name]:
+                del self._optimizers[token]
+            del self._groups[name]
+            self._monitor.changed()
+
     def group(self, name: str) -> GroupScheduler:
         """The group's scheduler, for the engine; UnknownGroup if there is none."""
         with self._monitor.hold():
