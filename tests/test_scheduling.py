@@ -12,9 +12,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
+from synthetic import result, spec
 
 from floe.api.models import SchedulingPolicy
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
+from floe.optimizer.task_spec import RewriteTaskSpec
 from floe.scheduling.monitor import ChangeMonitor
 from floe.scheduling.occupation import TaskTimeLedger, occupation, quota_limit
 from floe.scheduling.policy import BalancedPolicy, QuotaPolicy, policy_for
@@ -23,26 +24,6 @@ from floe.service.errors import InvalidRequest, StaleAttempt
 from floe.service.wire import TaskAssignment
 
 HOUR = 3600.0
-
-
-def spec(task_id: str) -> RewriteTaskSpec:
-    """A task spec whose content does not matter to scheduling."""
-    return RewriteTaskSpec(
-        task_id=task_id,
-        io_properties={},
-        table_schema_json="{}",
-        partition_spec_json="{}",
-        output_dir="file:///tmp/out",
-        data_files=[],
-        target_file_size_bytes=1,
-        delete_memory_limit_bytes=1,
-        file_name_prefix=f"{task_id}-prefix",
-    )
-
-
-def result(task_id: str) -> RewriteTaskResult:
-    """An empty successful result."""
-    return RewriteTaskResult(task_id=task_id, files=[], rows_read=0, rows_deleted=0, bytes_read=0)
 
 
 def specs(process_id: str, count: int) -> list[RewriteTaskSpec]:

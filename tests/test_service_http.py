@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from synthetic import result, spec
 
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.queue import GroupScheduler
 from floe.service.client import (
     RequestFailed,
@@ -88,24 +88,6 @@ def client(server: TaskServiceServer) -> Iterator[TaskServiceClient]:
     client = TaskServiceClient(server.url, timeout=10.0)
     yield client
     client.close()
-
-
-def spec(task_id: str) -> RewriteTaskSpec:
-    return RewriteTaskSpec(
-        task_id=task_id,
-        io_properties={},
-        table_schema_json="{}",
-        partition_spec_json="{}",
-        output_dir="file:///nowhere",
-        data_files=[],
-        target_file_size_bytes=1024,
-        delete_memory_limit_bytes=1024,
-        file_name_prefix=task_id,
-    )
-
-
-def result(task_id: str) -> RewriteTaskResult:
-    return RewriteTaskResult(task_id=task_id, files=[], rows_read=0, rows_deleted=0, bytes_read=0)
 
 
 def add_process(service: TaskService, tasks: int = 1, process_id: str = "p1") -> GroupScheduler:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from synthetic import result, spec
 
 from floe.api.models import SchedulingPolicy
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.queue import GroupScheduler
 from floe.service.errors import InvalidRequest, StaleAttempt, Unauthorized, UnknownGroup
 from floe.service.task_service import TaskService
@@ -24,26 +24,9 @@ class Clock:
         return self.now
 
 
-def spec(task_id: str) -> RewriteTaskSpec:
-    """A task spec whose content does not matter to scheduling."""
-    return RewriteTaskSpec(
-        task_id=task_id,
-        io_properties={},
-        table_schema_json="{}",
-        partition_spec_json="{}",
-        output_dir="file:///tmp/out",
-        data_files=[],
-        target_file_size_bytes=1,
-        delete_memory_limit_bytes=1,
-        file_name_prefix=task_id,
-    )
-
-
 def succeeded(task_id: str) -> CompleteRequest:
     """A completion carrying an empty result."""
-    return CompleteRequest(
-        result=RewriteTaskResult(task_id=task_id, files=[], rows_read=0, rows_deleted=0, bytes_read=0)
-    )
+    return CompleteRequest(result=result(task_id))
 
 
 def failed(error: str) -> CompleteRequest:
