@@ -145,3 +145,43 @@ def test_missing_path(tmp_path: Path) -> None:
         load_manifests(tmp_path / "nope.yaml")
     with pytest.raises(ManifestError, match=r"no \.yaml or \.yml files"):
         load_manifests(tmp_path)
+
+
+def _table_with(**spec: object) -> dict[str, object]:
+    return {
+        "apiVersion": "floe.dev/v1alpha1",
+        "kind": "OptimizedTable",
+        "metadata": {"name": "t"},
+        "spec": {"table": "db.t", "catalog": {"name": "c"}, **spec},
+    }
+
+
+def test_maintenance_defaults_are_safe() -> None:
+    spec = OptimizedTable.model_validate(_table_with()).spec
+    maintenance = spec.maintenance
+    assert maintenance.snapshot_retention.enabled and maintenance.snapshot_retention.max_age == 5 * 86400
+    assert maintenance.orphan_files.older_than == 3 * 86400
+    assert maintenance.data_retention is None and spec.clustering is None
+
+
+@pytest.mark.parametrize(
+    ("maintenance", "message"),
+    [
+        ({"orphanFiles": {"olderThan": "30m"}}, "olderThan must be at least 1h"),
+        ({"snapshotRetention": {"maxAge": "-1"}}, "maxAge and snapshotRetention.interval must be positive"),
+        ({"dataRetention": {"column": "ts", "olderThan": "0s"}}, "dataRetention.olderThan"),
+        ({"snapshotRetention": {"minSnapshots": 0}}, "greater than or equal to 1"),
+    ],
+)
+def test_bad_maintenance_is_rejected(maintenance: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        OptimizedTable.model_validate(_table_with(maintenance=maintenance))
+
+
+def test_clustering_names_its_columns() -> None:
+    spec = OptimizedTable.model_validate(
+        _table_with(clustering={"strategy": "zorder", "columns": ["x", "y"]})
+    ).spec
+    assert spec.clustering is not None and spec.clustering.columns == ["x", "y"]
+    with pytest.raises(ValueError, match="at least 1 item"):
+        OptimizedTable.model_validate(_table_with(clustering={"strategy": "zorder", "columns": []}))

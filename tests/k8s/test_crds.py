@@ -226,6 +226,51 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.executorMemory", "executorMemory must be at least 450Mi", "got 256Mi"],
     ),
     ("cel-target-size", table(targetSize="0Mi"), ["spec.targetSize", "targetSize must be greater than 0"]),
+    (
+        "cel-orphan-age",
+        table(maintenance={"orphanFiles": {"olderThan": "59m"}}),
+        ["spec.maintenance.orphanFiles.olderThan", "must be at least 1h", "got 59m"],
+    ),
+    (
+        "cel-manifest-size",
+        table(maintenance={"manifests": {"targetManifestSize": "0"}}),
+        ["spec.maintenance.manifests.targetManifestSize", "must be greater than 0"],
+    ),
+    *(
+        (
+            f"cel-{job}-{name}",
+            table(
+                maintenance={job: {"column": "ts", "olderThan": "1d", name: "-1"}}
+                if job == "dataRetention"
+                else {job: {name: "-1"}}
+            ),
+            [f"spec.maintenance.{job}.{name}", f"{job}.{name} must be greater than 0"],
+        )
+        for job, name in (
+            ("snapshotRetention", "maxAge"),
+            ("snapshotRetention", "interval"),
+            ("orphanFiles", "interval"),
+            ("manifests", "interval"),
+            ("danglingDeletes", "interval"),
+            ("dataRetention", "olderThan"),
+            ("dataRetention", "interval"),
+        )
+    ),
+    (
+        "retention-without-column",
+        table(maintenance={"dataRetention": {"olderThan": "30d"}}),
+        ["spec.maintenance.dataRetention.column", "Required value"],
+    ),
+    (
+        "unknown-clustering",
+        table(clustering={"strategy": "hilbert", "columns": ["a"]}),
+        ["spec.clustering.strategy", 'Unsupported value: "hilbert"'],
+    ),
+    (
+        "clustering-without-columns",
+        table(clustering={"strategy": "zorder", "columns": []}),
+        ["spec.clustering.columns", "at least 1 items"],
+    ),
 ]
 
 

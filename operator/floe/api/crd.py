@@ -64,7 +64,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from floe.api.models import API_GROUP, API_VERSION, OptimizedTable, OptimizerGroup
+from floe.api.models import API_GROUP, API_VERSION, MIN_ORPHAN_AGE_S, OptimizedTable, OptimizerGroup
 from floe.api.units import (
     _DURATION_FACTORS,
     _DURATION_PART,
@@ -180,12 +180,14 @@ class Rule:
         return out
 
 
-def _positive_duration(name: str, why: str) -> Rule:
+def _positive_duration(name: str, why: str, parent: tuple[str, ...] = ("spec",)) -> Rule:
+    # Below spec.maintenance the job's name says which of the several intervals is wrong.
+    shown = ".".join((*parent[2:], name))
     return Rule(
-        path=("spec", name),
+        path=(*parent, name),
         rule=f"{cel_seconds('self')} > 0.0",
-        message=f"{name} must be greater than 0 (-1 does not turn it off)",
-        message_expression=f"'{name} must be greater than 0 (-1 does not turn it off), got ' + self",
+        message=f"{shown} must be greater than 0 (-1 does not turn it off)",
+        message_expression=f"'{shown} must be greater than 0 (-1 does not turn it off), got ' + self",
         why=why,
     )
 
@@ -243,6 +245,41 @@ RULES: dict[str, tuple[Rule, ...]] = {
             message_expression="'targetSize must be greater than 0, got ' + string(self)",
             why="the same check as the model's validator: files cannot be written at a target of 0 bytes, "
             "and fragment/undersized thresholds are fractions of it",
+        ),
+        Rule(
+            path=("spec", "maintenance", "orphanFiles", "olderThan"),
+            rule=f"{cel_seconds('self')} >= {MIN_ORPHAN_AGE_S!r}",
+            message="orphanFiles.olderThan must be at least 1h",
+            message_expression=(
+                "'orphanFiles.olderThan must be at least 1h (younger files may still be being written), got '"
+                " + self"
+            ),
+            why="a file a writer or an optimizing task is still writing is referenced by no metadata yet: "
+            "only an age well beyond any write keeps cleanup from deleting it",
+        ),
+        Rule(
+            path=("spec", "maintenance", "manifests", "targetManifestSize"),
+            rule=f"{cel_bytes('self')} >= 1.0",
+            message="manifests.targetManifestSize must be greater than 0",
+            message_expression="'manifests.targetManifestSize must be greater than 0, got ' + string(self)",
+            why="every manifest would be small against a target of 0 bytes, and none could be written at it",
+        ),
+        *(
+            _positive_duration(
+                name,
+                f"{'.'.join(parent[2:])}.{name} is a period or an age: 0 or -1 would run the job "
+                "continuously or treat every row or snapshot as expired",
+                parent,
+            )
+            for parent, name in (
+                (("spec", "maintenance", "snapshotRetention"), "maxAge"),
+                (("spec", "maintenance", "snapshotRetention"), "interval"),
+                (("spec", "maintenance", "orphanFiles"), "interval"),
+                (("spec", "maintenance", "manifests"), "interval"),
+                (("spec", "maintenance", "danglingDeletes"), "interval"),
+                (("spec", "maintenance", "dataRetention"), "olderThan"),
+                (("spec", "maintenance", "dataRetention"), "interval"),
+            )
         ),
     ),
 }

@@ -135,6 +135,125 @@ class ExecuteSpec(_Model):
     num_retries: int = Field(default=5, ge=0, description="retries of a failed task before its process fails")
 
 
+class ClusteringStrategy(StrEnum):
+    """How rewritten rows are ordered when the table's own sort order is not enough."""
+
+    ZORDER = "zorder"
+
+
+class ClusteringSpec(_Model):
+    """Order rows of rewritten files by a multi-column curve, so range filters skip more files.
+
+    A table's Iceberg sort order is always honoured; clustering, when set, takes its place
+    in the tasks' output (the files' sort order id is then 0, "unsorted", since Iceberg
+    has no z-order sort order).
+    """
+
+    strategy: ClusteringStrategy = Field(description="zorder: interleave the columns' bits (Morton order)")
+    columns: list[str] = Field(
+        min_length=1, max_length=8, description="columns whose values are interleaved, by name"
+    )
+
+
+class SnapshotRetentionSpec(_Model):
+    """Snapshot expiry: old snapshots and the files only they referenced are removed."""
+
+    enabled: bool = Field(default=True, description="false: never expire snapshots")
+    min_snapshots: int = Field(
+        default=1, ge=1, description="newest snapshots of each branch always kept, whatever their age"
+    )
+    max_age: Duration = Field(
+        default=5 * 86400.0, description="snapshots older than this expire (unless kept by minSnapshots)"
+    )
+    interval: Duration = Field(default=3600.0, description="how often expiry runs")
+
+    @model_validator(mode="after")
+    def _age_positive(self) -> SnapshotRetentionSpec:
+        if self.max_age <= 0 or self.interval <= 0:
+            raise ValueError("snapshotRetention.maxAge and snapshotRetention.interval must be positive")
+        return self
+
+
+MIN_ORPHAN_AGE_S = 3600.0
+
+
+class OrphanFilesSpec(_Model):
+    """Orphan-file cleanup: files under the table location that no metadata references."""
+
+    enabled: bool = Field(default=True, description="false: never remove orphan files")
+    older_than: Duration = Field(
+        default=3 * 86400.0,
+        description="only files older than this are removed (at least 1h, so files being written are safe)",
+    )
+    interval: Duration = Field(default=86400.0, description="how often orphan cleanup runs")
+
+    @model_validator(mode="after")
+    def _safe_age(self) -> OrphanFilesSpec:
+        if self.older_than < MIN_ORPHAN_AGE_S:
+            raise ValueError("orphanFiles.olderThan must be at least 1h: younger files may still be written")
+        if self.interval <= 0:
+            raise ValueError("orphanFiles.interval must be positive")
+        return self
+
+
+class ManifestsSpec(_Model):
+    """Manifest rewrite: many small manifests are merged so planning stays fast."""
+
+    enabled: bool = Field(default=True, description="false: never rewrite manifests")
+    trigger_small_manifests: int = Field(
+        default=100,
+        ge=2,
+        description="rewrite when the current snapshot has at least this many small manifests",
+    )
+    target_manifest_size: Quantity = Field(
+        default=8 * MiB, description="a manifest smaller than this is small; rewritten manifests aim at it"
+    )
+    interval: Duration = Field(default=3600.0, description="how often the manifests are checked")
+
+    @model_validator(mode="after")
+    def _positive(self) -> ManifestsSpec:
+        if self.target_manifest_size <= 0 or self.interval <= 0:
+            raise ValueError("manifests.targetManifestSize and manifests.interval must be positive")
+        return self
+
+
+class DanglingDeletesSpec(_Model):
+    """Removal of delete files that no live data file can be affected by."""
+
+    enabled: bool = Field(default=True, description="false: never remove dangling delete files")
+    interval: Duration = Field(default=3600.0, description="how often dangling deletes are looked for")
+
+    @model_validator(mode="after")
+    def _positive(self) -> DanglingDeletesSpec:
+        if self.interval <= 0:
+            raise ValueError("danglingDeletes.interval must be positive")
+        return self
+
+
+class DataRetentionSpec(_Model):
+    """Data retention (TTL): rows whose column value is older than ``olderThan`` are deleted."""
+
+    column: str = Field(min_length=1, description="a timestamp, timestamptz or date column (by name)")
+    older_than: Duration = Field(description="rows older than this (against the current time) are deleted")
+    interval: Duration = Field(default=3600.0, description="how often retention runs")
+
+    @model_validator(mode="after")
+    def _positive(self) -> DataRetentionSpec:
+        if self.older_than <= 0 or self.interval <= 0:
+            raise ValueError("dataRetention.olderThan and dataRetention.interval must be positive")
+        return self
+
+
+class MaintenanceSpec(_Model):
+    """Table maintenance beyond compaction; each job runs on its own interval."""
+
+    snapshot_retention: SnapshotRetentionSpec = Field(default_factory=SnapshotRetentionSpec)
+    orphan_files: OrphanFilesSpec = Field(default_factory=OrphanFilesSpec)
+    manifests: ManifestsSpec = Field(default_factory=ManifestsSpec)
+    dangling_deletes: DanglingDeletesSpec = Field(default_factory=DanglingDeletesSpec)
+    data_retention: DataRetentionSpec | None = Field(default=None, description="unset: rows are kept forever")
+
+
 class OptimizedTableSpec(_Model):
     """One Iceberg table kept optimized, with Amoro's self-optimizing properties."""
 
@@ -169,6 +288,10 @@ class OptimizedTableSpec(_Model):
     allow_partial_commit: bool = Field(
         default=False, description="commit the finished tasks of a process when others fail"
     )
+    clustering: ClusteringSpec | None = Field(
+        default=None, description="z-order rewritten rows by these columns (else the table's sort order)"
+    )
+    maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
 
     @model_validator(mode="after")
     def _target_positive(self) -> OptimizedTableSpec:
@@ -201,6 +324,16 @@ class Condition(_Model):
     last_transition_time: str | None = None
 
 
+class MaintenanceJobStatus(_Model):
+    """What one maintenance job last did for a table."""
+
+    last_run: str | None = Field(default=None, description="end of the last run (RFC 3339)")
+    next_due: str | None = Field(default=None, description="when the job runs next (RFC 3339)")
+    last_result: str | None = Field(default=None, description="outcome of the last run")
+    files_reclaimed: int = Field(default=0, description="files the last run removed")
+    bytes_reclaimed: int = Field(default=0, description="bytes the last run removed")
+
+
 class OptimizedTableStatus(_Model):
     """What floe last saw and did for a table."""
 
@@ -226,6 +359,10 @@ class OptimizedTableStatus(_Model):
     )
     last_result: str | None = Field(default=None, description="outcome of the last optimizing process")
     current_process: str | None = Field(default=None, description="id of the optimizing process under way")
+    maintenance: dict[str, MaintenanceJobStatus] = Field(
+        default_factory=dict,
+        description="by job (expire, orphans, manifests, dangling-deletes, retention): last run and next due",
+    )
     conditions: list[Condition] = Field(default_factory=list)
 
     @model_validator(mode="after")
