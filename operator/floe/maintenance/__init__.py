@@ -1,0 +1,1 @@
+"""Table maintenance beyond compaction: expiry, orphan files, manifests, dangling deletes, retention."""
