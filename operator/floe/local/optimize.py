@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
+from floe.api.models import ClusteringSpec
 from floe.commit.rewrite import RewriteCommitResult, commit_rewrite
 from floe.commit.snapshot import delete_quietly
 from floe.optimizer.process import (
@@ -77,12 +78,14 @@ def optimize_once(
     delete_memory_limit: int = DEFAULT_DELETE_MEMORY_LIMIT,
     on_plan: Callable[[OptimizingPlan], None] | None = None,
     on_task_done: Callable[[TaskOutcome], None] | None = None,
+    clustering: ClusteringSpec | None = None,
 ) -> OptimizeResult:
     """Plan the table and, if there is work, rewrite on Spark and commit one replace snapshot.
 
     Failed tasks are retried up to `num_retries` times each; then the process fails
     (ProcessFailed) unless partial commit is allowed. Spark is only started when the
-    plan has tasks.
+    plan has tasks. Rows are z-ordered by `clustering` when set, else written in the
+    table's sort order, if it has one.
     """
     started = time.monotonic()
     scanned, plan = plan_table(table, config, forced)
@@ -92,7 +95,9 @@ def optimize_once(
     if plan.is_empty:
         result.seconds = time.monotonic() - started
         return result
-    process = build_process(table, table_name, scanned, plan, config, delete_memory_limit)
+    process = build_process(
+        table, table_name, scanned, plan, config, delete_memory_limit, clustering=clustering
+    )
     pending = list(process.specs)
     session = spark()
     for attempt in range(num_retries + 1):

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
+from floe.api.models import ClusteringSpec
 from floe.commit.rewrite import RewriteRequest
+from floe.optimizer.layout import output_order, output_sort_order_id
 from floe.optimizer.rewrite import written_file_to_data_file
 from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
 from floe.planning.config import OptimizingConfig
@@ -62,8 +64,14 @@ def build_process(
     config: OptimizingConfig,
     delete_memory_limit: int = DEFAULT_DELETE_MEMORY_LIMIT,
     process_id: str | None = None,
+    clustering: ClusteringSpec | None = None,
 ) -> OptimizingProcess:
-    """Turn each planned task into a self-contained spec an executor can run."""
+    """Turn each planned task into a self-contained spec an executor can run.
+
+    The tasks write their rows z-ordered by `clustering` when it is set, else in the
+    table's sort order, if any. Raises ValueError when the clustering names a column
+    the table lacks, or the sort order cannot be applied.
+    """
     metadata = table.metadata
     process_id = process_id or new_process_id(table_name)
     data_root = metadata.properties.get("write.data.path", f"{metadata.location.rstrip('/')}/data")
@@ -71,6 +79,7 @@ def build_process(
     compression = metadata.properties.get("write.parquet.compression-codec", "zstd")
     name_mapping = metadata.name_mapping()
     name_mapping_json = name_mapping.model_dump_json() if name_mapping is not None else None
+    order = output_order(metadata, clustering)
     specs: list[RewriteTaskSpec] = []
     tasks: dict[str, PlannedTask] = {}
     for index, task in enumerate(plan.tasks):
@@ -109,6 +118,7 @@ def build_process(
                 delete_memory_limit_bytes=delete_memory_limit,
                 parquet_compression=compression,
                 file_name_prefix=f"{process_id}-t{index:04d}-{uuid.uuid4().hex[:8]}",
+                output_order=order,
             )
         )
         tasks[task_id] = task
@@ -145,12 +155,16 @@ def commit_request(
     rewritten: set[str] = set()
     deletes: set[str] = set()
     added: list[DataFile] = []
+    specs = {spec.task_id: spec for spec in process.specs}
     for result in results:
         task = process.tasks[result.task_id]
         record = process.scanned.partition_records[task.partition]
+        sort_order_id = output_sort_order_id(specs[result.task_id].output_order)
         rewritten.update(f.path for f in task.data_files)
         deletes.update(f.path for f in task.delete_files)
-        added.extend(written_file_to_data_file(w, task.partition.spec_id, record) for w in result.files)
+        added.extend(
+            written_file_to_data_file(w, task.partition.spec_id, record, sort_order_id) for w in result.files
+        )
     optimizing_type = process.plan.optimizing_type
     return RewriteRequest(
         process_id=process.process_id,

@@ -41,6 +41,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import DoubleType, FloatType
 
+from floe.optimizer.layout import OrderedRows
 from floe.optimizer.task_spec import (
     InputDataFile,
     InputDeleteFile,
@@ -118,7 +119,9 @@ def run_rewrite_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
     )
 
 
-def written_file_to_data_file(written: WrittenFile, spec_id: int, partition: Record) -> DataFile:
+def written_file_to_data_file(
+    written: WrittenFile, spec_id: int, partition: Record, sort_order_id: int | None = None
+) -> DataFile:
     """Build the pyiceberg `DataFile` (content DATA, Parquet) a commit adds for a written file."""
     data_file = DataFile.from_args(
         content=DataFileContent.DATA,
@@ -135,7 +138,7 @@ def written_file_to_data_file(written: WrittenFile, spec_id: int, partition: Rec
         upper_bounds={k: bytes.fromhex(v) for k, v in written.upper_bounds.items()},
         split_offsets=list(written.split_offsets),
         equality_ids=None,
-        sort_order_id=None,
+        sort_order_id=sort_order_id,
         key_metadata=None,
     )
     # from_args only binds the manifest struct's fields; the spec id is kept beside them.
@@ -502,9 +505,17 @@ class _RollingParquetWriter:
         self._buffered_bytes = 0
         self._flushed_arrow_bytes = 0
         self._flushed_file_bytes = 0
+        # With an output order, rows go through the sort buffer, which hands them back in order.
+        self._ordered = OrderedRows(spec.output_order, schema, self._write) if spec.output_order else None
 
     def write(self, batch: pa.RecordBatch) -> None:
-        """Add rows; row groups and files are written as they fill up."""
+        """Add rows; row groups and files are written as they fill up (in order, if the task has one)."""
+        if self._ordered is not None:
+            self._ordered.add(batch)
+        else:
+            self._write(batch)
+
+    def _write(self, batch: pa.RecordBatch) -> None:
         while batch.num_rows > 0:
             ratio = self._flushed_file_bytes / self._flushed_arrow_bytes if self._flushed_arrow_bytes else 1.0
             written = self._open.stream.tell() if self._open is not None else 0
@@ -525,6 +536,8 @@ class _RollingParquetWriter:
 
     def finish(self) -> list[WrittenFile]:
         """Write what is buffered, close the last file and return every file written."""
+        if self._ordered is not None:
+            self._ordered.flush()
         self._flush_row_group()
         if self._open is not None:
             self._close_file(self._open)

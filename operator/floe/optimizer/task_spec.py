@@ -7,7 +7,7 @@ Iceberg JSON so the executor needs no catalog access, only FileIO.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Wire(BaseModel):
@@ -39,6 +39,28 @@ class InputDeleteFile(_Wire):
     equality_ids: list[int] = Field(default_factory=list)
 
 
+class OutputOrder(_Wire):
+    """How a task orders its output rows: by an Iceberg sort order, or along a z-order curve.
+
+    Exactly one of the two is set. Field ids refer to ``table_schema_json`` of the task.
+    """
+
+    sort_order_json: str | None = Field(
+        default=None, description="Iceberg JSON of the table sort order the output rows follow"
+    )
+    zorder_field_ids: list[int] = Field(
+        default_factory=list,
+        max_length=8,
+        description="columns (field ids) whose values are bit-interleaved into a Morton code",
+    )
+
+    @model_validator(mode="after")
+    def _one_order(self) -> OutputOrder:
+        if (self.sort_order_json is None) == (not self.zorder_field_ids):
+            raise ValueError("an output order has either sort_order_json or zorder_field_ids")
+        return self
+
+
 class RewriteTaskSpec(_Wire):
     """One bin of files of one partition to rewrite into target-sized files."""
 
@@ -57,6 +79,14 @@ class RewriteTaskSpec(_Wire):
     delete_memory_limit_bytes: int = Field(gt=0, description="budget for the in-memory delete sets")
     parquet_compression: str = "zstd"
     file_name_prefix: str = Field(description="unique per process and task attempt")
+    # Optional and left out of the JSON when unset, so drivers and optimizers of either
+    # side of this field's introduction keep working together on unsorted tables; an
+    # older optimizer rejects a spec carrying it (extra="forbid") rather than ignore it.
+    output_order: OutputOrder | None = Field(
+        default=None,
+        exclude_if=lambda order: order is None,
+        description="order of the output rows; unset: input order",
+    )
 
 
 class WrittenFile(_Wire):

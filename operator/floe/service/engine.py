@@ -384,7 +384,13 @@ class OptimizingEngine:
                 return
             memory = max(MIN_DELETE_MEMORY, group.executor_memory // group.executor_cores // 2)
             process = build_process(
-                table, runtime.spec.table, scanned, plan, config, delete_memory_limit=memory
+                table,
+                runtime.spec.table,
+                scanned,
+                plan,
+                config,
+                delete_memory_limit=memory,
+                clustering=runtime.spec.clustering,
             )
         except (TableAccessError, OSError, ValueError) as exc:
             with self._lock:
