@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry, ManifestEntryStatus, ManifestFile
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot
@@ -186,27 +186,15 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Sn
     removed_deletes = removable_delete_paths(draft.metadata, live, request)
     removed = set(request.rewritten_data_paths) | removed_deletes
 
-    manifests: list[ManifestFile] = []
-    rewritten_entries: list[ManifestEntry] = []
-    removed_files: list[DataFile] = []
-    for manifest, entries in zip(head_manifests, entries_by_manifest, strict=True):
-        if not any(e.data_file.file_path in removed for e in entries):
-            manifests.append(manifest)
-            continue
-        for e in entries:
-            if e.data_file.file_path in removed:
-                removed_files.append(e.data_file)
-                rewritten_entries.append(_with_status(e, ManifestEntryStatus.DELETED))
-            else:
-                rewritten_entries.append(_with_status(e, ManifestEntryStatus.EXISTING))
+    carried, removed_files = draft.carry_over(
+        list(zip(head_manifests, entries_by_manifest, strict=True)), removed
+    )
     added_entries = [
         ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=draft.snapshot_id, data_file=f)
         for f in request.added_files
     ]
     manifests = (
-        draft.write_entries(added_entries, added_sequence_number=request.starting_sequence_number)
-        + draft.write_entries(rewritten_entries, added_sequence_number=None)
-        + manifests
+        draft.write_entries(added_entries, added_sequence_number=request.starting_sequence_number) + carried
     )
     summary = draft.summary(
         Operation.REPLACE,
@@ -220,16 +208,6 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Sn
     )
     snapshot = draft.commit(manifests, summary)
     return snapshot, len(request.rewritten_data_paths), len(removed_deletes)
-
-
-def _with_status(entry: ManifestEntry, status: ManifestEntryStatus) -> ManifestEntry:
-    return ManifestEntry.from_args(
-        status=status,
-        snapshot_id=entry.snapshot_id,
-        sequence_number=entry.sequence_number,
-        file_sequence_number=entry.file_sequence_number,
-        data_file=entry.data_file,
-    )
 
 
 def removable_delete_paths(

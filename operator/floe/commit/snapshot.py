@@ -9,7 +9,7 @@ snapshot with an ``assert-ref-snapshot-id`` requirement (optimistic concurrency)
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -190,6 +190,29 @@ class SnapshotDraft:
             manifests.append(writer.to_manifest_file())
         return manifests
 
+    def carry_over(
+        self, head: Sequence[tuple[ManifestFile, list[ManifestEntry]]], removed: Set[str]
+    ) -> tuple[list[ManifestFile], list[DataFile]]:
+        """The head's manifests (each with its live entries) for the new snapshot, minus `removed` paths.
+
+        Manifests holding none of them are kept as they are; the others are rewritten with
+        those files DELETED and the rest EXISTING. Returns the manifests and the removed files.
+        """
+        kept: list[ManifestFile] = []
+        rewritten: list[ManifestEntry] = []
+        removed_files: list[DataFile] = []
+        for manifest, entries in head:
+            if not any(e.data_file.file_path in removed for e in entries):
+                kept.append(manifest)
+                continue
+            for e in entries:
+                if e.data_file.file_path in removed:
+                    removed_files.append(e.data_file)
+                    rewritten.append(_with_status(e, ManifestEntryStatus.DELETED))
+                else:
+                    rewritten.append(_with_status(e, ManifestEntryStatus.EXISTING))
+        return self.write_entries(rewritten, added_sequence_number=None) + kept, removed_files
+
     def summary(
         self,
         operation: Operation,
@@ -262,6 +285,16 @@ class SnapshotDraft:
         for path in self.written:
             delete_quietly(self.io, path)
         self.written.clear()
+
+
+def _with_status(entry: ManifestEntry, status: ManifestEntryStatus) -> ManifestEntry:
+    return ManifestEntry.from_args(
+        status=status,
+        snapshot_id=entry.snapshot_id,
+        sequence_number=entry.sequence_number,
+        file_sequence_number=entry.file_sequence_number,
+        data_file=entry.data_file,
+    )
 
 
 def delete_quietly(io: FileIO, path: str) -> None:
