@@ -7,11 +7,15 @@ delete written by floe, so its snapshots reference files that later snapshots dr
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import EqualTo
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -108,3 +112,34 @@ def missing_files(table: Table) -> list[str]:
     for snapshot in metadata.snapshots:
         wanted |= files_of_snapshot(table, snapshot.snapshot_id)
     return sorted(path for path in wanted if not table.io.new_input(path).exists())
+
+
+@contextmanager
+def appending_writer(catalog: SqlCatalog) -> Iterator[list[int]]:
+    """A thread appending batches of eu rows through its own table handle until the block ends.
+
+    Yields the ids committed so far (filled in as the writer's commits succeed).
+    """
+    table = catalog.load_table(TABLE)
+    committed: list[int] = []
+    done = threading.Event()
+
+    def write() -> None:
+        start = 1000
+        while not done.is_set():
+            batch = range(start, start + 5)
+            try:
+                table.append(conform(table, rows(batch, "eu")))
+            except CommitFailedException:
+                table.refresh()
+                continue
+            committed.extend(batch)
+            start += 5
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        yield committed
+    finally:
+        done.set()
+        thread.join()

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from maintenance_tables import build_history, missing_files, read, rows
+from maintenance_tables import appending_writer, build_history, missing_files, read
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.orphans import remove_orphan_files
 from floe.maintenance.report import MaintenanceJob
-from floe.tables.writer import conform
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -92,33 +89,12 @@ def test_cleanup_racing_a_writer_loses_no_committed_row(
 ) -> None:
     table, _ = build_history(sql_catalog, reference)
     _age_everything(_table_dir(table), 2 * DAY)
-    writer_table = sql_catalog.load_table("db.t")
-    appended: list[range] = []
-    done = threading.Event()
-
-    def write() -> None:
-        start = 1000
-        while not done.is_set():
-            batch = range(start, start + 5)
-            try:
-                writer_table.append(conform(writer_table, rows(batch, "eu")))
-            except CommitFailedException:
-                writer_table.refresh()
-                continue
-            appended.append(batch)
-            start += 5
-
-    thread = threading.Thread(target=write)
-    thread.start()
-    try:
+    with appending_writer(sql_catalog) as committed:
         deadline = time.monotonic() + 8
         while time.monotonic() < deadline:
             remove_orphan_files(table, older_than_s=HOUR, now_s=time.time())
-    finally:
-        done.set()
-        thread.join()
 
-    assert len(appended) > 3
+    assert len(committed) > 15
     assert missing_files(table) == []
     ids = {row[0] for row in read(reference, sql_catalog)}
-    assert all(i in ids for batch in appended for i in batch)
+    assert ids.issuperset(committed)
