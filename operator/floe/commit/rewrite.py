@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from pyiceberg.exceptions import CommitFailedException
@@ -183,30 +183,19 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Sn
     if missing:
         raise CommitConflict(f"rewritten data file {sorted(missing)[0]} is no longer live")
 
-    removed_deletes = removable_delete_paths(draft.metadata, live, request)
+    removed_deletes = removable_delete_paths(
+        draft.metadata, live, request.rewritten_data_paths, request.candidate_delete_paths
+    )
     removed = set(request.rewritten_data_paths) | removed_deletes
 
-    manifests: list[ManifestFile] = []
-    rewritten_entries: list[ManifestEntry] = []
-    removed_files: list[DataFile] = []
-    for manifest, entries in zip(head_manifests, entries_by_manifest, strict=True):
-        if not any(e.data_file.file_path in removed for e in entries):
-            manifests.append(manifest)
-            continue
-        for e in entries:
-            if e.data_file.file_path in removed:
-                removed_files.append(e.data_file)
-                rewritten_entries.append(_with_status(e, ManifestEntryStatus.DELETED))
-            else:
-                rewritten_entries.append(_with_status(e, ManifestEntryStatus.EXISTING))
+    kept_manifests, removed_files = remove_entries(draft, head_manifests, entries_by_manifest, removed)
     added_entries = [
         ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=draft.snapshot_id, data_file=f)
         for f in request.added_files
     ]
     manifests = (
         draft.write_entries(added_entries, added_sequence_number=request.starting_sequence_number)
-        + draft.write_entries(rewritten_entries, added_sequence_number=None)
-        + manifests
+        + kept_manifests
     )
     summary = draft.summary(
         Operation.REPLACE,
@@ -222,6 +211,34 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Sn
     return snapshot, len(request.rewritten_data_paths), len(removed_deletes)
 
 
+def remove_entries(
+    draft: SnapshotDraft,
+    manifests: Sequence[ManifestFile],
+    entries_by_manifest: Sequence[Sequence[ManifestEntry]],
+    removed: Collection[str],
+) -> tuple[list[ManifestFile], list[DataFile]]:
+    """The head's manifests with the files at `removed` paths marked deleted, and those files.
+
+    Manifests without such a file are kept as they are; the others are written anew, each
+    entry keeping its snapshot id and sequence numbers. `entries_by_manifest` holds the
+    live entries of each of `manifests`, in the same order.
+    """
+    kept: list[ManifestFile] = []
+    rewritten_entries: list[ManifestEntry] = []
+    removed_files: list[DataFile] = []
+    for manifest, entries in zip(manifests, entries_by_manifest, strict=True):
+        if not any(e.data_file.file_path in removed for e in entries):
+            kept.append(manifest)
+            continue
+        for e in entries:
+            if e.data_file.file_path in removed:
+                removed_files.append(e.data_file)
+                rewritten_entries.append(_with_status(e, ManifestEntryStatus.DELETED))
+            else:
+                rewritten_entries.append(_with_status(e, ManifestEntryStatus.EXISTING))
+    return draft.write_entries(rewritten_entries, added_sequence_number=None) + kept, removed_files
+
+
 def _with_status(entry: ManifestEntry, status: ManifestEntryStatus) -> ManifestEntry:
     return ManifestEntry.from_args(
         status=status,
@@ -233,21 +250,26 @@ def _with_status(entry: ManifestEntry, status: ManifestEntryStatus) -> ManifestE
 
 
 def removable_delete_paths(
-    metadata: TableMetadata, live: Iterable[ManifestEntry], request: RewriteRequest
+    metadata: TableMetadata,
+    live: Iterable[ManifestEntry],
+    removed_data_paths: Collection[str],
+    candidate_delete_paths: Collection[str],
 ) -> set[str]:
-    """Candidate delete files that no remaining live data file can be affected by.
+    """Candidate delete files that no live data file, but those removed, can be affected by.
 
-    Files added by this commit are not considered: position deletes cannot name them and
+    A rewrite's added files are not considered: position deletes cannot name them and
     they carry the starting sequence number, which no pre-existing equality delete exceeds.
+    A position delete without a single referenced data file is taken to apply to every
+    data file of its partition with a sequence number not above its own.
     """
     remaining_data: list[ContentFile] = []
     candidates: list[ContentFile] = []
     for entry in live:
         path = entry.data_file.file_path
         if entry.data_file.content == DataFileContent.DATA:
-            if path not in request.rewritten_data_paths:
+            if path not in removed_data_paths:
                 remaining_data.append(content_file(metadata, entry))
-        elif path in request.candidate_delete_paths:
+        elif path in candidate_delete_paths:
             candidates.append(content_file(metadata, entry))
     still_needed: set[str] = set()
     index = DeleteIndex(candidates)
