@@ -23,7 +23,7 @@ LINT_DIRS := $(wildcard operator optimizer_image tests)
 # mypy fails on a directory without Python files, and optimizer_image may still be empty.
 MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
 
-.PHONY: venv jars k8s-env helm-env lint test demo
+.PHONY: venv jars k8s-env helm-env moto-env lint test demo
 
 venv: $(VENV_STAMP)
 
@@ -45,12 +45,16 @@ k8s-env:
 helm-env:
 	scripts/helm/build.sh >/dev/null
 
+# moto's S3 server for tests/test_maintenance_s3.py, in a virtualenv of its own (see the script).
+moto-env:
+	scripts/moto/build.sh >/dev/null
+
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_DIRS)
 	$(VENV)/bin/ruff format --check $(LINT_DIRS)
 	$(VENV)/bin/mypy --strict $(MYPY_DIRS)
 
-test: venv jars k8s-env helm-env lint
+test: venv jars k8s-env helm-env moto-env lint
 	@rc=0; $(VENV)/bin/pytest -q || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$rc

@@ -29,7 +29,11 @@ ENTRYPOINT = REPO_ROOT / "optimizer_image" / "entrypoint.sh"
 OPTIMIZER_DOCKERFILE = REPO_ROOT / "optimizer_image" / "Dockerfile"
 OPERATOR_DOCKERFILE = REPO_ROOT / "operator.Dockerfile"
 CHART_VALUES = REPO_ROOT / "charts" / "floe" / "values.yaml"
-SCRIPTS = [ENTRYPOINT, REPO_ROOT / "scripts" / "helm" / "build.sh"]
+SCRIPTS = [
+    ENTRYPOINT,
+    REPO_ROOT / "scripts" / "helm" / "build.sh",
+    REPO_ROOT / "scripts" / "moto" / "build.sh",
+]
 
 EXECUTOR_ENV = {
     "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@floe-g-driver.ns.svc:7078",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from pyiceberg.exceptions import CommitFailedException
@@ -183,7 +183,9 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Sn
     if missing:
         raise CommitConflict(f"rewritten data file {sorted(missing)[0]} is no longer live")
 
-    removed_deletes = removable_delete_paths(draft.metadata, live, request)
+    removed_deletes = removable_delete_paths(
+        draft.metadata, live, request.rewritten_data_paths, request.candidate_delete_paths
+    )
     removed = set(request.rewritten_data_paths) | removed_deletes
 
     carried, removed_files = draft.carry_over(
@@ -211,21 +213,26 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Sn
 
 
 def removable_delete_paths(
-    metadata: TableMetadata, live: Iterable[ManifestEntry], request: RewriteRequest
+    metadata: TableMetadata,
+    live: Iterable[ManifestEntry],
+    removed_data_paths: Collection[str],
+    candidate_delete_paths: Collection[str],
 ) -> set[str]:
-    """Candidate delete files that no remaining live data file can be affected by.
+    """Candidate delete files that no live data file, but those removed, can be affected by.
 
-    Files added by this commit are not considered: position deletes cannot name them and
+    A rewrite's added files are not considered: position deletes cannot name them and
     they carry the starting sequence number, which no pre-existing equality delete exceeds.
+    A position delete without a single referenced data file is taken to apply to every
+    data file of its partition with a sequence number not above its own.
     """
     remaining_data: list[ContentFile] = []
     candidates: list[ContentFile] = []
     for entry in live:
         path = entry.data_file.file_path
         if entry.data_file.content == DataFileContent.DATA:
-            if path not in request.rewritten_data_paths:
+            if path not in removed_data_paths:
                 remaining_data.append(content_file(metadata, entry))
-        elif path in request.candidate_delete_paths:
+        elif path in candidate_delete_paths:
             candidates.append(content_file(metadata, entry))
     still_needed: set[str] = set()
     index = DeleteIndex(candidates)

@@ -30,7 +30,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.types import DateType, NestedField, PrimitiveType, TimestampType, TimestamptzType
 
-from floe.commit.rewrite import RewriteRequest, removable_delete_paths
+from floe.commit.rewrite import removable_delete_paths
 from floe.commit.snapshot import SnapshotDraft, delete_quietly
 from floe.maintenance.report import MaintenanceJob, MaintenanceReport
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID
@@ -219,19 +219,12 @@ def _plan(table: Table, field: NestedField, cutoff: int, draft: SnapshotDraft) -
             plan.positions[data_file.file_path] = fresh
             plan.straddling[data_file.file_path] = data_file
     if plan.dropped and head is not None:
-        # Only the paths matter to removable_delete_paths; the rest describes this job.
-        request = RewriteRequest(
-            process_id=f"retention-{draft.snapshot_id}",
-            optimizing_type=MaintenanceJob.RETENTION.value,
-            starting_snapshot_id=head.snapshot_id,
-            starting_sequence_number=head.sequence_number or 0,
-            rewritten_data_paths=frozenset(f.file_path for f in plan.dropped),
-            candidate_delete_paths=frozenset(
-                e.data_file.file_path for e in live if e.data_file.content != DataFileContent.DATA
-            ),
-            added_files=(),
+        removable = removable_delete_paths(
+            draft.metadata,
+            live,
+            frozenset(f.file_path for f in plan.dropped),
+            frozenset(e.data_file.file_path for e in live if e.data_file.content != DataFileContent.DATA),
         )
-        removable = removable_delete_paths(draft.metadata, live, request)
         plan.removed_deletes = [e.data_file for e in live if e.data_file.file_path in removable]
     return plan
 

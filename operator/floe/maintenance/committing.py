@@ -1,0 +1,43 @@
+"""Optimistic commits of the maintenance jobs that make a snapshot on main."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+
+from floe.commit.snapshot import SnapshotDraft
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def on_fresh_head(table: Table, attempt: Callable[[SnapshotDraft], T], max_attempts: int) -> T:
+    """Run `attempt` on a draft of main's current head, redoing it when main moved meanwhile.
+
+    `attempt` reads what it needs from the draft's metadata and may commit the draft
+    (``assert-ref-snapshot-id`` on main); when that commit conflicts, the table is reloaded
+    and `attempt` runs again on the new head, so its decisions are always made on the
+    snapshot it replaces. Metadata files of a failed attempt are deleted.
+    """
+    for number in range(1, max_attempts + 1):
+        table.refresh()
+        draft = SnapshotDraft(table=table, metadata=table.metadata)
+        try:
+            result = attempt(draft)
+        except CommitFailedException as exc:
+            draft.discard()
+            log.info("attempt %d on %s hit a concurrent commit: %s", number, table.name(), exc)
+            time.sleep(min(0.1 * 2**number, 2.0))
+            continue
+        except BaseException:
+            draft.discard()
+            raise
+        table.refresh()
+        return result
+    raise CommitFailedException(f"{table.name()}: main moved during each of {max_attempts} attempts")

@@ -1,0 +1,204 @@
+"""Snapshot expiry: drop old snapshots from the metadata, then the files only they referenced.
+
+The retention rules follow Iceberg Java's ``RemoveSnapshots``:
+- each branch keeps its newest ancestors while fewer than its minimum are kept or they are
+  younger than its maximum age (a branch's own ``min-snapshots-to-keep`` /
+  ``max-snapshot-age-ms`` override the job's values); the first ancestor past both ends
+  the branch's history;
+- every branch head and tagged snapshot is kept;
+- a snapshot no branch reaches (e.g. after a rollback) is kept while younger than max age.
+floe adds one rule: a snapshot an optimizing process started from is kept, with every
+snapshot between it and the head of each branch it is an ancestor of, because the
+process's commit walks that chain to validate what changed since it started.
+
+Files are deleted only after the metadata commit, and only when no snapshot left in the
+committed metadata references them, so a snapshot committed concurrently is respected.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Iterable
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io import FileIO
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.table.update import (
+    AssertRefSnapshotId,
+    RemovePartitionStatisticsUpdate,
+    RemoveSnapshotsUpdate,
+    TableRequirement,
+    TableUpdate,
+)
+
+from floe.maintenance.reachable import delete_files, referenced_files
+from floe.maintenance.report import MaintenanceJob, MaintenanceReport
+
+log = logging.getLogger(__name__)
+
+
+def expire_snapshots(
+    table: Table,
+    *,
+    min_snapshots: int,
+    max_age_s: float,
+    now_s: float,
+    protected_snapshot_ids: Collection[int] = (),
+    dry_run: bool = False,
+    max_attempts: int = 4,
+) -> MaintenanceReport:
+    """Expire the snapshots of `table` that the retention rules (module docstring) do not keep.
+
+    `min_snapshots` newest snapshots of each branch are always kept; others expire once
+    older than `max_age_s` before `now_s` (seconds since the epoch). Branch heads, tagged
+    snapshots and `protected_snapshot_ids` (and the chains from them to branch heads) never
+    expire. The metadata change is committed with every ref asserted unchanged, retried on
+    conflicts up to `max_attempts` times; then manifest lists, manifests, data, delete and
+    statistics files that no remaining snapshot references are deleted. A dry run commits
+    and deletes nothing and reports what would go.
+    """
+    if min_snapshots < 1:
+        raise ValueError(f"min_snapshots must be at least 1, got {min_snapshots}")
+    if max_age_s <= 0:
+        raise ValueError(f"max_age_s must be positive, got {max_age_s}")
+    for attempt in range(1, max_attempts + 1):
+        table.refresh()
+        before = table.metadata
+        kept = retained_snapshot_ids(before, min_snapshots, max_age_s, now_s, protected_snapshot_ids)
+        expired = [s for s in before.snapshots if s.snapshot_id not in kept]
+        if not expired:
+            return MaintenanceReport(
+                job=MaintenanceJob.EXPIRE,
+                summary=f"no snapshot to expire ({len(before.snapshots)} kept)",
+                dry_run=dry_run,
+            )
+        if dry_run:
+            remaining = [s for s in before.snapshots if s.snapshot_id in kept]
+            return _report(table.io, before, expired, remaining, dry_run=True)
+        try:
+            _commit_removal(table, before, expired)
+        except CommitFailedException as exc:
+            log.info("expiry attempt %d of %s hit a concurrent commit: %s", attempt, table.name(), exc)
+            time.sleep(min(0.1 * 2**attempt, 2.0))
+            continue
+        table.refresh()
+        # What is left after the commit (concurrent snapshots included) decides what is still needed.
+        return _report(table.io, before, expired, table.metadata.snapshots, dry_run=False)
+    raise CommitFailedException(f"snapshot expiry of {table.name()} conflicted {max_attempts} times")
+
+
+def retained_snapshot_ids(
+    metadata: TableMetadata,
+    min_snapshots: int,
+    max_age_s: float,
+    now_s: float,
+    protected_snapshot_ids: Collection[int] = (),
+) -> set[int]:
+    """Ids of the snapshots the retention rules keep (see the module docstring)."""
+    default_cutoff_ms = (now_s - max_age_s) * 1000.0
+    existing = {s.snapshot_id for s in metadata.snapshots}
+    protected = set(protected_snapshot_ids) & existing
+    kept = set(protected)
+    on_a_branch: set[int] = set()
+    for ref in metadata.refs.values():
+        kept.add(ref.snapshot_id)
+        if ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+            on_a_branch.add(ref.snapshot_id)
+            continue
+        head = metadata.snapshot_by_id(ref.snapshot_id)
+        if head is None:
+            continue
+        keep_count = ref.min_snapshots_to_keep or min_snapshots
+        cutoff_ms = now_s * 1000.0 - ref.max_snapshot_age_ms if ref.max_snapshot_age_ms else default_cutoff_ms
+        ancestry = list(ancestors_of(head, metadata))
+        on_a_branch.update(s.snapshot_id for s in ancestry)
+        for index, snapshot in enumerate(ancestry):
+            if index < keep_count or snapshot.timestamp_ms >= cutoff_ms:
+                kept.add(snapshot.snapshot_id)
+            else:
+                break
+        # The commit of a process started from a protected ancestor walks back to it.
+        for index, snapshot in enumerate(ancestry):
+            if snapshot.snapshot_id in protected:
+                kept.update(s.snapshot_id for s in ancestry[: index + 1])
+    for snapshot in metadata.snapshots:
+        if snapshot.snapshot_id not in on_a_branch and snapshot.timestamp_ms >= default_cutoff_ms:
+            kept.add(snapshot.snapshot_id)
+    return kept
+
+
+def _commit_removal(table: Table, metadata: TableMetadata, expired: list[Snapshot]) -> None:
+    """Remove `expired` from the metadata, provided no ref moved since `metadata` was read.
+
+    A ref moved concurrently (a commit, a rollback, a new tag on an old snapshot) could
+    make an expired snapshot needed again, so such a commit fails and is recomputed.
+    """
+    expired_ids = {s.snapshot_id for s in expired}
+    requirements: tuple[TableRequirement, ...] = tuple(
+        AssertRefSnapshotId.model_validate({"ref": name, "snapshot-id": ref.snapshot_id})
+        for name, ref in metadata.refs.items()
+    )
+    # Removing snapshots drops their statistics entries but not their partition statistics.
+    updates: tuple[TableUpdate, ...] = (
+        RemoveSnapshotsUpdate.model_validate({"snapshot-ids": sorted(expired_ids)}),
+        *(
+            RemovePartitionStatisticsUpdate.model_validate({"snapshot-id": stats.snapshot_id})
+            for stats in metadata.partition_statistics
+            if stats.snapshot_id in expired_ids
+        ),
+    )
+    table.catalog.commit_table(table, requirements=requirements, updates=updates)
+
+
+def _statistics_paths(metadata: TableMetadata, snapshot_ids: set[int]) -> dict[str, int]:
+    stats = [*metadata.statistics, *metadata.partition_statistics]
+    return {s.statistics_path: s.file_size_in_bytes for s in stats if s.snapshot_id in snapshot_ids}
+
+
+def _report(
+    io: FileIO,
+    before: TableMetadata,
+    expired: list[Snapshot],
+    remaining: Iterable[Snapshot],
+    *,
+    dry_run: bool,
+) -> MaintenanceReport:
+    """Delete (unless `dry_run`) what only `expired` referenced, and say what that was."""
+    remaining = list(remaining)
+    still = referenced_files(io, remaining, live_only=True)
+    gone = referenced_files(io, expired, live_only=False)
+    remaining_ids = {s.snapshot_id for s in remaining}
+    still_stats = _statistics_paths(before, remaining_ids)
+    gone_stats = _statistics_paths(before, {s.snapshot_id for s in expired} - remaining_ids)
+
+    sizes: dict[str, int] = {}
+    sizes.update({p: n for p, n in gone.content_files.items() if p not in still.content_files})
+    sizes.update({p: n for p, n in gone.manifests.items() if p not in still.manifests})
+    sizes.update({p: n for p, n in gone_stats.items() if p not in still_stats})
+    manifest_lists = sorted(gone.manifest_lists - still.manifest_lists)
+    for path in manifest_lists:
+        try:
+            sizes[path] = len(io.new_input(path))
+        except FileNotFoundError:
+            sizes[path] = 0
+    paths = tuple(sorted(sizes))
+    if not dry_run:
+        delete_files(io, paths)
+    verb = "would expire" if dry_run else "expired"
+    return MaintenanceReport(
+        job=MaintenanceJob.EXPIRE,
+        summary=(
+            f"{verb} {len(expired)} snapshots, {'would remove' if dry_run else 'removed'} {len(paths)} files "
+            f"({len(manifest_lists)} manifest lists, "
+            f"{sum(1 for p in paths if p in gone.manifests)} manifests, "
+            f"{sum(1 for p in paths if p in gone.content_files)} data/delete files)"
+        ),
+        files_removed=len(paths),
+        bytes_removed=sum(sizes.values()),
+        dry_run=dry_run,
+        paths=paths,
+    )

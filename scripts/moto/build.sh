@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Installs, once, moto's S3-compatible HTTP server for the object-store tests of the maintenance
+# jobs (tests/test_maintenance_s3.py), into a virtualenv of its own:
+#   ${FLOE_CACHE_DIR:-$HOME/.cache/floe}/moto/<version>/venv
+# Not a dev dependency of floe: moto needs botocore, which requires python-dateutil < 3, while
+# the kubernetes client floe pins requires python-dateutil >= 3, so pip cannot put both in one
+# environment. The server only talks HTTP to the tests, so its own environment is enough.
+# A run that finds it installed does nothing else.
+#
+# Usage: build.sh          install if needed; print the server's python on stdout
+#        build.sh --check  print that python and exit 0 if installed, else exit 1
+# Progress and errors go to stderr.
+#
+# Environment:
+#   FLOE_CACHE_DIR       cache root (default $HOME/.cache/floe)
+#   FLOE_MOTO_VERSION    moto version (default below)
+#   FLOE_MOTO_PYTHON     python to make the virtualenv with (default python3.11)
+set -euo pipefail
+
+MOTO_VERSION="${FLOE_MOTO_VERSION:-5.2.5}"
+# Bump when the way the environment is made changes, so an old one is made anew.
+RECIPE_REVISION=1
+
+CACHE_ROOT="${FLOE_CACHE_DIR:-$HOME/.cache/floe}/moto"
+TARGET_DIR="$CACHE_ROOT/$MOTO_VERSION"
+PYTHON="$TARGET_DIR/venv/bin/python"
+
+log() { printf '[moto-env %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() {
+    log "ERROR: $*"
+    exit 1
+}
+is_built() { [[ -x "$PYTHON" && "$(cat "$TARGET_DIR/.complete" 2>/dev/null)" == "recipe $RECIPE_REVISION" ]]; }
+
+case "${1:-}" in
+    "") ;;
+    --check)
+        is_built || exit 1
+        echo "$PYTHON"
+        exit 0
+        ;;
+    -h | --help)
+        sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+        exit 0
+        ;;
+    *) die "unknown argument: $1 (try --help)" ;;
+esac
+
+if is_built; then
+    log "cached: $PYTHON"
+    echo "$PYTHON"
+    exit 0
+fi
+
+command -v flock >/dev/null || die "flock (util-linux) is not on PATH"
+mkdir -p "$CACHE_ROOT"
+exec 9>"$CACHE_ROOT/.build.lock"
+if ! flock -n 9; then
+    log "another install holds $CACHE_ROOT/.build.lock; waiting for it"
+    flock 9
+fi
+if is_built; then
+    log "cached (installed by a concurrent run): $PYTHON"
+    echo "$PYTHON"
+    exit 0
+fi
+
+base_python="${FLOE_MOTO_PYTHON:-python3.11}"
+command -v "$base_python" >/dev/null || die "$base_python is not on PATH"
+rm -rf "$TARGET_DIR"
+mkdir -p "$TARGET_DIR"
+log "installing moto[server]==$MOTO_VERSION into $TARGET_DIR/venv"
+nice -n 10 "$base_python" -m venv "$TARGET_DIR/venv"
+nice -n 10 "$PYTHON" -m pip install -q --disable-pip-version-check "moto[server]==$MOTO_VERSION" >&2
+"$PYTHON" -c 'import moto.server' || die "moto.server does not import after the install"
+echo "recipe $RECIPE_REVISION" >"$TARGET_DIR/.complete"
+log "done: $PYTHON"
+echo "$PYTHON"
