@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -117,3 +119,60 @@ def test_dry_run_of_an_empty_table(tmp_path: Path, capsys: pytest.CaptureFixture
     catalog.create_table("db.t", Schema(NestedField(1, "id", LongType(), required=True)))
     assert main(["optimize", "--catalog-config", str(config), "db.t", "--dry-run"]) == 0
     assert "nothing to optimize" in capsys.readouterr().out
+
+
+def _small_table(tmp_path: Path) -> tuple[SqlCatalog, Path]:
+    catalog, config = _catalog(tmp_path)
+    table = catalog.create_table("db.t", Schema(NestedField(1, "id", LongType(), required=True)))
+    for start in range(0, 30, 10):
+        table.append(conform(table, pa.table({"id": list(range(start, start + 10))})))
+    return catalog, config
+
+
+def test_orphans_dry_run_lists_and_removes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalog, config = _small_table(tmp_path)
+    data = Path(catalog.load_table("db.t").location().removeprefix("file://")) / "data"
+    orphan = data / "left-behind.parquet"
+    orphan.write_bytes(b"x" * 100)
+    os.utime(orphan, (time.time() - 5 * 86400, time.time() - 5 * 86400))
+    args = ["optimize", "--catalog-config", str(config), "db.t", "--type", "orphans"]
+
+    assert main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("would remove")] == [
+        next(line for line in out.splitlines() if "left-behind.parquet" in line)
+    ]
+    assert "dry run: nothing changed" in out and orphan.exists()
+
+    assert main(args) == 0
+    assert "removed" in capsys.readouterr().out and not orphan.exists()
+    assert len(catalog.load_table("db.t").scan().to_arrow()) == 30
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--type", "orphans", "--older-than", "10m"], "olderThan must be at least 1h"),
+        (["--type", "retention", "--older-than", "30d"], "--type retention needs --column and --older-than"),
+        (["--type", "expire", "--max-age", "soon"], "invalid duration 'soon'"),
+        (["--type", "retention", "--column", "nope", "--older-than", "1d"], "nope"),
+    ],
+)
+def test_bad_maintenance_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    catalog, config = _small_table(tmp_path)
+    snapshots = len(catalog.load_table("db.t").metadata.snapshots)
+    assert main(["optimize", "--catalog-config", str(config), "db.t", *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert len(catalog.load_table("db.t").metadata.snapshots) == snapshots
+
+
+def test_expire_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    catalog, config = _small_table(tmp_path)
+    args = ["optimize", "--catalog-config", str(config), "db.t", "--type", "expire", "--max-age", "1ms"]
+    assert main([*args, "--min-snapshots", "2"]) == 0
+    assert len(catalog.load_table("db.t").metadata.snapshots) == 2
+    assert len(catalog.load_table("db.t").scan().to_arrow()) == 30

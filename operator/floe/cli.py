@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from rich.console import Console
@@ -20,6 +21,9 @@ from floe.optimizer.process import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_table, open_catalog
 
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
 
 def _console(stderr: bool) -> Console:
     """A console that does not wrap messages, and prints wide tables when piped."""
@@ -28,6 +32,7 @@ def _console(stderr: bool) -> Console:
 
 
 _TYPES = {t.label: t for t in OptimizingType}
+_MAINTENANCE_TYPES = ("expire", "orphans", "manifests", "dangling-deletes", "retention")
 
 
 class UsageError(Exception):
@@ -44,6 +49,8 @@ def _optimize(args: argparse.Namespace) -> int:
     ref = catalog_ref_from_file(Path(args.catalog_config))
     catalog = open_catalog(ref)
     table = load_table(catalog, args.table)
+    if args.type in _MAINTENANCE_TYPES:
+        return _maintain(args, table, ref.name)
     overrides = {"targetSize": args.target_size} if args.target_size else {}
     try:
         spec = OptimizedTableSpec.model_validate(
@@ -97,6 +104,59 @@ def _optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _maintenance_spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``spec.maintenance`` the flags describe (unset flags keep the defaults)."""
+    retention: dict[str, Any] = {}
+    if args.max_age is not None:
+        retention["maxAge"] = args.max_age
+    if args.min_snapshots is not None:
+        retention["minSnapshots"] = args.min_snapshots
+    maintenance: dict[str, Any] = {"snapshotRetention": retention}
+    if args.type == "orphans" and args.older_than is not None:
+        maintenance["orphanFiles"] = {"olderThan": args.older_than}
+    if args.manifest_trigger is not None:
+        maintenance["manifests"] = {"triggerSmallManifests": args.manifest_trigger}
+    if args.type == "retention":
+        if args.column is None or args.older_than is None:
+            raise UsageError("--type retention needs --column and --older-than (e.g. --older-than 30d)")
+        maintenance["dataRetention"] = {"column": args.column, "olderThan": args.older_than}
+    return maintenance
+
+
+def _maintain(args: argparse.Namespace, table: Table, catalog_name: str) -> int:
+    """`floe optimize --type expire|orphans|manifests|dangling-deletes|retention`: one run, now."""
+    import time
+
+    from floe.api.models import OptimizedTableSpec
+    from floe.local.report import human_bytes
+    from floe.maintenance.jobs import run_maintenance_job
+    from floe.maintenance.report import MaintenanceJob
+
+    try:
+        spec = OptimizedTableSpec.model_validate(
+            {"table": args.table, "catalog": {"name": catalog_name}, "maintenance": _maintenance_spec(args)}
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"][1:])
+        raise UsageError(f"invalid option for {where}: {error['msg']}") from exc
+    try:
+        report = run_maintenance_job(
+            table, MaintenanceJob(args.type), spec.maintenance, now_s=time.time(), dry_run=args.dry_run
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    out = _console(stderr=False)
+    for path in report.paths:
+        out.print(f"{'would remove' if report.dry_run else 'removed'} {path}", highlight=False)
+    out.print(
+        f"{args.table}: {report.summary} ({report.files_removed} files, {human_bytes(report.bytes_removed)}"
+        f"{', dry run: nothing changed' if report.dry_run else ''})",
+        highlight=False,
+    )
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from floe.local.demo import run_demo
 
@@ -144,8 +204,21 @@ def build_parser() -> argparse.ArgumentParser:
     opt = sub.add_parser("optimize", help="optimize one table once")
     opt.add_argument("--catalog-config", required=True, help="YAML file of pyiceberg catalog properties")
     opt.add_argument("table", help="table identifier, namespace.table")
-    opt.add_argument("--type", choices=sorted(_TYPES), help="force this optimizing type")
-    opt.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    opt.add_argument(
+        "--type",
+        choices=[*sorted(_TYPES), *_MAINTENANCE_TYPES],
+        help="force this optimizing type, or run this maintenance job",
+    )
+    opt.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (or what a job would remove) and change nothing",
+    )
+    opt.add_argument("--max-age", help="expire: snapshots older than this expire (default 5d)")
+    opt.add_argument("--min-snapshots", type=int, help="expire: newest snapshots always kept (default 1)")
+    opt.add_argument("--older-than", help="orphans: minimum file age (default 3d); retention: row age")
+    opt.add_argument("--column", help="retention: the timestamp or date column rows are aged by")
+    opt.add_argument("--manifest-trigger", type=int, help="manifests: small manifests that trigger (100)")
     opt.add_argument("--target-size", help="output file size, e.g. 128Mi (default: 128Mi)")
     opt.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
     opt.set_defaults(handler=_optimize)

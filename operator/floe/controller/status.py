@@ -16,8 +16,10 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from floe.controller.kube import Kube
+from floe.maintenance.report import MaintenanceJob
+from floe.maintenance.schedule import job_intervals
 from floe.service.engine import OptimizingEngine, TableView
-from floe.tables.runtime import TableRuntime, TableState
+from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,7 @@ def table_status(runtime: TableRuntime, view: TableView | None, redact: Callable
         "lastOptimized": timestamp(runtime.last_optimized_s),
         "lastResult": redact(runtime.last_result) or None,
         "currentProcess": runtime.process_id,
+        "maintenance": maintenance_status(runtime, redact),
         "conditions": [
             condition("Optimizing", state in BUSY, state.value if state in BUSY else "Idle"),
             condition(
@@ -97,6 +100,48 @@ def table_status(runtime: TableRuntime, view: TableView | None, redact: Callable
             condition("Degraded", bool(error), degraded_reason(runtime), error),
         ],
     }
+
+
+def maintenance_status(runtime: TableRuntime, redact: Callable[[str], str]) -> Status:
+    """Per job that ran: its last run, result and reclaimed files and bytes, and when it is due next."""
+    intervals = job_intervals(runtime.spec.maintenance)
+    out: Status = {}
+    for job, run in sorted(runtime.maintenance_runs.items()):
+        interval = intervals.get(job)
+        out[job.value] = {
+            "lastRun": timestamp(run.finished_s),
+            "nextDue": timestamp(run.finished_s + interval) if interval is not None else None,
+            "lastResult": redact(run.result),
+            "filesReclaimed": run.files_removed,
+            "bytesReclaimed": run.bytes_removed,
+        }
+    return out
+
+
+def restore_maintenance(runtime: TableRuntime, status: Mapping[str, Any]) -> None:
+    """Last runs recorded in a table's status, so a restarted operator keeps each job's schedule."""
+    recorded = status.get("maintenance")
+    if not isinstance(recorded, Mapping):
+        return
+    for name, job_status in recorded.items():
+        finished = epoch(job_status.get("lastRun")) if isinstance(job_status, Mapping) else None
+        try:
+            job = MaintenanceJob(name)
+        except ValueError:
+            continue  # a job this version does not know
+        if finished is None:
+            continue
+        result = str(job_status.get("lastResult") or "")
+        runtime.restore_maintenance_run(
+            job,
+            MaintenanceRun(
+                finished,
+                result,
+                int(job_status.get("filesReclaimed") or 0),
+                int(job_status.get("bytesReclaimed") or 0),
+                failed=result.startswith("failed:"),
+            ),
+        )
 
 
 def degraded_reason(runtime: TableRuntime) -> str:

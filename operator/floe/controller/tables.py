@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from floe.api.models import API_GROUP, OptimizedTable
 from floe.controller.runtime import Controller, InvolvedObject, post_event
 from floe.controller.secrets import with_catalog_properties
-from floe.controller.status import epoch
+from floe.controller.status import epoch, restore_maintenance
 
 VERSION = "v1alpha1"
 PLURAL = "optimizedtables"
@@ -80,6 +80,7 @@ def reconcile_table(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, **_: 
             runtime.last_minor_s = runtime.last_minor_s or epoch(status.get("lastMinorOptimizing"))
             runtime.last_major_s = runtime.last_major_s or epoch(status.get("lastMajorOptimizing"))
             runtime.last_full_s = runtime.last_full_s or epoch(status.get("lastFullOptimizing"))
+            restore_maintenance(runtime, status)
             # Re-applying hands the restored last-optimized time to the group's scheduler.
             controller.engine.apply_table(resource)
 

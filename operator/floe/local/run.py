@@ -71,6 +71,7 @@ def render(views: list[TableView], events: list[EngineEvent]) -> RichTable:
         "delete files",
         "running",
         "queued",
+        "maintenance",
         "last result / why pending",
     ):
         out.add_column(column, overflow="fold")
@@ -86,9 +87,22 @@ def render(views: list[TableView], events: list[EngineEvent]) -> RichTable:
             str(v.delete_files),
             str(v.running_tasks),
             str(v.queued_tasks),
+            _maintenance_note(v),
             note,
         )
     return out
+
+
+def _maintenance_note(view: TableView) -> str:
+    """The job running now, else how many jobs ran and what they reclaimed."""
+    if view.maintaining is not None:
+        return f"{view.maintaining} running"
+    if not view.maintenance:
+        return "-"
+    failed = [str(job) for job, run in view.maintenance.items() if run.failed]
+    files = sum(run.files_removed for run in view.maintenance.values())
+    note = f"{len(view.maintenance)} jobs ran, {files} files reclaimed"
+    return f"{note}; failed: {', '.join(failed)}" if failed else note
 
 
 def run_engine(

@@ -81,6 +81,10 @@ class TaskTimeLedger:
         self._finished.setdefault(table_id, deque()).append((started, max(started, now)))
         self._prune(table_id, now)
 
+    def running(self, run_id: str) -> bool:
+        """Whether ``run_id`` started and has not stopped (nor been forgotten with its table)."""
+        return run_id in self._table_of_run
+
     def task_seconds(self, table_id: str, now: float, window_s: float = QUOTA_WINDOW_S) -> float:
         """Task time of the table within ``[now - window_s, now]``, running tasks included."""
         if window_s > self._retention_s:

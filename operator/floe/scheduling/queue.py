@@ -250,6 +250,20 @@ class GroupScheduler:
         with self._monitor.hold():
             self._table(table_id).pending = pending
 
+    def start_maintenance(self, table_id: str, run_id: str, now: float) -> None:
+        """A maintenance job of the table started: its time counts toward the table's quota."""
+        with self._monitor.hold():
+            if table_id in self._tables:
+                self._ledger.start(table_id, run_id, now)
+                self._monitor.changed()
+
+    def end_maintenance(self, run_id: str, now: float) -> None:
+        """The maintenance job ended; a run of a table removed meanwhile is ignored."""
+        with self._monitor.hold():
+            if self._ledger.running(run_id):
+                self._ledger.stop(run_id, now)
+                self._monitor.changed()
+
     # -- planning ------------------------------------------------------------------------
 
     def next_table_to_plan(self, now: float) -> str | None:

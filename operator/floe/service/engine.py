@@ -18,9 +18,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
@@ -28,6 +29,8 @@ from pyiceberg.table import Table
 from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
 from floe.commit.rewrite import CommitAbandoned, CommitConflict, commit_rewrite
 from floe.commit.snapshot import UnsupportedTableError, delete_quietly
+from floe.maintenance.jobs import run_maintenance_job
+from floe.maintenance.report import MaintenanceJob, MaintenanceReport
 from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
@@ -35,7 +38,7 @@ from floe.scheduling.queue import GroupScheduler, ProcessOutcome
 from floe.service.task_service import TaskService
 from floe.tables.catalog import TableAccessError, load_table, open_catalog
 from floe.tables.history import optimizing_history
-from floe.tables.runtime import TableRuntime, TableState
+from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
 from floe.tables.scan import ScannedTable, scan_table
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,8 @@ class TableView:
     pending_reason: str
     last_result: str
     last_error: str
+    maintenance: dict[MaintenanceJob, MaintenanceRun] = field(default_factory=dict)
+    maintaining: MaintenanceJob | None = None
 
 
 @dataclass
@@ -91,6 +96,7 @@ class OptimizingEngine:
         refresh_interval_s: float = 10.0,
         io_threads: int = 4,
         namespaced_groups: bool = False,
+        maintenance_threads: int = 1,
     ) -> None:
         self.service = service
         self.namespaced_groups = namespaced_groups
@@ -105,6 +111,11 @@ class OptimizingEngine:
         self._listeners: list[Callable[[EngineEvent], None]] = []
         self._lock = threading.RLock()
         self._pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="floe-refresh")
+        # Maintenance jobs list and delete files for minutes on big tables: their own threads
+        # keep ticks (refresh, planning, commits) going meanwhile.
+        self._maintenance_pool = ThreadPoolExecutor(
+            max_workers=maintenance_threads, thread_name_prefix="floe-maintenance"
+        )
 
     # -- resources -----------------------------------------------------------------------
 
@@ -218,10 +229,14 @@ class OptimizingEngine:
     # -- the loop ------------------------------------------------------------------------
 
     def tick(self) -> None:
-        """One round: refresh due tables, plan what the schedulers pick, commit finished work."""
+        """One round: refresh due tables, plan what the schedulers pick, commit finished work.
+
+        Maintenance jobs that are due start in the background.
+        """
         self._refresh_due_tables()
         self._commit_finished()
         self._plan_picked_tables()
+        self._start_due_maintenance()
 
     def run(self, stop: threading.Event, interval_s: float = 1.0) -> None:
         """Tick until `stop` is set; errors are logged and reported, never fatal."""
@@ -233,15 +248,20 @@ class OptimizingEngine:
             stop.wait(interval_s)
 
     def close(self) -> None:
-        """Stop the refresh threads."""
+        """Stop the refresh threads, after the maintenance jobs running now finish."""
         self._pool.shutdown(wait=True)
+        self._maintenance_pool.shutdown(wait=True)
 
     def converged(self) -> bool:
-        """Nothing in flight and every table settled or stuck (see `stuck_tables`)."""
+        """Nothing in flight, no maintenance due or running, every table settled or stuck."""
+        now = self.clock()
         with self._lock:
             stuck = set(self.stuck_tables())
             return not self._in_flight and all(
-                r.settled or r.table_id in stuck for r in self.runtimes.values()
+                (r.settled or r.table_id in stuck)
+                and self._maintenance_due(r, now) is None
+                and r.maintaining is None
+                for r in self.runtimes.values()
             )
 
     def stuck_tables(self) -> dict[str, str]:
@@ -328,6 +348,94 @@ class OptimizingEngine:
             catalog = open_catalog(ref)
             self._catalogs[key] = catalog
         return load_table(catalog, runtime.spec.table)
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    def run_maintenance_now(self, table_id: str, job: MaintenanceJob) -> Future[None]:
+        """Start `job` of the table at once, whatever its schedule (the CLI, tests)."""
+        with self._lock:
+            runtime = self.runtimes[table_id]
+            runtime.on_maintenance_started(job)
+            return self._submit_maintenance(runtime, job)
+
+    @staticmethod
+    def _maintenance_due(runtime: TableRuntime, now: float) -> MaintenanceJob | None:
+        # A table never read, or without a snapshot, has nothing to maintain yet.
+        if runtime.snapshot_id is None:
+            return None
+        return runtime.due_maintenance(now)
+
+    def _start_due_maintenance(self) -> None:
+        now = self.clock()
+        with self._lock:
+            for runtime in self.runtimes.values():
+                job = self._maintenance_due(runtime, now)
+                if job is not None:
+                    runtime.on_maintenance_started(job)
+                    self._submit_maintenance(runtime, job)
+
+    def _submit_maintenance(self, runtime: TableRuntime, job: MaintenanceJob) -> Future[None]:
+        # Under the lock: what the job must not touch is read before anything else can start.
+        flight = self._in_flight.get(runtime.process_id) if runtime.process_id else None
+        protected_snapshots = (flight.process.starting_snapshot_id,) if flight else ()
+        protected_prefixes = (flight.process.process_id,) if flight else ()
+        return self._maintenance_pool.submit(
+            self._maintain, runtime, job, protected_snapshots, protected_prefixes
+        )
+
+    def _maintain(
+        self,
+        runtime: TableRuntime,
+        job: MaintenanceJob,
+        protected_snapshots: tuple[int, ...],
+        protected_prefixes: tuple[str, ...],
+    ) -> None:
+        """Run one job; its time counts toward the table's quota like task time.
+
+        A process planned while expiry or orphan cleanup runs is safe without protection:
+        it starts from the current snapshot, which expiry always keeps, and its files are
+        younger than any orphan age (at least an hour).
+        """
+        run_id = f"{runtime.table_id}/{job}-{uuid.uuid4().hex[:8]}"
+        with self._lock:
+            key = self.table_group_key(runtime)
+            scheduler = self.service.group(key) if key in self.groups else None
+        if scheduler is not None:
+            scheduler.start_maintenance(runtime.table_id, run_id, self.clock())
+        try:
+            report = self._run_job(runtime, job, protected_snapshots, protected_prefixes)
+        except Exception as exc:  # any failure is the job's result, never the engine's
+            log.warning("maintenance %s of %s failed", job, runtime.table_id, exc_info=True)
+            with self._lock:
+                runtime.on_maintenance_failed(job, str(exc), self.clock())
+            self._emit(runtime.table_id, "Warning", "MaintenanceFailed", f"{job}: {exc}")
+        else:
+            with self._lock:
+                runtime.on_maintenance_done(report, self.clock())
+                if report.snapshot_id is not None:
+                    self._scans.pop(runtime.table_id, None)
+            if report.files_removed or report.snapshot_id is not None:
+                self._emit(runtime.table_id, "Normal", "MaintenanceDone", f"{job}: {report.summary}")
+        finally:
+            if scheduler is not None:
+                scheduler.end_maintenance(run_id, self.clock())
+
+    def _run_job(
+        self,
+        runtime: TableRuntime,
+        job: MaintenanceJob,
+        protected_snapshots: tuple[int, ...],
+        protected_prefixes: tuple[str, ...],
+    ) -> MaintenanceReport:
+        table = self._load(runtime)
+        return run_maintenance_job(
+            table,
+            job,
+            runtime.spec.maintenance,
+            now_s=self.clock(),
+            protected_snapshot_ids=protected_snapshots,
+            protected_prefixes=protected_prefixes,
+        )
 
     # -- planning ------------------------------------------------------------------------
 
@@ -504,6 +612,8 @@ class OptimizingEngine:
                         pending_reason=r.pending_reason,
                         last_result=r.last_result,
                         last_error=r.last_error,
+                        maintenance=dict(r.maintenance_runs),
+                        maintaining=r.maintaining,
                     )
                 )
             return views

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from floe.api.models import OptimizedTableSpec
+from floe.maintenance.report import MaintenanceJob, MaintenanceReport
+from floe.maintenance.schedule import due_jobs, next_due_s
 from floe.planning.files import TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.history import OptimizingHistory
@@ -42,6 +44,17 @@ class IllegalTransition(RuntimeError):
     """A step reported in a state where it cannot happen (an engine bug)."""
 
 
+@dataclass(frozen=True)
+class MaintenanceRun:
+    """The last run of one maintenance job of a table."""
+
+    finished_s: float
+    result: str
+    files_removed: int = 0
+    bytes_removed: int = 0
+    failed: bool = False
+
+
 @dataclass
 class TableRuntime:
     """Everything floe knows about one OptimizedTable between two refreshes."""
@@ -62,6 +75,9 @@ class TableRuntime:
     last_full_s: float | None = None
     process_id: str | None = None
     evaluated_snapshot_id: int | None = field(default=None, repr=False)
+    maintenance_runs: dict[MaintenanceJob, MaintenanceRun] = field(default_factory=dict)
+    maintaining: MaintenanceJob | None = None
+    """The maintenance job running now (at most one per table)."""
 
     @property
     def group(self) -> str:
@@ -133,8 +149,10 @@ class TableRuntime:
             self.pending_reason = f"{kind} due in {len(plan.partitions)} partitions"
 
     def may_plan(self, now_s: float) -> bool:
-        """PENDING and past min-plan-interval since the last plan."""
+        """PENDING, past min-plan-interval since the last plan, and no committing maintenance job running."""
         if self.state != TableState.PENDING:
+            return False
+        if self.maintaining is not None and self.maintaining.commits:
             return False
         return self.last_plan_s is None or now_s - self.last_plan_s >= self.spec.min_plan_interval
 
@@ -186,6 +204,62 @@ class TableRuntime:
         """The catalog or table could not be read; shown until a refresh succeeds."""
         self.last_refresh_s = now_s
         self.last_error = error
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    def due_maintenance(self, now_s: float) -> MaintenanceJob | None:
+        """The maintenance job to start now, if any.
+
+        None while a job runs or the table is disabled. A job that commits a snapshot
+        waits while an optimizing process is in flight (both would replace the same
+        files); expiry and orphan cleanup run beside it, protecting what it uses.
+        """
+        if self.maintaining is not None or self.state == TableState.DISABLED:
+            return None
+        last_runs = {job: run.finished_s for job, run in self.maintenance_runs.items()}
+        for job in due_jobs(self.spec.maintenance, last_runs, now_s):
+            if not (job.commits and self.busy):
+                return job
+        return None
+
+    def next_maintenance_s(self, job: MaintenanceJob, now_s: float) -> float | None:
+        """When `job` is due next (now, if it never ran); None when the spec turns it off."""
+        run = self.maintenance_runs.get(job)
+        return next_due_s(self.spec.maintenance, job, run.finished_s if run else None, now_s)
+
+    def on_maintenance_started(self, job: MaintenanceJob) -> None:
+        """`job` starts; no other job, nor (for a committing job) planning, starts until it ends."""
+        if self.maintaining is not None:
+            raise IllegalTransition(f"{self.table_id}: {job} while {self.maintaining} runs")
+        if job.commits and self.busy:
+            raise IllegalTransition(f"{self.table_id}: {job} while {self.state}")
+        self.maintaining = job
+
+    def on_maintenance_done(self, report: MaintenanceReport, now_s: float) -> None:
+        """The running job finished; a committed snapshot is evaluated at the next refresh."""
+        self._end_maintenance(report.job)
+        self.maintenance_runs[report.job] = MaintenanceRun(
+            now_s, report.summary, report.files_removed, report.bytes_removed
+        )
+        if report.snapshot_id is not None:
+            self.evaluated_snapshot_id = None
+            self.last_refresh_s = None
+
+    def on_maintenance_failed(self, job: MaintenanceJob, error: str, now_s: float) -> None:
+        """The running job raised; it is tried again one interval later."""
+        self._end_maintenance(job)
+        self.maintenance_runs[job] = MaintenanceRun(now_s, f"failed: {error}", failed=True)
+
+    def restore_maintenance_run(self, job: MaintenanceJob, run: MaintenanceRun) -> None:
+        """A run recorded before a restart (in status), so the job keeps its schedule."""
+        known = self.maintenance_runs.get(job)
+        if known is None or known.finished_s < run.finished_s:
+            self.maintenance_runs[job] = run
+
+    def _end_maintenance(self, job: MaintenanceJob) -> None:
+        if self.maintaining != job:
+            raise IllegalTransition(f"{self.table_id}: {job} ended while {self.maintaining} runs")
+        self.maintaining = None
 
     def _finish(self, result: str) -> None:
         self.last_result = result

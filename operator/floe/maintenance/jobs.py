@@ -1,0 +1,69 @@
+"""Run one maintenance job of a table with the settings of its spec."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from pyiceberg.table import Table
+
+from floe.api.models import MaintenanceSpec
+from floe.maintenance.dangling import remove_dangling_deletes
+from floe.maintenance.expire import expire_snapshots
+from floe.maintenance.manifests import rewrite_manifests
+from floe.maintenance.orphans import remove_orphan_files
+from floe.maintenance.report import MaintenanceJob, MaintenanceReport
+from floe.maintenance.retention import expire_rows
+
+
+def run_maintenance_job(
+    table: Table,
+    job: MaintenanceJob,
+    spec: MaintenanceSpec,
+    *,
+    now_s: float,
+    protected_snapshot_ids: Collection[int] = (),
+    protected_prefixes: Collection[str] = (),
+    dry_run: bool = False,
+) -> MaintenanceReport:
+    """Run `job` on `table` as `spec` configures it.
+
+    `protected_snapshot_ids` are the starting snapshots of optimizing processes in flight
+    (never expired); `protected_prefixes` the file-name prefixes of their output files
+    (never removed as orphans, however old). Raises ValueError when the job cannot run as
+    configured (retention without ``dataRetention``, an unknown column).
+    """
+    if job is MaintenanceJob.EXPIRE:
+        return expire_snapshots(
+            table,
+            min_snapshots=spec.snapshot_retention.min_snapshots,
+            max_age_s=spec.snapshot_retention.max_age,
+            now_s=now_s,
+            protected_snapshot_ids=protected_snapshot_ids,
+            dry_run=dry_run,
+        )
+    if job is MaintenanceJob.ORPHANS:
+        return remove_orphan_files(
+            table,
+            older_than_s=spec.orphan_files.older_than,
+            now_s=now_s,
+            protected_prefixes=protected_prefixes,
+            dry_run=dry_run,
+        )
+    if job is MaintenanceJob.MANIFESTS:
+        return rewrite_manifests(
+            table,
+            trigger_small_manifests=spec.manifests.trigger_small_manifests,
+            target_manifest_size=spec.manifests.target_manifest_size,
+            dry_run=dry_run,
+        )
+    if job is MaintenanceJob.DANGLING_DELETES:
+        return remove_dangling_deletes(table, dry_run=dry_run)
+    if spec.data_retention is None:
+        raise ValueError("data retention needs spec.maintenance.dataRetention (column and olderThan)")
+    return expire_rows(
+        table,
+        column=spec.data_retention.column,
+        older_than_s=spec.data_retention.older_than,
+        now_s=now_s,
+        dry_run=dry_run,
+    )

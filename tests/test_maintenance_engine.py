@@ -1,0 +1,144 @@
+"""Maintenance jobs driven by the engine on real tables: their schedule, status, quota and protections."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from test_correctness import build_table, rows_at
+from test_engine import Stack, _group, _table, _tick_until
+
+from floe.controller.status import table_status
+from floe.local.reference_reader import ReferenceReader
+from floe.maintenance.report import MaintenanceJob
+from floe.service.engine import EngineEvent, OptimizingEngine
+from floe.service.http import TaskServiceServer
+from floe.service.task_service import TaskService
+from floe.service.wire import RegisterRequest
+
+DAY = 86400.0
+
+
+@pytest.fixture
+def stack() -> Iterator[Stack]:
+    service = TaskService(clock=time.time)
+    server = TaskServiceServer(service)
+    server.start()
+    engine = OptimizingEngine(service, refresh_interval_s=0.2)
+    events: list[EngineEvent] = []
+    engine.subscribe(events.append)
+    yield Stack(service, server, engine, events, [])
+    server.stop()
+    engine.close()
+
+
+def _old_file(directory: Path, name: str, age_s: float) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_bytes(b"not referenced by any metadata")
+    when = time.time() - age_s
+    os.utime(path, (when, when))
+    return path
+
+
+def _local(uri: str) -> Path:
+    return Path(uri.removeprefix("file://"))
+
+
+def test_due_jobs_run_on_their_own_schedule_show_in_status_and_count_toward_quota(
+    stack: Stack, sql_catalog: SqlCatalog, reference: ReferenceReader
+) -> None:
+    table, _ = build_table(sql_catalog, reference, "identity", evolve_schema=False)
+    before = rows_at(reference, sql_catalog)
+    assert len(table.metadata.snapshots) > 3
+    data = _local(table.location()) / "data"
+    stale = _old_file(data, "stale-orphan.parquet", 4 * DAY)
+    fresh = _old_file(data, "fresh-orphan.parquet", 60)
+    stack.engine.apply_group(_group("g1"))
+    # No optimizer: the table stays PENDING, and maintenance runs all the same.
+    runtime = stack.engine.apply_table(
+        _table(sql_catalog, "g1", maintenance={"snapshotRetention": {"maxAge": "1ms", "interval": "1h"}})
+    )
+
+    _tick_until(stack, lambda: len(runtime.maintenance_runs) == 4 and runtime.maintaining is None)
+
+    runs = runtime.maintenance_runs
+    assert set(runs) == {
+        MaintenanceJob.DANGLING_DELETES,
+        MaintenanceJob.MANIFESTS,
+        MaintenanceJob.EXPIRE,
+        MaintenanceJob.ORPHANS,
+    }
+    assert not any(run.failed for run in runs.values()), runs
+    table = sql_catalog.load_table("db.t")
+    assert len(table.metadata.snapshots) == 1  # expired down to minSnapshots
+    assert runs[MaintenanceJob.EXPIRE].files_removed > 0
+    assert not stale.exists() and fresh.exists()
+    assert runs[MaintenanceJob.ORPHANS].files_removed >= 1
+    assert rows_at(reference, sql_catalog) == before
+    reasons = {(e.reason, e.message.split(":")[0]) for e in stack.events}
+    assert {("MaintenanceDone", "expire"), ("MaintenanceDone", "orphans")} <= reasons
+
+    # Each job is due again one interval after its own last run, not before.
+    expire = runs[MaintenanceJob.EXPIRE].finished_s
+    assert runtime.next_maintenance_s(MaintenanceJob.EXPIRE, time.time()) == expire + 3600
+    assert runtime.next_maintenance_s(MaintenanceJob.ORPHANS, time.time()) == (
+        runs[MaintenanceJob.ORPHANS].finished_s + DAY
+    )
+    assert runtime.due_maintenance(time.time()) is None
+
+    # The jobs' time counts toward the table's quota (measured once the group has threads to share).
+    stack.service.register(RegisterRequest(group="g1", threads=2, memory_bytes=1 << 30))
+    assert stack.service.group("g1").stats(time.time())["default/t"].occupation > 0
+    status = table_status(runtime, None, redact=lambda text: text)["maintenance"]
+    assert set(status) == {"dangling-deletes", "manifests", "expire", "orphans"}
+    assert status["orphans"]["filesReclaimed"] >= 1 and status["expire"]["nextDue"] is not None
+
+
+def test_in_flight_process_is_protected_from_expiry_and_orphan_cleanup(
+    stack: Stack, sql_catalog: SqlCatalog, reference: ReferenceReader
+) -> None:
+    table, writer = build_table(sql_catalog, reference, "unpartitioned", evolve_schema=False)
+    stack.engine.apply_group(_group("g1"))
+    off = {"enabled": False}
+    runtime = stack.engine.apply_table(
+        _table(
+            sql_catalog,
+            "g1",
+            maintenance={
+                "snapshotRetention": {"enabled": False, "maxAge": "1ms"},
+                "orphanFiles": off,
+                "manifests": off,
+                "danglingDeletes": off,
+            },
+        )
+    )
+    # A registered optimizer that never polls: the process is planned and stays in flight.
+    stack.service.register(RegisterRequest(group="g1", threads=2, memory_bytes=1 << 30))
+    _tick_until(stack, lambda: runtime.process_id is not None)
+    assert runtime.busy and runtime.maintenance_runs == {}  # every job disabled: none ran
+    process_id = runtime.process_id
+    start = sql_catalog.load_table("db.t").metadata.current_snapshot_id
+    writer.append(5)
+    writer.append(5)  # the process's starting snapshot is now neither current nor young
+    chain = {start, *(s.snapshot_id for s in sql_catalog.load_table("db.t").metadata.snapshots[-2:])}
+    data = _local(table.location()) / "data"
+    ours = _old_file(data, f"{process_id}-t0000-deadbeef-0.parquet", 4 * DAY)
+    stray = _old_file(data, "stray-0.parquet", 4 * DAY)
+
+    stack.engine.run_maintenance_now("default/t", MaintenanceJob.EXPIRE).result(timeout=120)
+    stack.engine.run_maintenance_now("default/t", MaintenanceJob.ORPHANS).result(timeout=120)
+
+    # Everything older than the process's start expired; the start and the snapshots from it to
+    # the head stay (its commit validates by walking back to the start).
+    snapshots = {s.snapshot_id for s in sql_catalog.load_table("db.t").metadata.snapshots}
+    assert snapshots == chain and len(table.metadata.snapshots) > 3
+    assert ours.exists() and not stray.exists()
+    assert runtime.process_id == process_id and runtime.busy  # the process itself is untouched
+    # A committing job waits for the process.
+    with pytest.raises(Exception, match="while"):
+        stack.engine.run_maintenance_now("default/t", MaintenanceJob.MANIFESTS)
