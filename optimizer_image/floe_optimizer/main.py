@@ -2,7 +2,9 @@
 
 It starts Spark, then serves its group until SIGTERM or SIGINT, when it stops gracefully
 (running tasks finish and are completed within ``--grace-period``, then it unregisters)
-and exits 0.
+and exits 0. The registration token comes from the environment, never the command line
+(which any process on the host can read): ``FLOE_REGISTRATION_TOKEN``, or the file named
+by ``FLOE_REGISTRATION_TOKEN_FILE``, read at each registration.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from floe.api.units import parse_quantity
-from floe.service.client import TaskServiceClient
+from floe.service.client import TaskServiceClient, registration_token_from_env
 from floe_optimizer.app import Optimizer
 from floe_optimizer.runner import start_spark
 
@@ -59,6 +61,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="floe-optimizer",
         description="Run floe rewrite tasks from the task service as Spark jobs, until SIGTERM or SIGINT.",
+        epilog="The registration token, when the task service requires one, is read from "
+        "$FLOE_REGISTRATION_TOKEN or from the file named by $FLOE_REGISTRATION_TOKEN_FILE.",
     )
     p.add_argument("--service", required=True, help="task service base URL, e.g. http://floe-operator:8080")
     p.add_argument("--group", required=True, help="the OptimizerGroup to serve")
@@ -92,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
     try:
-        client = TaskServiceClient(args.service)
+        client = TaskServiceClient(args.service, registration_token=registration_token_from_env())
     except ValueError as exc:
         cli.error(f"--service: {exc}")
     logging.basicConfig(

@@ -7,7 +7,8 @@ threads. It re-reads the scale file (the operator's ConfigMap, mounted) every fe
 when the count changes it stops the optimizer gracefully (running tasks finish, the rest
 go back to the queue without using a retry), asks Spark for the new executor total and
 registers again with the new thread count. Spark and the driver pod stay up throughout;
-at zero executors the group has no optimizer registered, which status reports.
+at zero executors the group has no optimizer registered, which status reports. The
+registration token is the file the operator mounts (``FLOE_REGISTRATION_TOKEN_FILE``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pyspark.sql import SparkSession
 
 from floe.api.units import parse_quantity
 from floe.controller.spark_conf import parse_properties
+from floe.service.client import RegistrationToken, registration_token_from_env
 from floe_optimizer.app import Optimizer
 
 log = logging.getLogger("floe.driver")
@@ -49,6 +51,7 @@ class ExecutorScaler:
         name: str,
         grace_s: float,
         poll_wait_s: float,
+        registration_token: RegistrationToken | None = None,
     ) -> None:
         self.spark = spark
         self.service = service
@@ -58,6 +61,7 @@ class ExecutorScaler:
         self.name = name
         self.grace_s = grace_s
         self.poll_wait_s = poll_wait_s
+        self.registration_token = registration_token
         self.executors: int | None = None
         self.optimizer: Optimizer | None = None
 
@@ -80,6 +84,7 @@ class ExecutorScaler:
                 memory_bytes=executors * self.executor_memory,
                 name=self.name,
                 poll_wait_s=self.poll_wait_s,
+                registration_token=self.registration_token,
             )
             self.optimizer.start()
 
@@ -214,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.name,
         args.grace_period,
         args.poll_wait,
+        registration_token_from_env(),
     )
     initial = int(properties.get("spark.executor.instances", "1"))
     next_check = 0.0
