@@ -29,7 +29,12 @@ ENTRYPOINT = REPO_ROOT / "optimizer_image" / "entrypoint.sh"
 OPTIMIZER_DOCKERFILE = REPO_ROOT / "optimizer_image" / "Dockerfile"
 OPERATOR_DOCKERFILE = REPO_ROOT / "operator.Dockerfile"
 CHART_VALUES = REPO_ROOT / "charts" / "floe" / "values.yaml"
-SCRIPTS = [ENTRYPOINT, REPO_ROOT / "scripts" / "helm" / "build.sh"]
+SCRIPTS = [
+    ENTRYPOINT,
+    REPO_ROOT / "scripts" / "helm" / "build.sh",
+    REPO_ROOT / "scripts" / "k8s-test-env" / "build.sh",
+    REPO_ROOT / "scripts" / "lib" / "go-build.sh",
+]
 
 EXECUTOR_ENV = {
     "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@floe-g-driver.ns.svc:7078",
@@ -332,3 +337,19 @@ def test_dockerignore_keeps_what_the_images_copy_and_nothing_else() -> None:
     assert sent == set(copied), f"sent to the builder but never copied: {sorted(sent - set(copied))}"
     for path in (".venv/bin/python", ".git/HEAD", "operator/floe/__pycache__/cli.cpython-311.pyc"):
         assert _dockerignored(path, lines), path
+
+
+@pytest.mark.parametrize("script", ["helm", "k8s-test-env"])
+def test_build_scripts_share_their_command_line(script: str, tmp_path: Path) -> None:
+    """Both Go build scripts take --check, --help and nothing else (scripts/lib/go-build.sh)."""
+    path = REPO_ROOT / "scripts" / script / "build.sh"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FLOE_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(path), *args], env=env, capture_output=True, text=True, check=False)
+
+    assert run("--check").returncode == 1  # nothing built in an empty cache
+    usage = run("--help")
+    assert usage.returncode == 0 and "build.sh --check" in usage.stdout and "set -euo" not in usage.stdout
+    wrong = run("--bogus")
+    assert wrong.returncode == 1 and "unknown argument: --bogus" in wrong.stderr
