@@ -17,7 +17,7 @@ Three kinds of run, each in fresh processes:
   HTTP: the cost of the scheduler itself (that process's CPU is the service's, plus a
   negligible loop around the calls).
 - ``heartbeat``: the optimizer threads only send heartbeats over HTTP: the floor of
-  one authenticated request (a new connection per call, aiohttp, a worker thread, the
+  one authenticated request (on a kept-alive connection: aiohttp, a worker thread, the
   service's lock) with no scheduling in it. A task costs three requests.
 
 ``direct`` and ``http`` run once per policy (``--policies``, both by default): the
@@ -251,7 +251,7 @@ class Transport(Protocol):
 
 
 class HttpTransport:
-    """The real `TaskServiceClient` (one connection per call, as optimizers do)."""
+    """The real `TaskServiceClient` (a keep-alive connection per thread, as optimizers have)."""
 
     def __init__(self, url: str) -> None:
         self.client = TaskServiceClient(url)

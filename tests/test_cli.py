@@ -14,7 +14,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from floe.cli import main
+from floe.cli import build_parser, main, operator_config
 from floe.tables.writer import conform
 
 
@@ -176,3 +176,54 @@ def test_expire_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main([*args, "--min-snapshots", "2"]) == 0
     assert len(catalog.load_table("db.t").metadata.snapshots) == 2
     assert len(catalog.load_table("db.t").scan().to_arrow()) == 30
+
+
+# -- floe operator -----------------------------------------------------------------------------
+
+
+def test_operator_flags_reach_its_configuration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLOE_REGISTRATION_TOKEN", raising=False)
+    token_file = tmp_path / "token"
+    token_file.write_text("chart-generated-token\n")
+    args = build_parser().parse_args(
+        [
+            "operator",
+            "--namespace=a,b",
+            f"--registration-token-file={token_file}",
+            "--peering-lifetime=15",
+            "--secret-interval=2.5",
+            "--liveness=http://0.0.0.0:8081/healthz",
+        ]
+    )
+
+    config = operator_config(args)
+
+    assert config.namespaces == ["a", "b"]
+    assert config.registration_token == "chart-generated-token"
+    assert (config.peering_lifetime_s, config.secret_interval_s) == (15, 2.5)
+    assert config.liveness_endpoint == "http://0.0.0.0:8081/healthz"
+    defaults = operator_config(build_parser().parse_args(["operator"]))
+    assert (defaults.peering_lifetime_s, defaults.secret_interval_s, defaults.liveness_endpoint) == (
+        60,
+        30.0,
+        None,
+    )
+    # Without a token given, each process makes its own: never an open registration.
+    assert defaults.registration_token and defaults.registration_token != config.registration_token
+    monkeypatch.setenv("FLOE_REGISTRATION_TOKEN", "from-the-environment")
+    from_env = operator_config(build_parser().parse_args(["operator"]))
+    assert from_env.registration_token == "from-the-environment"
+
+
+def test_operator_refuses_a_missing_token_file_and_bad_intervals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["operator", f"--registration-token-file={tmp_path / 'absent'}"]) == 2
+    assert "--registration-token-file" in capsys.readouterr().err
+    (tmp_path / "empty").write_text("\n")
+    assert main(["operator", f"--registration-token-file={tmp_path / 'empty'}"]) == 2
+    assert "is empty" in capsys.readouterr().err
+    for flag in ("--peering-lifetime=0", "--secret-interval=-1"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["operator", flag])
+        assert "must be positive" in capsys.readouterr().err

@@ -11,6 +11,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 from test_correctness import build_table, rows_at
+from test_service_http import scrape
 
 from floe.api.models import OptimizedTable, OptimizerGroup
 from floe.local.reference_reader import ReferenceReader
@@ -19,6 +20,8 @@ from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.tables.runtime import TableState
 from floe_optimizer.app import Optimizer
+
+TOKEN = "engine-test-registration-token"
 
 
 @dataclass
@@ -32,7 +35,7 @@ class Stack:
 
 @pytest.fixture
 def stack() -> Iterator[Stack]:
-    service = TaskService(clock=time.time)
+    service = TaskService(clock=time.time, registration_token=TOKEN)
     server = TaskServiceServer(service)
     server.start()
     engine = OptimizingEngine(service, refresh_interval_s=0.2)
@@ -78,7 +81,9 @@ def _table(catalog: SqlCatalog, group: str, **spec: object) -> OptimizedTable:
 
 
 def _start_optimizer(stack: Stack, spark: SparkSession, group: str) -> None:
-    optimizer = Optimizer(stack.server.url, group=group, threads=2, spark=spark, name=f"test-{group}")
+    optimizer = Optimizer(
+        stack.server.url, group=group, threads=2, spark=spark, name=f"test-{group}", registration_token=TOKEN
+    )
     optimizer.start()
     stack.optimizers.append(optimizer)
 
@@ -111,6 +116,16 @@ def test_pending_without_optimizer_is_explained_then_served(
     assert runtime.state == TableState.IDLE and "committed snapshot" in runtime.last_result
     assert {e.reason for e in stack.events} >= {"OptimizingStarted", "Committed"}
     assert rows_at(reference, sql_catalog) == before
+    metrics = scrape(stack.server)
+    commits = sum(e.reason == "Committed" for e in stack.events)
+    assert metrics[("floe_commits_total", (("group", "g1"), ("result", "committed")))] == commits
+    table = (("group", "g1"), ("table", "default/t"))
+    assert metrics[("floe_table_state", (table[0], ("state", "IDLE"), table[1]))] == 1
+    assert metrics[("floe_table_quota_occupation", table)] > 0  # its tasks ran within the hour
+    assert metrics[("floe_table_running_tasks", table)] == 0
+    assert metrics[("floe_group_optimizers", (("group", "g1"),))] == 1
+    completed = metrics[("floe_tasks_completed_total", (("group", "g1"), ("outcome", "success")))]
+    assert completed >= 1
 
 
 def test_disabled_table_is_never_planned(

@@ -33,6 +33,8 @@ SCRIPTS = [
     ENTRYPOINT,
     REPO_ROOT / "scripts" / "helm" / "build.sh",
     REPO_ROOT / "scripts" / "moto" / "build.sh",
+    REPO_ROOT / "scripts" / "k8s-test-env" / "build.sh",
+    REPO_ROOT / "scripts" / "lib" / "go-build.sh",
 ]
 
 EXECUTOR_ENV = {
@@ -276,3 +278,79 @@ def test_scripts_pass_shellcheck() -> None:
     assert shellcheck
     result = subprocess.run([shellcheck, *map(str, SCRIPTS)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _dockerignore_regex(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern as a regex over slash-separated paths (Docker's rules:
+    ``*`` and ``?`` stay within a path segment, ``**`` spans any number of them)."""
+    out = ""
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        elif pattern[i] == "[":
+            end = pattern.index("]", i)
+            out, i = out + pattern[i : end + 1], end + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out)
+
+
+def _dockerignored(path: str, lines: list[str]) -> bool:
+    """Whether Docker leaves ``path`` out of the build context: the last pattern that matches
+    the path or one of its parent directories decides, ``!`` patterns putting it back."""
+    ignored = False
+    parts = path.split("/")
+    for line in lines:
+        negated = line.startswith("!")
+        regex = _dockerignore_regex(line.removeprefix("!").strip("/"))
+        if any(regex.fullmatch("/".join(parts[:n])) for n in range(1, len(parts) + 1)):
+            ignored = not negated
+    return ignored
+
+
+def test_dockerignore_keeps_what_the_images_copy_and_nothing_else() -> None:
+    lines = [
+        line.strip()
+        for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    sources = {
+        source.rstrip("/")
+        for dockerfile in (OPTIMIZER_DOCKERFILE, OPERATOR_DOCKERFILE)
+        for keyword, args in _instructions(dockerfile)
+        if keyword == "COPY" and "--from=" not in args
+        for source in [a for a in args.split() if not a.startswith("--")][:-1]
+    }
+    assert {"pyproject.toml", "operator", "optimizer_image/entrypoint.sh"} <= sources
+    copied = [f for f in tracked if any(f == s or f.startswith(f"{s}/") for s in sources)]
+    assert copied and not [f for f in copied if _dockerignored(f, lines)], "COPY sources left out"
+    sent = {f for f in tracked if not _dockerignored(f, lines)}
+    assert sent == set(copied), f"sent to the builder but never copied: {sorted(sent - set(copied))}"
+    for path in (".venv/bin/python", ".git/HEAD", "operator/floe/__pycache__/cli.cpython-311.pyc"):
+        assert _dockerignored(path, lines), path
+
+
+@pytest.mark.parametrize("script", ["helm", "k8s-test-env"])
+def test_build_scripts_share_their_command_line(script: str, tmp_path: Path) -> None:
+    """Both Go build scripts take --check, --help and nothing else (scripts/lib/go-build.sh)."""
+    path = REPO_ROOT / "scripts" / script / "build.sh"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FLOE_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(path), *args], env=env, capture_output=True, text=True, check=False)
+
+    assert run("--check").returncode == 1  # nothing built in an empty cache
+    usage = run("--help")
+    assert usage.returncode == 0 and "build.sh --check" in usage.stdout and "set -euo" not in usage.stdout
+    wrong = run("--bogus")
+    assert wrong.returncode == 1 and "unknown argument: --bogus" in wrong.stderr

@@ -7,6 +7,7 @@ synthetic: nothing here runs a task.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import urllib.parse
@@ -17,16 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from synthetic import result, spec
 
 from floe.scheduling.queue import GroupScheduler
 from floe.service.client import (
+    TOKEN_ENV,
+    TOKEN_FILE_ENV,
     RequestFailed,
     ServiceUnavailable,
     StaleAttempt,
     TaskServiceClient,
     Unauthorized,
     UnknownGroup,
+    registration_token_from_env,
 )
 from floe.service.http import TaskServiceServer, create_app
 from floe.service.openapi import ROUTES, build_openapi, render_openapi
@@ -51,8 +56,8 @@ class Clock:
 class ObservedService(TaskService):
     """The real service, telling the test when a poll found nothing (the HTTP layer then waits)."""
 
-    def __init__(self, clock: Clock) -> None:
-        super().__init__(clock, heartbeat_interval_s=10.0)
+    def __init__(self, clock: Clock, registration_token: str | None = None) -> None:
+        super().__init__(clock, heartbeat_interval_s=10.0, registration_token=registration_token)
         self.empty_poll = threading.Event()
 
     def poll(self, token: str, request: PollRequest) -> TaskAssignment | None:
@@ -417,3 +422,222 @@ def test_request_failed_carries_the_status(client: TaskServiceClient) -> None:
     with pytest.raises(RequestFailed, match="out of range") as raised:
         client.poll(token, 5, wait_s=0)
     assert raised.value.status == 422
+
+
+# -- the registration token --------------------------------------------------------------------
+
+
+REGISTRATION_TOKEN = "registration-token-for-the-tests"
+
+
+@pytest.fixture
+def guarded_service(clock: Clock) -> ObservedService:
+    """A service with group GROUP that requires the registration token."""
+    service = ObservedService(clock, registration_token=REGISTRATION_TOKEN)
+    service.add_group(GROUP)
+    return service
+
+
+@pytest.fixture
+def guarded(guarded_service: ObservedService) -> Iterator[TaskServiceServer]:
+    with TaskServiceServer(guarded_service) as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("authorization", "detail"),
+    [
+        (None, "missing registration token"),
+        ("Basic dXNlcjpwYXNz", "missing registration token"),
+        ("Bearer not-the-token", "wrong registration token"),
+    ],
+    ids=["none", "basic", "wrong"],
+)
+def test_register_needs_the_registration_token_when_the_service_has_one(
+    guarded: TaskServiceServer, guarded_service: ObservedService, authorization: str | None, detail: str
+) -> None:
+    service = guarded_service
+    body = {"group": GROUP, "threads": 1, "memory_bytes": 0, "name": "intruder"}
+
+    status, error, headers = call(guarded, "POST", "/v1/optimizers", body, authorization=authorization)
+
+    assert status == 401 and error["error"] == "unauthorized" and detail in error["detail"]
+    assert headers["WWW-Authenticate"] == "Bearer"
+    assert REGISTRATION_TOKEN not in json.dumps(error)
+    assert service.optimizers(GROUP) == []
+    status, answer, _ = call(guarded, "POST", "/v1/optimizers", body, token=REGISTRATION_TOKEN)
+    assert status == 200 and RegisterResponse.model_validate(answer).token != REGISTRATION_TOKEN
+    metrics = scrape(guarded)
+    assert metrics[("floe_optimizer_registrations_total", (("result", "refused"),))] == 1
+    assert metrics[("floe_optimizer_registrations_total", (("result", "accepted"),))] == 1
+
+
+def test_the_client_presents_the_registration_token_it_is_given(
+    guarded: TaskServiceServer, guarded_service: ObservedService, tmp_path: Path
+) -> None:
+    service = guarded_service
+    request = RegisterRequest(group=GROUP, threads=1, memory_bytes=0)
+    with pytest.raises(Unauthorized, match="missing registration token"):
+        TaskServiceClient(guarded.url).register(request)
+    with pytest.raises(Unauthorized, match="wrong registration token"):
+        TaskServiceClient(guarded.url, registration_token="nope").register(request)
+
+    # As the driver pod reads it: a mounted file, re-read at each registration.
+    token_file = tmp_path / "token"
+    source = registration_token_from_env({TOKEN_FILE_ENV: str(token_file)})
+    client = TaskServiceClient(guarded.url, registration_token=source)
+    token_file.write_text("stale\n")
+    with pytest.raises(Unauthorized, match="wrong registration token"):
+        client.register(request)
+    token_file.write_text(f"{REGISTRATION_TOKEN}\n")
+    session = client.register(request)
+    client.heartbeat(session.token)
+    assert [o.optimizer_id for o in service.optimizers(GROUP)] == [session.optimizer_id]
+    # The variable wins over the file.
+    both = {TOKEN_ENV: REGISTRATION_TOKEN, TOKEN_FILE_ENV: str(tmp_path / "missing")}
+    assert registration_token_from_env(both)() == REGISTRATION_TOKEN
+    assert registration_token_from_env({})() is None
+
+
+# -- /metrics ------------------------------------------------------------------------------------
+
+
+def scrape(server: TaskServiceServer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """GET /metrics (no token), parsed: sample name and labels → value."""
+    url = urllib.parse.urlsplit(server.url)
+    connection = HTTPConnection(url.hostname or "", url.port, timeout=30)
+    try:
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        assert response.status == 200
+        assert response.getheader("Content-Type", "").startswith("text/plain")
+        text = response.read().decode()
+    finally:
+        connection.close()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_count_what_the_service_did(
+    server: TaskServiceServer, service: ObservedService, client: TaskServiceClient
+) -> None:
+    add_process(service, tasks=3)
+    session = register(client, threads=2)
+    first = client.poll(session.token, 0, wait_s=0)
+    second = client.poll(session.token, 1, wait_s=0)
+    assert first is not None and second is not None
+    client.complete(session.token, first.attempt_id, CompleteRequest(result=result(first.task_id)))
+    client.complete(session.token, second.attempt_id, CompleteRequest(error="boom"))
+
+    metrics = scrape(server)
+
+    group = (("group", GROUP),)
+    assert metrics[("floe_group_optimizers", group)] == 1
+    assert metrics[("floe_group_threads", group)] == 2
+    assert metrics[("floe_group_pending_tasks", group)] == 0  # the third was cancelled with the process
+    assert metrics[("floe_group_running_tasks", group)] == 0
+    assert metrics[("floe_tasks_completed_total", (("group", GROUP), ("outcome", "success")))] == 1
+    assert metrics[("floe_tasks_completed_total", (("group", GROUP), ("outcome", "failure")))] == 1
+    assert metrics[("floe_optimizer_registrations_total", (("result", "accepted"),))] == 1
+    assert metrics[("floe_poll_duration_seconds_count", ())] == 2
+    assert metrics[("floe_poll_duration_seconds_bucket", (("le", "+Inf"),))] == 2
+
+
+# -- keep-alive -------------------------------------------------------------------------------------
+
+
+def test_the_client_keeps_one_connection_per_thread(client: TaskServiceClient) -> None:
+    token = register(client).token
+
+    def local_port() -> int:
+        connection = client._local.connection
+        assert connection is not None and connection.sock is not None
+        port: int = connection.sock.getsockname()[1]
+        return port
+
+    port = local_port()
+    for _ in range(5):
+        client.heartbeat(token)
+        assert client.poll(token, 0, wait_s=0) is None
+    assert local_port() == port
+    with ThreadPoolExecutor(1) as pool:  # another thread, another connection
+        assert pool.submit(lambda: (client.heartbeat(token), local_port())[1]).result() != port
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced(service: ObservedService) -> None:
+    with TaskServiceServer(service) as server:
+        client = TaskServiceClient(server.url, timeout=10)
+        token = register(client).token
+        client.heartbeat(token)
+        port = server.port
+    # The same address, a new server (and service): the kept connection was closed under it.
+    with TaskServiceServer(TaskService(Clock()), port=port) as again:
+        assert again.url == server.url
+        with pytest.raises(Unauthorized):  # answered: the call went through on a new connection
+            client.heartbeat(token)
+    client.close()
+
+
+class ScriptedServer:
+    """A raw HTTP/1.1 server that answers each request it reads by the next action of a script:
+    ``"ok"`` answers 200 and keeps the connection, ``"drop"`` closes it without answering
+    (as a server that processed the request and then died would)."""
+
+    def __init__(self, script: list[str]) -> None:
+        self.script = script
+        self.requests: list[str] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while self.script:
+            connection, _ = self._listener.accept()
+            with connection, connection.makefile("rb") as stream:
+                while self.script:
+                    request_line = stream.readline().decode()
+                    if not request_line:
+                        break
+                    length = 0
+                    while (line := stream.readline()) not in (b"\r\n", b""):
+                        name, _, value = line.decode().partition(":")
+                        if name.lower() == "content-length":
+                            length = int(value)
+                    stream.read(length)
+                    self.requests.append(request_line.split()[1])
+                    if self.script.pop(0) == "drop":
+                        break
+                    body = b'{"accepted": true}'
+                    connection.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                        + body
+                    )
+        self._listener.close()
+
+
+def test_a_call_whose_reused_connection_dies_is_resent_only_when_that_is_harmless() -> None:
+    completion = CompleteRequest(result=result("t1"))
+    # heartbeat, then a heartbeat whose connection dies after the server read it: re-sent once.
+    server = ScriptedServer(["ok", "drop", "ok"])
+    client = TaskServiceClient(server.url, timeout=10)
+    client.heartbeat("token")
+    client.heartbeat("token")
+    assert server.requests == ["/v1/optimizers/heartbeat"] * 3
+    client.close()
+
+    # A completion on a connection that dies after the server read it may have been processed:
+    # it is not re-sent (a second one would be answered 409 and taken for a refusal).
+    server = ScriptedServer(["ok", "drop", "ok"])
+    client = TaskServiceClient(server.url, timeout=10)
+    client.heartbeat("token")
+    with pytest.raises(ServiceUnavailable):
+        client.complete("token", "a1", completion)
+    assert server.requests == ["/v1/optimizers/heartbeat", "/v1/tasks/a1/complete"]
+    client.heartbeat("token")  # the next call opens a new connection
+    assert server.requests[-1] == "/v1/optimizers/heartbeat"
+    client.close()

@@ -85,6 +85,35 @@ def test_register_returns_identity_and_timing_and_adds_threads(service: TaskServ
     assert (first.optimizer_id, first.name, first.threads) == (response.optimizer_id, "pod-0", 3)
 
 
+@pytest.mark.parametrize(
+    ("presented", "message"),
+    [(None, "missing registration token"), ("", "missing registration token"), ("guess", "wrong")],
+)
+def test_register_without_the_registration_token_is_refused_and_adds_nothing(
+    clock: Clock, presented: str | None, message: str
+) -> None:
+    service = TaskService(clock, registration_token="the-registration-token")
+    service.add_group("g")
+    request = RegisterRequest(group="g", threads=2, memory_bytes=0)
+
+    with pytest.raises(Unauthorized, match=message) as refused:
+        service.register(request, presented)
+
+    assert "the-registration-token" not in str(refused.value)
+    assert service.optimizers("g") == [] and service.group("g").threads == 0
+    token = service.register(request, "the-registration-token").token
+    service.heartbeat(token)  # its own session token, not the registration token, from now on
+    assert service.requires_registration_token and [o.threads for o in service.optimizers("g")] == [2]
+
+
+def test_a_service_without_a_registration_token_admits_anyone(service: TaskService) -> None:
+    request = RegisterRequest(group="g", threads=1, memory_bytes=0)
+    assert not service.requires_registration_token
+    service.register(request)
+    service.register(request, "anything")
+    assert len(service.optimizers("g")) == 2
+
+
 def test_register_with_an_unknown_group_is_refused_and_adds_nothing(service: TaskService) -> None:
     with pytest.raises(UnknownGroup, match=r"unknown optimizer group 'nope' \(known groups: g\)"):
         service.register(RegisterRequest(group="nope", threads=1, memory_bytes=0))

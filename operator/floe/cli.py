@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,8 @@ from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_ta
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+
+    from floe.controller.runtime import OperatorConfig
 
 
 def _console(stderr: bool) -> Console:
@@ -185,14 +187,41 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _operator(args: argparse.Namespace) -> int:
-    from floe.controller.runtime import OperatorConfig, operator_namespaces, run_operator
+    from floe.controller.runtime import run_operator
 
-    config = OperatorConfig(
+    return run_operator(operator_config(args))
+
+
+def operator_config(args: argparse.Namespace) -> OperatorConfig:
+    """The operator's configuration from ``floe operator`` arguments (and the environment)."""
+    from floe.controller.runtime import OperatorConfig, operator_namespaces
+    from floe.service.client import read_token_file
+
+    token = ""
+    if args.registration_token_file:
+        try:
+            token = read_token_file(Path(args.registration_token_file))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--registration-token-file: {exc}") from exc
+    return OperatorConfig(
         namespaces=operator_namespaces(args.namespace),
         service_port=args.service_port,
         standalone=args.standalone,
+        registration_token=token,
+        peering_lifetime_s=args.peering_lifetime,
+        secret_interval_s=args.secret_interval,
+        liveness_endpoint=args.liveness,
     )
-    return run_operator(config)
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    def parse(text: str) -> int | float:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -243,6 +272,33 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--namespace", action="append", help="watch only this namespace (repeatable)")
     op.add_argument("--service-port", type=int, default=7070, help="task service port (default 7070)")
     op.add_argument("--standalone", action="store_true", help="no peering: this replica always leads")
+    op.add_argument(
+        "--registration-token-file",
+        metavar="PATH",
+        help="file holding the token optimizers must present to register "
+        "(default: $FLOE_REGISTRATION_TOKEN, else a random one for this process)",
+    )
+    op.add_argument(
+        "--peering-lifetime",
+        type=_positive(int),
+        default=60,
+        metavar="SECONDS",
+        help="how long a replica's peering record counts without renewal: a crashed leader's "
+        "successor takes over after at most this long (default 60)",
+    )
+    op.add_argument(
+        "--secret-interval",
+        type=_positive(float),
+        default=30.0,
+        metavar="SECONDS",
+        help="how often the catalog Secrets of tables are re-read (default 30)",
+    )
+    op.add_argument(
+        "--liveness",
+        metavar="URL",
+        help="serve the liveness probe (kopf's loop and floe's engine loop) at this URL, "
+        "e.g. http://0.0.0.0:8081/healthz",
+    )
     op.set_defaults(handler=_operator)
     return parser
 

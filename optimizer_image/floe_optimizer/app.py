@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 
 from floe.optimizer.spark_runner import TaskOutcome
 from floe.service.client import (
+    RegistrationToken,
     RequestFailed,
     ServiceUnavailable,
     StaleAttempt,
@@ -60,10 +61,12 @@ class Optimizer:
         memory_bytes: int = 0,
         name: str = "",
         poll_wait_s: float = 20.0,
+        registration_token: str | RegistrationToken | None = None,
     ) -> None:
         """Serve `group` of the task service at `service` (a URL or a client) with `threads` threads.
 
         Tasks run as Spark jobs on `spark`, or through `runner` when one is given instead.
+        `registration_token` is what registering presents, for a URL (a client has its own).
         """
         if runner is None:
             if spark is None:
@@ -73,7 +76,12 @@ class Optimizer:
             raise ValueError("give either a SparkSession or a runner, not both")
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
-        self.client = service if isinstance(service, TaskServiceClient) else TaskServiceClient(service)
+        if isinstance(service, TaskServiceClient):
+            if registration_token is not None:
+                raise ValueError("give the registration token to the client, not to the optimizer")
+            self.client = service
+        else:
+            self.client = TaskServiceClient(service, registration_token=registration_token)
         self.group = group
         self.threads = threads
         self.memory_bytes = memory_bytes
@@ -190,9 +198,12 @@ class Optimizer:
             session = self.client.register(request)
         except ServiceUnavailable as exc:
             self._outage.failed(exc)
-        except UnknownGroup as exc:
+        except (UnknownGroup, Unauthorized) as exc:
             self._outage.succeeded()
             log.error("cannot register: %s; trying again", exc)
+        except (OSError, ValueError) as exc:
+            # The registration token file: missing until the Secret is mounted, or empty.
+            log.error("cannot read the registration token: %s; trying again", exc)
         except Exception:
             log.exception("registering failed; trying again")
         else:

@@ -2,28 +2,25 @@
 
 It starts Spark, then serves its group until SIGTERM or SIGINT, when it stops gracefully
 (running tasks finish and are completed within ``--grace-period``, then it unregisters)
-and exits 0.
+and exits 0. The registration token comes from the environment, never the command line
+(which any process on the host can read): ``FLOE_REGISTRATION_TOKEN``, or the file named
+by ``FLOE_REGISTRATION_TOKEN_FILE``, read at each registration.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import socket
-import threading
-import time
 from collections.abc import Sequence
-from types import FrameType
 
 from floe.api.units import parse_quantity
-from floe.service.client import TaskServiceClient
+from floe.service.client import TaskServiceClient, registration_token_from_env
 from floe_optimizer.app import Optimizer
+from floe_optimizer.lifecycle import configure_logging, serve_until_signalled, stop_spark
 from floe_optimizer.runner import start_spark
 
 log = logging.getLogger("floe_optimizer")
-
-SHUTDOWN_CHECK_S = 0.2
 
 
 def _positive_int(text: str) -> int:
@@ -59,6 +56,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="floe-optimizer",
         description="Run floe rewrite tasks from the task service as Spark jobs, until SIGTERM or SIGINT.",
+        epilog="The registration token, when the task service requires one, is read from "
+        "$FLOE_REGISTRATION_TOKEN or from the file named by $FLOE_REGISTRATION_TOKEN_FILE.",
     )
     p.add_argument("--service", required=True, help="task service base URL, e.g. http://floe-operator:8080")
     p.add_argument("--group", required=True, help="the OptimizerGroup to serve")
@@ -92,27 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
     try:
-        client = TaskServiceClient(args.service)
+        client = TaskServiceClient(args.service, registration_token=registration_token_from_env())
     except ValueError as exc:
         cli.error(f"--service: {exc}")
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s"
-    )
-    # py4j logs every closed gateway connection at INFO.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    configure_logging(args.log_level)
     spark = start_spark(args.master, args.threads)
     log.info("Spark %s started (master %s)", spark.version, spark.sparkContext.master)
-
-    shutdown = threading.Event()
-
-    def request_shutdown(signum: int, _: FrameType | None) -> None:
-        log.info("received %s: shutting down", signal.Signals(signum).name)
-        shutdown.set()
-
-    # Installed once Spark runs: creating the SparkContext replaces the SIGINT handler.
-    signal.signal(signal.SIGTERM, request_shutdown)
-    signal.signal(signal.SIGINT, request_shutdown)
-
     optimizer = Optimizer(
         client,
         args.group,
@@ -123,17 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         poll_wait_s=args.poll_wait,
     )
     optimizer.start()
-    # Sleeping rather than shutdown.wait(): the handler runs on this thread, and a signal
-    # arriving while Event.wait briefly holds its lock would deadlock the handler's set().
-    while not shutdown.is_set():
-        time.sleep(SHUTDOWN_CHECK_S)
+    serve_until_signalled()
     optimizer.stop(args.grace_period)
     if not optimizer.join(timeout=10.0):
         log.warning("some optimizer threads did not end; exiting anyway")
-    try:
-        spark.stop()
-    except Exception as exc:  # the JVM may be gone already, e.g. signalled along with its process group
-        log.warning("could not stop Spark cleanly: %s", exc)
+    stop_spark(spark)
     return 0
 
 

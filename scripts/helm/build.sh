@@ -25,61 +25,16 @@ MIN_GO_VERSION=1.26.0
 CACHE_ROOT="${FLOE_CACHE_DIR:-$HOME/.cache/floe}/helm"
 TARGET_DIR="$CACHE_ROOT/$HELM_VERSION"
 HELM="$TARGET_DIR/helm"
-
-log() { printf '[helm-build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() {
-    log "ERROR: $*"
-    exit 1
-}
+LOG_TAG=helm-build
+WHAT="helm $HELM_VERSION"
+RESULT="$HELM"
 is_built() { [[ -x "$HELM" && "$(cat "$TARGET_DIR/.complete" 2>/dev/null)" == "recipe $RECIPE_REVISION" ]]; }
+# shellcheck source=scripts/lib/go-build.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/go-build.sh"
 
-case "${1:-}" in
-    "") ;;
-    --check)
-        is_built || exit 1
-        echo "$HELM"
-        exit 0
-        ;;
-    -h | --help)
-        sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-        exit 0
-        ;;
-    *) die "unknown argument: $1 (try --help)" ;;
-esac
-
-if is_built; then
-    log "cached: $HELM"
-    echo "$HELM"
-    exit 0
-fi
-
-command -v go >/dev/null || die "go is not on PATH; Go >= $MIN_GO_VERSION builds helm $HELM_VERSION"
-command -v flock >/dev/null || die "flock (util-linux) is not on PATH"
-mkdir -p "$CACHE_ROOT"
-exec 9>"$CACHE_ROOT/.build.lock"
-if ! flock -n 9; then
-    log "another build holds $CACHE_ROOT/.build.lock; waiting for it"
-    flock 9
-fi
-if is_built; then
-    log "cached (built by a concurrent run): $HELM"
-    echo "$HELM"
-    exit 0
-fi
-
-go_version="$(go env GOVERSION)"
-go_version="${go_version#go}"
-go_version="${go_version%% *}"
-if [[ "$(printf '%s\n%s\n' "$MIN_GO_VERSION" "$go_version" | sort -V | head -n1)" != "$MIN_GO_VERSION" ]]; then
-    die "Go $go_version is too old: helm $HELM_VERSION needs Go >= $MIN_GO_VERSION"
-fi
-
-export GOPATH="$CACHE_ROOT/go"
-export GOMODCACHE="$CACHE_ROOT/go/pkg/mod"
-export GOCACHE="$CACHE_ROOT/go/build-cache"
-export GOTOOLCHAIN=local GOWORK=off GO111MODULE=on CGO_ENABLED=0
-export GOFLAGS="-modcacherw -buildvcs=false -trimpath -p=${FLOE_HELM_BUILD_JOBS:-1}"
-NICE=(nice -n "${FLOE_HELM_BUILD_NICE:-19}")
+go_build_cli "$@"
+go_build_use_cache
+go_build_prepare "${FLOE_HELM_BUILD_JOBS:-1}" "${FLOE_HELM_BUILD_NICE:-19}"
 
 WORK_DIR="$CACHE_ROOT/.work-$HELM_VERSION-$$"
 on_exit() {

@@ -47,12 +47,9 @@ KEY="kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_linux-${ARCH
 KEY_DIR="$CACHE_ROOT/$KEY"
 BIN_DIR="$KEY_DIR/bin"
 
-log() { printf '[k8s-test-env %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() {
-    log "ERROR: $*"
-    exit 1
-}
-
+LOG_TAG=k8s-test-env
+WHAT="the test control plane (kwok $KWOK_VERSION, etcd $ETCD_VERSION)"
+RESULT="$BIN_DIR"
 is_built() {
     [[ -f "$KEY_DIR/.complete" && -f "$KEY_DIR/share/kwok-stages.yaml" ]] || return 1
     local binary
@@ -60,61 +57,14 @@ is_built() {
         [[ -x "$BIN_DIR/$binary" ]] || return 1
     done
 }
+# shellcheck source=scripts/lib/go-build.sh
+source "$SCRIPT_DIR/../lib/go-build.sh"
 
-case "${1:-}" in
-    "") ;;
-    --check)
-        is_built || exit 1
-        echo "$BIN_DIR"
-        exit 0
-        ;;
-    -h | --help)
-        sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-        exit 0
-        ;;
-    *) die "unknown argument: $1 (try --help)" ;;
-esac
-
-# The fast path: nothing to do.
-if is_built; then
-    log "cached: $BIN_DIR"
-    echo "$BIN_DIR"
-    exit 0
-fi
-
-command -v go >/dev/null || die "go is not on PATH; Go >= $MIN_GO_VERSION is needed to build the test control plane"
-command -v flock >/dev/null || die "flock (util-linux) is not on PATH"
-
-mkdir -p "$CACHE_ROOT"
-# One build at a time per cache root: a second pytest run waits, then finds the result.
-exec 9>"$CACHE_ROOT/.build.lock"
-if ! flock -n 9; then
-    log "another build holds $CACHE_ROOT/.build.lock; waiting for it"
-    flock 9
-fi
-if is_built; then
-    log "cached (built by a concurrent run): $BIN_DIR"
-    echo "$BIN_DIR"
-    exit 0
-fi
-
-go_version="$(go env GOVERSION)"
-go_version="${go_version#go}"
-go_version="${go_version%% *}"
-if [[ "$(printf '%s\n%s\n' "$MIN_GO_VERSION" "$go_version" | sort -V | head -n1)" != "$MIN_GO_VERSION" ]]; then
-    die "Go $go_version is too old: kwok $KWOK_VERSION and etcd $ETCD_VERSION need Go >= $MIN_GO_VERSION"
-fi
-
-# Own module and build caches under the cache root, shared by all version keys (the build cache is
-# dropped after a successful build unless FLOE_K8S_KEEP_GO_BUILD_CACHE=1); -modcacherw keeps the
-# module cache deletable with a plain rm -rf.
-export GOPATH="$CACHE_ROOT/go"
-export GOMODCACHE="$CACHE_ROOT/go/pkg/mod"
-export GOCACHE="$CACHE_ROOT/go/build-cache"
-export GOTOOLCHAIN=local # never download another toolchain
-export GOWORK=off GO111MODULE=on CGO_ENABLED=0
-export GOFLAGS="-modcacherw -buildvcs=false -trimpath -p=${FLOE_K8S_BUILD_JOBS:-1}"
-NICE=(nice -n "${FLOE_K8S_BUILD_NICE:-19}")
+go_build_cli "$@"
+go_build_use_cache
+# The build cache is shared by all version keys and dropped after a successful build unless
+# FLOE_K8S_KEEP_GO_BUILD_CACHE=1.
+go_build_prepare "${FLOE_K8S_BUILD_JOBS:-1}" "${FLOE_K8S_BUILD_NICE:-19}"
 
 WORK_DIR="$CACHE_ROOT/.work-$KEY-$$"
 step="preparing"

@@ -19,14 +19,19 @@ names another helm v3 binary to use instead).
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +40,10 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from floe.service.client import TaskServiceClient, Unauthorized
+from floe.service.wire import RegisterRequest
 
 from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster, K8sError
 
@@ -177,6 +186,9 @@ def test_helm_lint(helm_offline: Helm, tmp_path: Path) -> None:
             {"watchNamespaces": ["a"], "defaultGroup": {"enabled": True, "namespace": "b"}},
             ['defaultGroup.namespace "b" is not among watchNamespaces'],
         ),
+        ({"registrationToken": {"existingSecret": "My_Secret"}}, ["/registrationToken/existingSecret"]),
+        ({"livenessPort": 80}, ["/livenessPort", "minimum"]),
+        ({"peeringLifetimeSeconds": 1}, ["/peeringLifetimeSeconds", "minimum"]),
     ],
     ids=[
         "replicas",
@@ -188,6 +200,9 @@ def test_helm_lint(helm_offline: Helm, tmp_path: Path) -> None:
         "quantity",
         "executors",
         "group-ns",
+        "token-secret",
+        "liveness-port",
+        "peering",
     ],
 )
 def test_bad_values_fail_with_the_key_named(
@@ -203,7 +218,16 @@ def test_optional_objects_render_only_when_enabled(helm_offline: Helm, tmp_path:
     kinds = [d["kind"] for d in _render(helm_offline, tmp_path, "ops", {})]
     assert "ServiceMonitor" not in kinds and "OptimizerGroup" not in kinds
     assert {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"} <= set(kinds)
-    assert "Secret" not in kinds  # the task service has no registration token to keep
+    secrets = [d for d in _render(helm_offline, tmp_path, "ops", {}) if d["kind"] == "Secret"]
+    assert [s["metadata"]["name"] for s in secrets] == ["floe-registration-token"]
+    assert len(base64.b64decode(secrets[0]["data"]["token"])) == 48
+    # A Secret of the user's instead: the chart makes none and the operator mounts that one.
+    own = {"registrationToken": {"existingSecret": "mine", "existingSecretKey": "secret"}}
+    docs = _render(helm_offline, tmp_path, "ops", own)
+    assert "Secret" not in [d["kind"] for d in docs]
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "registration-token")
+    assert volume["secret"] == {"secretName": "mine", "items": [{"key": "secret", "path": "token"}]}
     assert "Job" not in kinds  # the pre-delete hook comes with the default group only
 
     docs = _render(
@@ -248,9 +272,22 @@ def test_deployment_is_locked_down(helm_offline: Helm, tmp_path: Path) -> None:
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
     assert {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}} in pod["volumes"]
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    for probe in ("startupProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert container["args"] == ["--verbose", "operator", "--service-port=7070", "--namespace=a"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {"name": "health", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
+    assert container["args"] == [
+        "--verbose",
+        "operator",
+        "--service-port=7070",
+        "--registration-token-file=/etc/floe/registration-token/token",
+        "--liveness=http://0.0.0.0:8081/healthz",
+        "--peering-lifetime=60",
+        "--secret-interval=30",
+        "--namespace=a",
+    ]
+    mount = {"name": "registration-token", "mountPath": "/etc/floe/registration-token", "readOnly": True}
+    assert mount in container["volumeMounts"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["FLOE_SERVICE_URL"] == "http://floe-operator.ops.svc:7070"
     assert env["FLOE_OPTIMIZER_IMAGE"] == "ghcr.io/floe-dev/floe-optimizer:0.1.0"
@@ -405,6 +442,8 @@ def test_namespaced_rbac_is_least_privilege(k8s: K8sCluster, namespaced_release:
         ("create", "roles", "-n", watched),
         ("patch", "rolebindings", "-n", watched),
         ("get", "secrets", "-n", watched),
+        ("patch", "secrets/floe-registration", "-n", watched),  # the drivers' registration token
+        ("create", "secrets", "-n", watched),
         ("create", "events", "-n", watched),
         ("patch", "kopfpeerings.kopf.dev", "-n", watched),
         ("create", "kopfpeerings.kopf.dev", "-n", watched),
@@ -415,6 +454,13 @@ def test_namespaced_rbac_is_least_privilege(k8s: K8sCluster, namespaced_release:
         ("list", "secrets", "-n", watched),
         ("watch", "secrets", "-n", watched),
         ("update", "secrets", "-n", watched),
+        ("patch", "secrets", "-n", watched),
+        ("patch", "secrets/catalog", "-n", watched),
+        ("create", "secrets", "-n", other),
+        ("update", "secrets/floe-registration", "-n", watched),
+        ("delete", "secrets/floe-registration", "-n", watched),
+        ("patch", "secrets/floe-registration", "-n", other),
+        ("patch", "secrets/floe-registration-token", "-n", ns),
         ("get", "secrets", "-n", other),
         ("get", "secrets", "-n", ns),
         ("get", "secrets", "--all-namespaces"),
@@ -473,12 +519,14 @@ def _operator_as_the_chart_runs_it(k8s: K8sCluster, namespace: str, tmp: Path) -
     """The operator in this process, as the chart's pod would run it.
 
     Its credentials are a token of the chart's ServiceAccount; its configuration comes from the
-    Deployment's args (parsed by floe's CLI) and env; POD_NAME is the Deployment's (kwok-run) pod.
-    Only the task service port differs (0: any free port on this machine).
+    Deployment's args (turned into a configuration by floe's CLI) and env; POD_NAME is the
+    Deployment's (kwok-run) pod. What differs: the task service port (0: any free port on this
+    machine), the liveness port (a free one), and the registration token file, which is the chart's
+    Secret written where this process can read it (kwok mounts nothing).
     """
-    from floe.cli import build_parser
+    from floe.cli import build_parser, operator_config
     from floe.controller import kube as kube_module
-    from floe.controller.runtime import Controller, OperatorConfig, operator_namespaces, run_kopf
+    from floe.controller.runtime import Controller, run_kopf
 
     token = k8s.kubectl("create", "token", "floe", "-n", namespace, "--duration=1h").stdout.strip()
     admin = yaml.safe_load(k8s.kubeconfig.read_text())
@@ -490,7 +538,17 @@ def _operator_as_the_chart_runs_it(k8s: K8sCluster, namespace: str, tmp: Path) -
 
     deployment = k8s.kubectl_json("get", "deployment", "floe-operator", "-n", namespace)
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    args = build_parser().parse_args(container["args"])
+    token_file = tmp / "registration-token"
+    token_file.write_text(_chart_token(k8s, namespace))
+    liveness_port = _free_port()
+    args = build_parser().parse_args(
+        [
+            f"--registration-token-file={token_file}"
+            if arg.startswith("--registration-token-file=")
+            else arg.replace(":8081/", f":{liveness_port}/")
+            for arg in container["args"]
+        ]
+    )
     selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
     pod = k8s.kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"][0]["metadata"]["name"]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
@@ -505,13 +563,10 @@ def _operator_as_the_chart_runs_it(k8s: K8sCluster, namespace: str, tmp: Path) -
     thread = None
     try:
         kube_module.load_config()
-        config = OperatorConfig(
-            namespaces=operator_namespaces(args.namespace),
-            service_port=0,
-            standalone=args.standalone,
-            tick_interval_s=0.3,
-            status_interval_s=1.0,
+        config = dataclasses.replace(
+            operator_config(args), service_port=0, tick_interval_s=0.3, status_interval_s=1.0
         )
+        assert config.liveness_endpoint == f"http://0.0.0.0:{liveness_port}/healthz"
         controller = Controller(config, kube_module.Kube())
         controller.start()
         thread = threading.Thread(target=run_kopf, args=(controller, stop, ready), daemon=True)
@@ -531,6 +586,29 @@ def _operator_as_the_chart_runs_it(k8s: K8sCluster, namespace: str, tmp: Path) -
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _chart_token(k8s: K8sCluster, namespace: str) -> str:
+    """The registration token in the chart's Secret."""
+    secret = k8s.kubectl_json("get", "secret", "floe-registration-token", "-n", namespace)
+    return base64.b64decode(secret["data"]["token"]).decode()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _http_get(url: str) -> tuple[int, str]:
+    request = urllib.request.Request(url)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
 
 
 def _get(k8s: K8sCluster, *args: str) -> Any:
@@ -570,7 +648,8 @@ def test_operator_with_the_charts_identity_runs_the_default_group_and_follows_up
     k8s: K8sCluster, helm: Helm, namespaced_release: dict[str, str], tmp_path: Path
 ) -> None:
     ns, watched, other = (namespaced_release[k] for k in ("release", "watched", "other"))
-    with _operator_as_the_chart_runs_it(k8s, ns, tmp_path) as (_controller, pod, problems):
+    token = _chart_token(k8s, ns)
+    with _operator_as_the_chart_runs_it(k8s, ns, tmp_path) as (controller, pod, problems):
         # Leading: the Deployment's pod is labelled, and the task service's Service selects it.
         k8s.wait_for(
             "the leader label",
@@ -604,6 +683,41 @@ def test_operator_with_the_charts_identity_runs_the_default_group_and_follows_up
         ]
         for kind in ("service", "serviceaccount", "role", "rolebinding"):
             assert _get(k8s, kind, driver, "-n", watched) is not None, kind
+
+        # The registration token: the chart's, copied by the operator (which may patch no other
+        # Secret) into the group's namespace, where the driver pod mounts it.
+        copy = _get(k8s, "secret", "floe-registration", "-n", watched)
+        assert base64.b64decode(copy["data"]["token"]).decode() == token
+        driver_pod = _get(k8s, "pod", driver, "-n", watched)
+        volume = next(v for v in driver_pod["spec"]["volumes"] if v["name"] == "registration")
+        assert volume["secret"]["secretName"] == "floe-registration"
+        # What the driver does with it; without it, no registration.
+        group = f"{watched}/default"
+        request = RegisterRequest(group=group, threads=2, memory_bytes=0, name="driver")
+        with pytest.raises(Unauthorized, match="missing registration token"):
+            TaskServiceClient(controller.server.url).register(request)
+        client = TaskServiceClient(controller.server.url, registration_token=token)
+        session = client.register(request)
+
+        # /metrics, unauthenticated, from the running operator.
+        status, text = _http_get(f"{controller.server.url}/metrics")
+        assert status == 200
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        assert samples[("floe_group_optimizers", (("group", group),))] == 1
+        assert samples[("floe_group_threads", (("group", group),))] == 2
+        assert samples[("floe_optimizer_registrations_total", (("result", "refused"),))] == 1
+        client.unregister(session.token)
+        client.close()
+
+        # Liveness, as the probe asks: kopf's loop answers, with floe's engine probe in it.
+        assert controller.config.liveness_endpoint is not None
+        url = controller.config.liveness_endpoint.replace("0.0.0.0", "127.0.0.1")
+        k8s.wait_for("the liveness endpoint", lambda: _http_get(url)[0] == 200, timeout=30)
+        assert "engine_idle_s" in _http_get(url)[1]
         k8s.wait_for(
             "the group's status",
             lambda: bool((_get(k8s, "og", "default", "-n", watched).get("status") or {}).get("conditions")),
@@ -634,6 +748,8 @@ def test_operator_with_the_charts_identity_runs_the_default_group_and_follows_up
                 == "3"
             ),
         )
+        # The upgrade kept the registration token: running drivers stay registered.
+        assert _chart_token(k8s, ns) == token
         args = k8s.kubectl_json("get", "deployment", "floe-operator", "-n", ns)["spec"]["template"]["spec"][
             "containers"
         ][0]["args"]

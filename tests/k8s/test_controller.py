@@ -3,6 +3,7 @@ scaling, table status from a real optimizing run, Secrets kept out of status, GC
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -20,9 +21,10 @@ from pyspark.sql import SparkSession
 from test_correctness import build_table
 
 from floe.controller import kube as kube_module
-from floe.controller.objects import PROPERTIES_KEY, TEMPLATE_KEY
+from floe.controller.objects import PROPERTIES_KEY, REGISTRATION_KEY, REGISTRATION_SECRET, TEMPLATE_KEY
 from floe.controller.runtime import Controller, OperatorConfig, run_kopf
 from floe.local.reference_reader import ReferenceReader
+from floe.service.client import TOKEN_FILE_ENV
 from floe_optimizer.app import Optimizer
 
 from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster
@@ -117,6 +119,16 @@ def _events(k8s: K8sCluster, namespace: str, name: str) -> list[dict[str, Any]]:
     return [e for e in items if e["involvedObject"]["name"] == name]
 
 
+def assert_locked_down(pod_spec: dict[str, Any], container: dict[str, Any]) -> None:
+    """Non-root, seccomp RuntimeDefault, no privilege escalation, every capability dropped."""
+    assert pod_spec["securityContext"]["runAsNonRoot"] is True
+    assert pod_spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
 def test_group_gets_driver_pod_service_and_rbac(
     k8s: K8sCluster, namespace: str, controller: Controller
 ) -> None:
@@ -140,6 +152,24 @@ def test_group_gets_driver_pod_service_and_rbac(
     ]
     assert pod["spec"]["serviceAccountName"] == "floe-alpha-driver"
     assert pod["spec"]["nodeSelector"] == {"type": "kwok"}
+    assert_locked_down(pod["spec"], container)
+    assert pod["spec"]["securityContext"]["fsGroup"] == 185  # the optimizer image's group
+    # The registration token: a file from the namespace's Secret, which the operator wrote.
+    token_path = "/etc/floe/registration/token"
+    assert {"name": "FLOE_REGISTRATION_TOKEN_FILE", "value": token_path} in container["env"]
+    assert {"name": "registration", "mountPath": "/etc/floe/registration", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "registration")
+    assert volume["secret"]["secretName"] == REGISTRATION_SECRET
+    assert volume["secret"]["defaultMode"] == 0o440
+    secret = _get(k8s, "secret", REGISTRATION_SECRET, "-n", namespace)
+    token = base64.b64decode(secret["data"][REGISTRATION_KEY]).decode()
+    assert token == controller.config.registration_token
+    assert {"kind": "OptimizerGroup", "name": "alpha", "controller": False}.items() <= next(
+        r for r in secret["metadata"]["ownerReferences"] if r["name"] == "alpha"
+    ).items()
+    assert token not in json.dumps(pod)  # mounted, never written into the pod
 
     service = _get(k8s, "service", "floe-alpha-driver", "-n", namespace)
     assert service["spec"]["clusterIP"] == "None"
@@ -159,7 +189,9 @@ def test_group_gets_driver_pod_service_and_rbac(
     assert properties["spark.kubernetes.driver.pod.name"] == "floe-alpha-driver"
     assert properties["spark.driver.host"] == f"floe-alpha-driver.{namespace}.svc"
     assert properties["spark.kubernetes.executor.label.floe.dev/group"] == "alpha"
-    assert yaml.safe_load(spark[TEMPLATE_KEY])["spec"]["tolerations"] == KWOK_TEMPLATE["tolerations"]
+    template = yaml.safe_load(spark[TEMPLATE_KEY])["spec"]
+    assert template["tolerations"] == KWOK_TEMPLATE["tolerations"]
+    assert_locked_down(template, template["containers"][0])
 
     # kwok runs the driver pod; no executor registers, so the group is not Ready yet.
     k8s.wait_for(
@@ -190,6 +222,10 @@ def _start_local_driver(
     (tmp / "template.yaml").write_text(spark_cm[TEMPLATE_KEY])
     scale_file = tmp / "executors"
     _sync_scale_file(k8s, namespace, group, scale_file)
+    # Plays the kubelet's Secret projection: the token the operator put in the namespace.
+    secret = _get(k8s, "secret", REGISTRATION_SECRET, "-n", namespace)
+    token_file = tmp / "registration-token"
+    token_file.write_bytes(base64.b64decode(secret["data"][REGISTRATION_KEY]))
     command = [
         sys.executable, "-m", "floe.controller.driver",
         "--master", f"k8s://{k8s.server}",
@@ -207,7 +243,7 @@ def _start_local_driver(
         "--conf", "spark.ui.enabled=false",
         "--conf", f"spark.kubernetes.executor.podTemplateFile={tmp / 'template.yaml'}",
     ]  # fmt: skip
-    env = {**os.environ, "KUBECONFIG": str(k8s.kubeconfig)}
+    env = {**os.environ, "KUBECONFIG": str(k8s.kubeconfig), TOKEN_FILE_ENV: str(token_file)}
     log = (tmp / "driver.log").open("wb")
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), scale_file
 
@@ -249,6 +285,8 @@ def test_spark_creates_executor_pods_and_follows_scaling(
         assert pod["metadata"]["ownerReferences"][0]["uid"] == driver_uid
         assert pod["metadata"]["labels"]["floe.dev/role"] == "executor"
         resources = pod["spec"]["containers"][0]["resources"]
+        # Spark built the executor container on the template's, security context included.
+        assert_locked_down(pod["spec"], pod["spec"]["containers"][0])
         assert resources["limits"]["memory"] == "2Gi"
         assert resources["requests"]["cpu"] == "2"
         k8s.wait_for(
@@ -256,6 +294,12 @@ def test_spark_creates_executor_pods_and_follows_scaling(
         )
         conditions = {c["type"]: c for c in _status(k8s, "og", "beta", namespace)["conditions"]}
         assert conditions["Ready"]["status"] == "True"
+        # The driver registered with the token from the namespace's registration Secret.
+        k8s.wait_for(
+            "the driver's optimizer registered",
+            lambda: len(controller.service.optimizers(f"{namespace}/beta")) == 1,
+            timeout=60,
+        )
 
         k8s.kubectl("scale", "og", "beta", "-n", namespace, "--replicas", "3")
         k8s.wait_for("3 executor pods", lambda: count(3), timeout=90)
@@ -296,7 +340,12 @@ def test_table_status_after_optimizing_keeps_secrets_out(
     )
     _apply(k8s, _group("local", namespace, executors=1))
     optimizer = Optimizer(
-        controller.server.url, group=f"{namespace}/local", threads=2, spark=spark, name="test-local"
+        controller.server.url,
+        group=f"{namespace}/local",
+        threads=2,
+        spark=spark,
+        name="test-local",
+        registration_token=controller.config.registration_token,
     )
     optimizer.start()
     try:
@@ -365,3 +414,11 @@ def test_deleting_a_group_garbage_collects_its_objects(
         )
 
     k8s.wait_for("garbage collection of the group's objects", gone, timeout=60)
+
+    # The namespace's registration Secret stays for the other groups, without gamma as an owner.
+    def owners() -> list[str]:
+        secret = _get(k8s, "secret", REGISTRATION_SECRET, "-n", namespace)
+        return [r["name"] for r in secret["metadata"]["ownerReferences"]]
+
+    k8s.wait_for("gamma's owner reference gone from the registration Secret", lambda: "gamma" not in owners())
+    assert "alpha" in owners()

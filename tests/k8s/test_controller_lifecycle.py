@@ -80,6 +80,10 @@ def _namespace(k8s: K8sCluster, prefix: str) -> str:
     return name
 
 
+TOKEN = "lifecycle-registration-token"
+"""Every replica's registration token: the chart gives all replicas of an install the same one."""
+
+
 class Replica:
     """One operator replica in-process: kopf in a thread, task service, engine thread."""
 
@@ -97,6 +101,7 @@ class Replica:
             peering_lifetime_s=PEERING_LIFETIME_S,
             leader_check_interval_s=0.5,
             secret_interval_s=1.0,
+            registration_token=TOKEN,
         )
         self.controller = Controller(self.config, kube_module.Kube())
         self.events: list[EngineEvent] = []
@@ -244,7 +249,7 @@ class HeldOptimizer:
     """An optimizer that takes a task and acks it, then never completes it (nor heartbeats)."""
 
     def __init__(self, url: str, group: str) -> None:
-        self.client = TaskServiceClient(url)
+        self.client = TaskServiceClient(url, registration_token=TOKEN)
         self.session: RegisterResponse = self.client.register(
             RegisterRequest(group=group, threads=1, memory_bytes=1 << 30, name="held")
         )
@@ -275,7 +280,9 @@ def test_restart_restores_schedule_state_and_does_not_commit_again(
     first = replicas([ns]).start()
     _apply(k8s, _group("g", ns))
     _apply(k8s, _table("t", ns, "g", _inline(sql_catalog)))
-    optimizer = Optimizer(first.url, group=f"{ns}/g", threads=1, spark=spark, name="first")
+    optimizer = Optimizer(
+        first.url, group=f"{ns}/g", threads=1, spark=spark, name="first", registration_token=TOKEN
+    )
     optimizer.start()
     try:
 
@@ -315,7 +322,9 @@ def test_restart_restores_schedule_state_and_does_not_commit_again(
 
     # Now ticking, with an optimizer ready: the already-optimized table is not optimized again.
     second.start_engine()
-    optimizer = Optimizer(second.url, group=f"{ns}/g", threads=1, spark=spark, name="second")
+    optimizer = Optimizer(
+        second.url, group=f"{ns}/g", threads=1, spark=spark, name="second", registration_token=TOKEN
+    )
     optimizer.start()
     try:
         k8s.wait_for("the optimizer registered", lambda: optimizer.optimizer_id is not None, timeout=30)
@@ -380,7 +389,9 @@ def test_process_in_flight_at_restart_is_not_committed(
     with pytest.raises(Unauthorized):
         TaskServiceClient(second.url).heartbeat(held.session.token)
 
-    optimizer = Optimizer(second.url, group=f"{ns}/g", threads=1, spark=spark, name="second")
+    optimizer = Optimizer(
+        second.url, group=f"{ns}/g", threads=1, spark=spark, name="second", registration_token=TOKEN
+    )
     optimizer.start()
     try:
         k8s.wait_for(

@@ -67,6 +67,19 @@ app.kubernetes.io/part-of: floe
 {{- printf "http://%s.%s.svc:%d" (include "floe.operatorName" .) .Release.Namespace (int .Values.service.port) -}}
 {{- end -}}
 
+{{/* The Secret holding the registration token: the user's existingSecret, or the chart's own. */}}
+{{- define "floe.registrationSecretName" -}}
+{{- default (printf "%s-registration-token" (include "floe.fullname" .)) .Values.registrationToken.existingSecret -}}
+{{- end -}}
+
+{{- define "floe.registrationSecretKey" -}}
+{{- if .Values.registrationToken.existingSecret -}}
+{{- .Values.registrationToken.existingSecretKey -}}
+{{- else -}}
+token
+{{- end -}}
+{{- end -}}
+
 {{/* The namespace of the default OptimizerGroup. */}}
 {{- define "floe.defaultGroupNamespace" -}}
 {{- default .Release.Namespace .Values.defaultGroup.namespace -}}
@@ -76,7 +89,11 @@ app.kubernetes.io/part-of: floe
 What the operator does in a namespace it serves, as RBAC rules. Kubernetes lets it create the
 driver's Role only if it holds every permission that Role grants (see
 floe.controller.objects.driver_rbac): pods, configmaps and persistentvolumeclaims in full, services
-read. Secrets: get only, the catalog Secret an OptimizedTable names.
+read. Secrets: get, the catalog Secret an OptimizedTable names; create and, on the one Secret
+floe-registration (floe.controller.objects.REGISTRATION_SECRET) only, patch: the registration token
+the driver pods mount. RBAC cannot limit create by name, but creating Secrets grants nothing that
+creating pods (which may mount any Secret and run as any ServiceAccount of the namespace) does not
+already; no update or delete, and no patch of any other Secret.
 */}}
 {{- define "floe.namespacedRules" -}}
 - apiGroups: ["floe.dev"]
@@ -99,7 +116,11 @@ read. Secrets: get only, the catalog Secret an OptimizedTable names.
   verbs: ["get", "create", "patch"]
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get"]
+  verbs: ["get", "create"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  resourceNames: ["floe-registration"]
+  verbs: ["patch"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]

@@ -7,7 +7,8 @@ threads. It re-reads the scale file (the operator's ConfigMap, mounted) every fe
 when the count changes it stops the optimizer gracefully (running tasks finish, the rest
 go back to the queue without using a retry), asks Spark for the new executor total and
 registers again with the new thread count. Spark and the driver pod stay up throughout;
-at zero executors the group has no optimizer registered, which status reports.
+at zero executors the group has no optimizer registered, which status reports. The
+registration token is the file the operator mounts (``FLOE_REGISTRATION_TOKEN_FILE``).
 """
 
 from __future__ import annotations
@@ -15,20 +16,19 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from floe.api.units import parse_quantity
 from floe.controller.spark_conf import parse_properties
+from floe.service.client import RegistrationToken, registration_token_from_env
 from floe_optimizer.app import Optimizer
+from floe_optimizer.lifecycle import configure_logging, serve_until_signalled, stop_spark
 
 log = logging.getLogger("floe.driver")
 
@@ -49,6 +49,7 @@ class ExecutorScaler:
         name: str,
         grace_s: float,
         poll_wait_s: float,
+        registration_token: RegistrationToken | None = None,
     ) -> None:
         self.spark = spark
         self.service = service
@@ -58,6 +59,7 @@ class ExecutorScaler:
         self.name = name
         self.grace_s = grace_s
         self.poll_wait_s = poll_wait_s
+        self.registration_token = registration_token
         self.executors: int | None = None
         self.optimizer: Optimizer | None = None
 
@@ -80,6 +82,7 @@ class ExecutorScaler:
                 memory_bytes=executors * self.executor_memory,
                 name=self.name,
                 poll_wait_s=self.poll_wait_s,
+                registration_token=self.registration_token,
             )
             self.optimizer.start()
 
@@ -181,10 +184,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run until SIGTERM or SIGINT; returns 0 after a graceful stop."""
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s"
-    )
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    configure_logging(logging.INFO)
     properties = parse_properties(args.properties_file.read_text())
     for item in args.conf:
         key, _, value = item.partition("=")
@@ -197,14 +197,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Spark %s started (master %s, app %s)", spark.version, args.master, spark.sparkContext.applicationId
     )
 
-    shutdown = threading.Event()
-
-    def request_shutdown(signum: int, _: FrameType | None) -> None:
-        log.info("received %s: shutting down", signal.Signals(signum).name)
-        shutdown.set()
-
-    signal.signal(signal.SIGTERM, request_shutdown)
-    signal.signal(signal.SIGINT, request_shutdown)
     scaler = ExecutorScaler(
         spark,
         args.service,
@@ -214,24 +206,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.name,
         args.grace_period,
         args.poll_wait,
+        registration_token_from_env(),
     )
     initial = int(properties.get("spark.executor.instances", "1"))
     next_check = 0.0
-    # Sleeping rather than shutdown.wait(): see floe_optimizer.main (signal handler deadlock).
-    while not shutdown.is_set():
-        if time.monotonic() >= next_check:
-            next_check = time.monotonic() + SCALE_CHECK_S
-            try:
-                scaler.scale(read_executors(args.scale_file, initial))
-            except Exception:
-                log.exception("scaling failed; retrying")
-                scaler.executors = None
-        time.sleep(0.2)
+
+    def follow_scale_file() -> None:
+        nonlocal next_check
+        if time.monotonic() < next_check:
+            return
+        next_check = time.monotonic() + SCALE_CHECK_S
+        try:
+            scaler.scale(read_executors(args.scale_file, initial))
+        except Exception:
+            log.exception("scaling failed; retrying")
+            scaler.executors = None
+
+    serve_until_signalled(follow_scale_file)
     scaler.stop()
-    try:
-        spark.stop()
-    except Exception as exc:  # the JVM may be gone already, e.g. signalled along with its process group
-        log.warning("could not stop Spark cleanly: %s", exc)
+    stop_spark(spark)
     return 0
 
 

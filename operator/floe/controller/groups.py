@@ -26,6 +26,8 @@ from floe.controller.objects import (
     driver_pod,
     driver_rbac,
     driver_service,
+    registration_field_manager,
+    registration_secret,
     scale_config_map,
     spark_config_map,
 )
@@ -84,7 +86,8 @@ def remove_group(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup) -> None:
-    """Apply ConfigMaps, Service and RBAC; create or replace the driver pod when needed."""
+    """Apply ConfigMaps, Service, RBAC and the registration Secret; create or replace the driver
+    pod when needed."""
     kube = controller.kube
     meta = body.metadata
     ref = GroupRef(name=meta.name, namespace=meta.namespace or "default", uid=meta.uid or "")
@@ -104,6 +107,10 @@ def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup
         scale_config_map(ref, spec.executors),
     ]:
         kube.apply(manifest)
+    # Before the driver pod, which cannot start without it.
+    kube.apply_secret(
+        registration_secret(ref, controller.config.registration_token), registration_field_manager(ref)
+    )
     if before is not None and before != spec.executors:
         post_event(
             controller, body, "Normal", reason="Scaled", message=f"executors {before} → {spec.executors}"

@@ -56,6 +56,23 @@ class Kube:
                 raise
             patch(name, namespace, manifest)
 
+    def apply_secret(self, manifest: Manifest, field_manager: str) -> None:
+        """Server-side apply a Secret as ``field_manager``, taking over fields others set.
+
+        One call whether or not it exists (creating needs ``create`` on Secrets, changing it
+        ``patch``, which RBAC can limit to its name), and each field manager keeps its own
+        entries of lists merged by key, such as ownerReferences.
+        """
+        meta = manifest["metadata"]
+        self.core.patch_namespaced_secret(
+            meta["name"],
+            meta["namespace"],
+            manifest,
+            field_manager=field_manager,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+
     def _calls(self, kind: str) -> tuple[Any, Any]:
         core, rbac = self.core, self.rbac
         calls = {

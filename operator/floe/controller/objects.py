@@ -6,10 +6,19 @@ RoleBinding letting the driver manage its executor pods, a ConfigMap ``floe-NAME
 (Spark properties and the executor pod template) and a ConfigMap ``floe-NAME-scale`` (the
 desired executor count, which the driver follows without restarting). All are owned by
 the group, so deleting it garbage-collects them; the executor pods are owned by the driver.
+
+Per namespace, the Secret ``floe-registration`` holds the task service's registration token,
+which the driver pods mount. It is one Secret per namespace with a fixed name, owned by
+every group there (GC deletes it with the last one), rather than a Secret per group: a
+fixed name lets the operator's RBAC limit ``patch`` to that one Secret, so it can change
+no other Secret (``create`` cannot be limited by name, but adds nothing to what creating
+pods allows). A ``secretKeyRef`` to the chart's own Secret is impossible: pods can only
+refer to Secrets of their own namespace.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from dataclasses import dataclass
@@ -39,6 +48,18 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "floe"}
 DRIVER_MEMORY = "1Gi"
 DRIVER_CPU = "500m"
 TEMPLATE_FIELDS = ("tolerations", "nodeSelector", "affinity")
+REGISTRATION_SECRET = "floe-registration"
+REGISTRATION_KEY = "token"
+REGISTRATION_DIR = "/etc/floe/registration"
+OPTIMIZER_GID = 185
+"""The optimizer image's group (Spark's images use 185 too): the registration token file is
+readable by this group only, which ``fsGroup`` adds to whatever user an image runs as."""
+POD_SECURITY_CONTEXT: Manifest = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY_CONTEXT: Manifest = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+EXECUTOR_CONTAINER = "executor"
 
 Manifest = dict[str, Any]
 
@@ -101,9 +122,22 @@ class GroupRef:
         }
 
 
+def scheduling_fields(template: dict[str, Any] | None) -> Manifest:
+    """The scheduling fields of ``spec.executorTemplate`` (tolerations, nodeSelector, affinity)."""
+    return {k: v for k, v in (template or {}).items() if k in TEMPLATE_FIELDS and v}
+
+
 def executor_template(template: dict[str, Any] | None) -> Manifest:
-    """The executor pod template: scheduling fields of ``spec.executorTemplate`` only."""
-    spec = {k: v for k, v in (template or {}).items() if k in TEMPLATE_FIELDS and v}
+    """The executor pod template: the group's scheduling fields and the security contexts.
+
+    Spark builds the executor container on the template's first container, keeping what it
+    does not set itself (the security context among them).
+    """
+    spec = {
+        **scheduling_fields(template),
+        "securityContext": POD_SECURITY_CONTEXT,
+        "containers": [{"name": EXECUTOR_CONTAINER, "securityContext": CONTAINER_SECURITY_CONTEXT}],
+    }
     return {"apiVersion": "v1", "kind": "Pod", "spec": spec}
 
 
@@ -160,8 +194,9 @@ def driver_pod(
     """The driver pod: ``python -m floe.controller.driver`` in Spark client mode.
 
     The driver gets the group's scheduling fields too (a group pinned to some nodes runs its
-    driver there), and both ConfigMaps as volumes: the Spark one is read at start, the
-    scale one is followed while it runs.
+    driver there), both ConfigMaps as volumes (the Spark one is read at start, the scale one
+    is followed while it runs) and the registration token as a file, which the optimizer
+    reads at each registration: a changed token reaches it without a restart.
     """
     command = [
         "python",
@@ -198,6 +233,10 @@ def driver_pod(
                 "env": [
                     {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": "FLOE_SERVICE_URL", "value": service_url},
+                    {
+                        "name": "FLOE_REGISTRATION_TOKEN_FILE",
+                        "value": f"{REGISTRATION_DIR}/{REGISTRATION_KEY}",
+                    },
                 ],
                 "ports": [
                     {"name": "driver", "containerPort": DRIVER_PORT},
@@ -207,19 +246,57 @@ def driver_pod(
                     "requests": {"cpu": DRIVER_CPU, "memory": DRIVER_MEMORY},
                     "limits": {"memory": DRIVER_MEMORY},
                 },
+                "securityContext": CONTAINER_SECURITY_CONTEXT,
                 "volumeMounts": [
                     {"name": "spark-config", "mountPath": SPARK_DIR, "readOnly": True},
                     {"name": "scale", "mountPath": SCALE_DIR, "readOnly": True},
+                    {"name": "registration", "mountPath": REGISTRATION_DIR, "readOnly": True},
                 ],
             }
         ],
+        "securityContext": {**POD_SECURITY_CONTEXT, "fsGroup": OPTIMIZER_GID},
         "volumes": [
             {"name": "spark-config", "configMap": {"name": ref.spark_config_name}},
             {"name": "scale", "configMap": {"name": ref.scale_config_name}},
+            {
+                "name": "registration",
+                "secret": {
+                    "secretName": REGISTRATION_SECRET,
+                    "items": [{"key": REGISTRATION_KEY, "path": REGISTRATION_KEY}],
+                    "defaultMode": 0o440,
+                },
+            },
         ],
-        **executor_template(template)["spec"],
+        **scheduling_fields(template),
     }
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def registration_secret(ref: GroupRef, token: str) -> Manifest:
+    """The namespace's Secret ``floe-registration``, as this group applies it (server-side apply).
+
+    The group's owner reference is not the controller one: every group of the namespace
+    adds its own (server-side apply merges ownerReferences by uid, one field manager per
+    group), and the garbage collector deletes the Secret once the last of them is gone.
+    """
+    owner = ref.metadata(REGISTRATION_SECRET, "registration")["ownerReferences"][0]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": REGISTRATION_SECRET,
+            "namespace": ref.namespace,
+            "labels": {**MANAGED_BY, ROLE_LABEL: "registration"},
+            "ownerReferences": [{**owner, "controller": False}],
+        },
+        "type": "Opaque",
+        "data": {REGISTRATION_KEY: base64.b64encode(token.encode()).decode()},
+    }
+
+
+def registration_field_manager(ref: GroupRef) -> str:
+    """The server-side apply field manager of this group's part of the registration Secret."""
+    return f"floe-group-{ref.name}"
 
 
 def driver_service(ref: GroupRef) -> Manifest:

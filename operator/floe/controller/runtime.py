@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_IMAGE = "ghcr.io/floe-dev/floe-optimizer:0.1.0"
 PEERING_NAME = "floe"
+TOKEN_ENV = "FLOE_REGISTRATION_TOKEN"
 
 
 @dataclass
@@ -57,6 +59,14 @@ class OperatorConfig:
     leader_check_interval_s: float = CHECK_INTERVAL_S
     secret_interval_s: float = 30.0
     """How often the leader re-reads the catalog Secrets tables refer to."""
+    registration_token: str = ""
+    """What optimizers must present to register; empty: ``$FLOE_REGISTRATION_TOKEN``, else a
+    random one for this process (which then reaches the drivers through the namespaces'
+    registration Secrets, but differs per replica: the chart gives every replica the same)."""
+    liveness_endpoint: str | None = None
+    """Where kopf serves the liveness probe (e.g. ``http://0.0.0.0:8081/healthz``); None: nowhere."""
+    engine_stall_s: float = 600.0
+    """The liveness probe fails once the engine loop has not come round for this long."""
 
     def __post_init__(self) -> None:
         namespace = os.environ.get("POD_NAMESPACE", "default")
@@ -65,6 +75,14 @@ class OperatorConfig:
         )
         self.default_image = self.default_image or os.environ.get("FLOE_OPTIMIZER_IMAGE", DEFAULT_IMAGE)
         self.identity = self.identity or os.environ.get("POD_NAME") or f"floe-{os.getpid()}-{self.priority}"
+        self.registration_token = self.registration_token or os.environ.get(TOKEN_ENV, "").strip()
+        if not self.registration_token:
+            log.warning(
+                "no registration token given (--registration-token-file or $%s): using a random one "
+                "for this process; replicas of one install need the same token",
+                TOKEN_ENV,
+            )
+            self.registration_token = secrets.token_urlsafe(32)
 
 
 @dataclass(frozen=True)
@@ -94,7 +112,7 @@ class Controller:
     def __init__(self, config: OperatorConfig, kube: Kube) -> None:
         self.config = config
         self.kube = kube
-        self.service = TaskService(clock=time.time)
+        self.service = TaskService(clock=time.time, registration_token=config.registration_token)
         # Groups keyed by namespace/name: same-named groups in two namespaces stay apart.
         self.engine = OptimizingEngine(
             self.service, refresh_interval_s=config.refresh_interval_s, namespaced_groups=True
@@ -119,6 +137,8 @@ class Controller:
         self.warned_groups: set[str] = set()
         self.rounds = 0
         """Engine rounds ticked by this replica (only while it leads)."""
+        self.loop_seen = time.monotonic()
+        """When the engine loop last came round (leading or not), for the liveness probe."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.engine.subscribe(self.on_engine_event)
@@ -146,6 +166,7 @@ class Controller:
     def _loop(self) -> None:
         last_flush = last_secrets = time.monotonic()
         while not self._stop.is_set():
+            self.loop_seen = time.monotonic()
             try:
                 if self.leadership.is_leader():
                     if time.monotonic() - last_secrets >= self.config.secret_interval_s:
@@ -236,6 +257,7 @@ def install_redaction(redactor: Redactor) -> None:
 def kopf_settings(config: OperatorConfig) -> dict[str, Any]:
     """Keyword arguments of `kopf.operator` / `kopf.run` for this configuration."""
     return {
+        "liveness_endpoint": config.liveness_endpoint,
         "standalone": config.standalone,
         "priority": config.priority,
         "peering_name": config.peering_name,
@@ -255,6 +277,20 @@ def _configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> No
     controller: Controller | None = getattr(memo, "controller", None)
     if controller is not None:
         settings.peering.lifetime = controller.config.peering_lifetime_s
+
+
+@kopf.on.probe(id="engine")
+def _engine_alive(memo: kopf.Memo, **_: Any) -> dict[str, float]:
+    """Part of the liveness endpoint: fails (500) when the engine loop has stalled.
+
+    kopf serves the endpoint from its own event loop, so an answer also shows that kopf's
+    loop runs; the task service's ``/healthz`` (readiness) shows that the service answers.
+    """
+    controller: Controller = memo.controller
+    idle = time.monotonic() - controller.loop_seen
+    if idle > controller.config.engine_stall_s:
+        raise kopf.PermanentError(f"the engine loop has not come round for {idle:.0f} s")
+    return {"engine_idle_s": round(idle, 1), "rounds": float(controller.rounds)}
 
 
 @kopf.on.login()

@@ -7,6 +7,7 @@ table is settled (idle on its current snapshot) or stuck (reported, exit code 1)
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -118,7 +119,10 @@ def run_engine(
     watcher = ManifestWatcher(manifests, catalog)
     watcher.changed()
     groups, tables = watcher.load()
-    service = TaskService(clock=time.time)
+    # Even on this machine the service listens on a port other local users can reach: only
+    # the optimizers started here, which are handed this token, may register and take tasks.
+    token = secrets.token_urlsafe(32)
+    service = TaskService(clock=time.time, registration_token=token)
     engine = OptimizingEngine(service, refresh_interval_s=refresh_interval_s)
     events: list[EngineEvent] = []
     engine.subscribe(lambda e: events.append(e))
@@ -129,13 +133,13 @@ def run_engine(
     stop = threading.Event()
     started = time.monotonic()
     try:
-        _apply(engine, groups, tables, optimizers, server.url, spark)
+        _apply(engine, groups, tables, optimizers, server.url, token, spark)
         with Live(render(engine.table_views(), events[-5:]), console=console, auto_refresh=False) as live:
             while not stop.is_set():
                 engine.tick()
                 if watcher.changed():
                     groups, tables = watcher.load()
-                    _apply(engine, groups, tables, optimizers, server.url, spark)
+                    _apply(engine, groups, tables, optimizers, server.url, token, spark)
                 live.update(render(engine.table_views(), events[-5:]), refresh=True)
                 if once and engine.converged():
                     break
@@ -162,6 +166,7 @@ def _apply(
     tables: list[OptimizedTable],
     optimizers: dict[str, Optimizer],
     url: str,
+    token: str,
     spark: SparkSession,
 ) -> None:
     for group in groups:
@@ -179,6 +184,7 @@ def _apply(
                 spark=spark,
                 memory_bytes=group.spec.executor_memory,
                 name=f"embedded-{name}",
+                registration_token=token,
             )
             optimizer.start()
             optimizers[name] = optimizer

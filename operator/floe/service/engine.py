@@ -64,6 +64,8 @@ class TableView:
     table_id: str
     table: str
     group: str
+    group_key: str
+    """The group's name in the TaskService (`OptimizingEngine.group_key`)."""
     state: str
     quota: float
     occupation: float
@@ -116,6 +118,7 @@ class OptimizingEngine:
         self._maintenance_pool = ThreadPoolExecutor(
             max_workers=maintenance_threads, thread_name_prefix="floe-maintenance"
         )
+        service.metrics.watch_engine(self)
 
     # -- resources -----------------------------------------------------------------------
 
@@ -567,6 +570,7 @@ class OptimizingEngine:
             with self._lock:
                 runtime.on_process_failed(str(exc))
                 self._register_in_group(runtime, left_group=flight.group)
+            self.service.metrics.commits.labels(flight.group, "failed").inc()
             self._emit(runtime.table_id, "Warning", "OptimizingFailed", f"{outcome.process_id}: {exc}")
             return
         summary = (
@@ -577,6 +581,7 @@ class OptimizingEngine:
             runtime.on_committed(flight.optimizing_type, result.snapshot_id, summary, now)
             self._scans.pop(runtime.table_id, None)
             self._register_in_group(runtime, left_group=flight.group)
+        self.service.metrics.commits.labels(flight.group, "committed").inc()
         self._emit(runtime.table_id, "Normal", "Committed", f"{outcome.process_id}: {summary}")
 
     def _discard(self, outcome: ProcessOutcome, flight: _InFlight | None) -> None:
@@ -602,6 +607,7 @@ class OptimizingEngine:
                         table_id=table_id,
                         table=r.spec.table,
                         group=r.group,
+                        group_key=self.table_group_key(r),
                         state=r.state.value,
                         quota=r.spec.quota,
                         occupation=s.occupation if s else 0.0,

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 
 class Unauthorized(Exception):
-    """The token is unknown, or belongs to an optimizer that unregistered or was dropped."""
+    """The token is unknown, or belongs to an optimizer that unregistered or was dropped.
 
-    def __init__(self) -> None:
+    On register: the registration token is missing or wrong (``message`` says which).
+    """
+
+    def __init__(self, message: str | None = None) -> None:
         super().__init__(
-            "unknown or expired optimizer token: register again (optimizers silent past the "
+            message
+            or "unknown or expired optimizer token: register again (optimizers silent past the "
             "group's heartbeat timeout are dropped)"
         )
 

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
 from floe.service.errors import InvalidRequest, StaleAttempt, Unauthorized, UnknownGroup
@@ -114,6 +115,7 @@ class _Api:
             "complete": self.complete,
             "openapi": self.openapi,
             "health": self.health,
+            "metrics": self.metrics,
         }
 
     async def on_startup(self, _: web.Application) -> None:
@@ -142,7 +144,14 @@ class _Api:
 
     async def register(self, request: web.Request) -> web.Response:
         body = await _body(request, RegisterRequest)
-        response = await asyncio.to_thread(self.service.register, body)
+        try:
+            response = await asyncio.to_thread(self.service.register, body, _bearer(request))
+        except Unauthorized as exc:
+            # Who knocked, never what they sent: a near-miss token is still a secret.
+            log.warning(
+                "refused to register %r in group %s from %s: %s", body.name, body.group, request.remote, exc
+            )
+            raise
         log.info(
             "optimizer %s (%s) joined group %s with %d threads",
             response.optimizer_id,
@@ -195,6 +204,11 @@ class _Api:
     async def health(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    async def metrics(self, _: web.Request) -> web.Response:
+        # Collecting reads the service and the engine under their locks: not on the event loop.
+        body = await asyncio.to_thread(generate_latest, self.service.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
 
 def create_app(service: TaskService, keeper_interval_s: float = 1.0) -> web.Application:
     """The v1 HTTP app over `service`; its keeper runs ``service.run_keeper()`` every interval."""
@@ -236,13 +250,21 @@ async def _error_responses(request: web.Request, handler: _Handler) -> web.Strea
         return _error(500, "internal_error", "see the task service's log")
 
 
-def _token(request: web.Request) -> str:
+def _bearer(request: web.Request) -> str | None:
+    """The request's bearer token, or None when it sends none."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def _token(request: web.Request) -> str:
+    token = _bearer(request)
+    if token is None:
         raise _Rejected(
             401, "unauthorized", "missing bearer token: send 'Authorization: Bearer <token from register>'"
         )
-    return token.strip()
+    return token
 
 
 async def _body(request: web.Request, model: type[_Model]) -> _Model:

@@ -28,6 +28,7 @@ from floe.service.wire import (
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 BEARER = "bearerToken"
+REGISTRATION = "registrationToken"
 
 ERROR_MEANINGS = {
     400: "The body is not JSON.",
@@ -39,6 +40,11 @@ ERROR_MEANINGS = {
     422: "The body does not match the schema, or contradicts what the optimizer registered or was "
     "handed (a thread beyond its threads, a result for another task); `detail` names the offending field.",
 }
+
+REGISTER_401 = (
+    "The registration token is missing or wrong (the service was given one): nothing changed. "
+    "Send the operator's registration token as `Authorization: Bearer <registration token>`."
+)
 
 _OBJECT: dict[str, Any] = {"type": "object"}
 _HEALTH: dict[str, Any] = {
@@ -59,8 +65,12 @@ class Route:
     description: str
     response: type[BaseModel] | dict[str, Any]
     request: type[BaseModel] | None = None
-    authenticated: bool = True
+    security: str | None = BEARER
+    """The security scheme the call presents, None for none."""
     errors: tuple[int, ...] = ()
+    error_meanings: tuple[tuple[int, str], ...] = ()
+    """Meanings of this route's errors where they differ from `ERROR_MEANINGS`."""
+    media_type: str = "application/json"
 
 
 ROUTES: tuple[Route, ...] = (
@@ -69,12 +79,15 @@ ROUTES: tuple[Route, ...] = (
         f"/{API_VERSION}/optimizers",
         "register",
         "Register an optimizer",
-        "Join an optimizer group. The answer carries the bearer token every other call needs, "
+        "Join an optimizer group. When the task service was given a registration token (always on "
+        "Kubernetes: the operator's registration Secret), the call must present it as its bearer "
+        "token. The answer carries the optimizer's own bearer token, which every other call needs, "
         "and how often to heartbeat.",
         RegisterResponse,
         request=RegisterRequest,
-        authenticated=False,
-        errors=(400, 404, 422),
+        security=REGISTRATION,
+        errors=(400, 401, 404, 422),
+        error_meanings=((401, REGISTER_401),),
     ),
     Route(
         "POST",
@@ -133,7 +146,7 @@ ROUTES: tuple[Route, ...] = (
         "This document",
         "The OpenAPI 3.1 description of the task service.",
         _OBJECT,
-        authenticated=False,
+        security=None,
     ),
     Route(
         "GET",
@@ -142,7 +155,20 @@ ROUTES: tuple[Route, ...] = (
         "Liveness",
         "Answers while the service is up.",
         _HEALTH,
-        authenticated=False,
+        security=None,
+    ),
+    Route(
+        "GET",
+        "/metrics",
+        "metrics",
+        "Prometheus metrics",
+        "The task service's and the engine's metrics in the Prometheus text format: per group "
+        "pending and running tasks, registered optimizers and threads; per table quota occupation, "
+        "tasks and state; completed tasks, registrations and commits by result; the scheduler's "
+        "poll latency.",
+        {"type": "string"},
+        security=None,
+        media_type="text/plain",
     ),
 )
 
@@ -185,17 +211,18 @@ def build_openapi() -> dict[str, Any]:
         responses: dict[str, Any] = {
             "200": {
                 "description": "OK",
-                "content": {"application/json": {"schema": schema_of(route.response, "serialization")}},
+                "content": {route.media_type: {"schema": schema_of(route.response, "serialization")}},
             }
         }
         error_schema = schema_of(ErrorResponse, "serialization")
+        meanings = {**ERROR_MEANINGS, **dict(route.error_meanings)}
         for status in route.errors:
             responses[str(status)] = {
-                "description": ERROR_MEANINGS[status],
+                "description": meanings[status],
                 "content": {"application/json": {"schema": error_schema}},
             }
         operation["responses"] = responses
-        operation["security"] = [{BEARER: []}] if route.authenticated else []
+        operation["security"] = [{route.security: []}] if route.security else []
         paths.setdefault(route.path, {})[route.method.lower()] = operation
 
     return {
@@ -205,9 +232,11 @@ def build_openapi() -> dict[str, Any]:
             "version": API_VERSION,
             "description": (
                 "The API optimizers use to take and report rewrite tasks: register (getting a token), "
-                "heartbeat, poll per thread, acknowledge, complete, unregister. Every call but register, "
-                "the document and the health check carries `Authorization: Bearer <token>`. Every error "
-                "answer has an `ErrorResponse` body."
+                "heartbeat, poll per thread, acknowledge, complete, unregister. Register presents the "
+                "registration token, when the service has one, as `Authorization: Bearer <registration "
+                "token>`; every later call but the document, the health check and the metrics carries "
+                "`Authorization: Bearer <token from register>`. Every error answer has an "
+                "`ErrorResponse` body."
             ),
         },
         "paths": paths,
@@ -218,7 +247,13 @@ def build_openapi() -> dict[str, Any]:
                     "type": "http",
                     "scheme": "bearer",
                     "description": "The token returned by register.",
-                }
+                },
+                REGISTRATION: {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "The registration token shared by the task service and the optimizers "
+                    "it may admit (on Kubernetes: the chart's registration Secret).",
+                },
             },
         },
     }

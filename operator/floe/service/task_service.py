@@ -1,10 +1,14 @@
 """The task service: the optimizers' API (wire v1) over the groups' schedulers, without HTTP.
 
 Optimizers register with a group and get a token; every later call carries it. Any
-authenticated call counts as a sign of life. The keeper (`run_keeper`, called
-periodically by the host) drops optimizers silent past their group's heartbeat timeout
-and applies the groups' ack and execute timeouts. `poll` never blocks: the HTTP layer
-waits, and `subscribe` wakes it when tasks may have become available.
+authenticated call counts as a sign of life. When the service has a registration token,
+register itself must present it: tasks carry catalog and storage credentials, so only
+the optimizers the operator started (which were handed the token) may take them.
+
+The keeper (`run_keeper`, called periodically by the host) drops optimizers silent past
+their group's heartbeat timeout and applies the groups' ack and execute timeouts. `poll`
+never blocks: the HTTP layer waits, and `subscribe` wakes it when tasks may have become
+available.
 
 One re-entrant lock (in the shared `ChangeMonitor`) guards the service and all its
 groups, because the HTTP layer and the engine call in from different threads.
@@ -12,15 +16,18 @@ groups, because the HTTP layer and the engine call in from different threads.
 
 from __future__ import annotations
 
+import hmac
 import secrets
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from floe.api.models import SchedulingPolicy
 from floe.scheduling.monitor import ChangeMonitor
-from floe.scheduling.queue import GroupScheduler
+from floe.scheduling.queue import GroupScheduler, GroupSchedulingStats
 from floe.service.errors import InvalidRequest, Unauthorized, UnknownGroup
+from floe.service.metrics import ServiceMetrics
 from floe.service.wire import (
     CompleteRequest,
     PollRequest,
@@ -63,8 +70,19 @@ class _Group:
 class TaskService:
     """Optimizer registry and wire API over one `GroupScheduler` per optimizer group."""
 
-    def __init__(self, clock: Callable[[], float], heartbeat_interval_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        heartbeat_interval_s: float = 10.0,
+        registration_token: str | None = None,
+    ) -> None:
+        """``registration_token``: the shared secret register must present; None admits anyone."""
+        if registration_token is not None and not registration_token:
+            raise ValueError("the registration token must not be empty")
+        self.metrics = ServiceMetrics()
+        self.metrics.watch(self)
         self._clock = clock
+        self._registration_token = registration_token
         self._heartbeat_interval_s = heartbeat_interval_s
         self._monitor = ChangeMonitor()
         self._groups: dict[str, _Group] = {}
@@ -128,14 +146,40 @@ class TaskService:
             self._group(group)
             return [OptimizerInfo(**asdict(o)) for o in self._optimizers.values() if o.group == group]
 
+    def snapshot(self) -> list[tuple[str, GroupSchedulingStats, int]]:
+        """Each group's name, scheduling totals and registered optimizer count, read at one instant."""
+        now = self._clock()
+        with self._monitor.hold():
+            optimizers: dict[str, int] = {}
+            for optimizer in self._optimizers.values():
+                optimizers[optimizer.group] = optimizers.get(optimizer.group, 0) + 1
+            return [
+                (name, group.scheduler.group_stats(now), optimizers.get(name, 0))
+                for name, group in self._groups.items()
+            ]
+
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` (outside the lock) whenever tasks may have become available."""
         self._monitor.subscribe(callback)
 
     # -- the wire API --------------------------------------------------------------------
 
-    def register(self, request: RegisterRequest) -> RegisterResponse:
-        """Admit an optimizer into its group; UnknownGroup if the group does not exist."""
+    @property
+    def requires_registration_token(self) -> bool:
+        """Whether register must present the registration token."""
+        return self._registration_token is not None
+
+    def register(self, request: RegisterRequest, registration_token: str | None = None) -> RegisterResponse:
+        """Admit an optimizer into its group.
+
+        Unauthorized if the service has a registration token and ``registration_token`` is
+        not it; UnknownGroup if the group does not exist.
+        """
+        try:
+            self._check_registration_token(registration_token)
+        except Unauthorized:
+            self.metrics.registrations.labels("refused").inc()
+            raise
         now = self._clock()
         with self._monitor.hold():
             group = self._group(request.group)
@@ -151,6 +195,7 @@ class TaskService:
             token = secrets.token_urlsafe(32)
             self._optimizers[token] = optimizer
             self._sync_threads(request.group)
+            self.metrics.registrations.labels("accepted").inc()
             return RegisterResponse(
                 optimizer_id=optimizer.optimizer_id,
                 token=token,
@@ -165,6 +210,7 @@ class TaskService:
 
     def poll(self, token: str, request: PollRequest) -> TaskAssignment | None:
         """A task for the optimizer's thread ``request.thread``, or None right away (never waits)."""
+        started = time.perf_counter()
         now = self._clock()
         with self._monitor.hold():
             optimizer = self._authenticate(token, now)
@@ -174,7 +220,9 @@ class TaskService:
                     f"registered {optimizer.threads} threads (0..{optimizer.threads - 1})"
                 )
             scheduler = self._groups[optimizer.group].scheduler
-            return scheduler.poll(optimizer.optimizer_id, request.thread, now)
+            task = scheduler.poll(optimizer.optimizer_id, request.thread, now)
+        self.metrics.poll_seconds.observe(time.perf_counter() - started)
+        return task
 
     def ack(self, token: str, attempt_id: str) -> None:
         """The optimizer started the attempt; StaleAttempt if it is not its current one."""
@@ -193,6 +241,8 @@ class TaskService:
             optimizer = self._authenticate(token, now)
             scheduler = self._groups[optimizer.group].scheduler
             scheduler.complete(attempt_id, optimizer.optimizer_id, outcome, now)
+        succeeded = request.result is not None
+        self.metrics.tasks_completed.labels(optimizer.group, "success" if succeeded else "failure").inc()
 
     def unregister(self, token: str) -> None:
         """Graceful leave: the optimizer's unfinished tasks go back to PLANNED without using retries."""
@@ -228,6 +278,20 @@ class TaskService:
         if group is None:
             raise UnknownGroup(name, list(self._groups))
         return group
+
+    def _check_registration_token(self, presented: str | None) -> None:
+        expected = self._registration_token
+        if expected is None:
+            return
+        if not presented:
+            raise Unauthorized(
+                "missing registration token: register with 'Authorization: Bearer <registration token>' "
+                "(the operator's registration Secret, given to optimizers as FLOE_REGISTRATION_TOKEN or "
+                "FLOE_REGISTRATION_TOKEN_FILE)"
+            )
+        # Constant time: the comparison must not tell a caller how much of its guess was right.
+        if not hmac.compare_digest(presented.encode(), expected.encode()):
+            raise Unauthorized("wrong registration token: it is not the one the task service was given")
 
     def _authenticate(self, token: str, now: float) -> _Optimizer:
         """The token's optimizer, marked seen at ``now``; Unauthorized (changing nothing) if unknown."""

@@ -1,8 +1,9 @@
 """Wire format of the task service, API version v1 (HTTP/JSON, paths under ``/v1``).
 
 Optimizers register (getting a token), heartbeat, poll per thread for a task, ack it
-when they start, and complete it with the files written or an error. Every call after
-register carries ``Authorization: Bearer <token>``.
+when they start, and complete it with the files written or an error. Register carries
+``Authorization: Bearer <registration token>`` when the service has one; every call after
+it carries ``Authorization: Bearer <token>``, the token register returned.
 """
 
 from __future__ import annotations

@@ -1,0 +1,135 @@
+"""Prometheus metrics of the task service and the engine, served at ``/metrics``.
+
+Events are counted where they happen (completions, registrations, commits, poll
+durations); gauges (queues, optimizers, per-table occupation and state) are read from
+the service and the engine at scrape time, so they are never stale and cost nothing
+between scrapes. Each `TaskService` has its own registry: several services in one
+process (the tests, the benchmarks) never share counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from floe.service.engine import OptimizingEngine
+    from floe.service.task_service import TaskService
+
+POLL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+"""Seconds: the scheduler answers a poll in well under a millisecond unless its lock is contended."""
+
+
+class ServiceMetrics:
+    """The counters and histogram the service and engine update, and the registry serving them all."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.tasks_completed = Counter(
+            "floe_tasks_completed",
+            "Task attempts optimizers completed, by group and outcome (success or failure).",
+            ["group", "outcome"],
+            registry=self.registry,
+        )
+        self.registrations = Counter(
+            "floe_optimizer_registrations",
+            "Registrations, by result (accepted, or refused for a missing or wrong registration token).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.commits = Counter(
+            "floe_commits",
+            "Optimizing processes that ended at the committer, by group and result (committed or failed).",
+            ["group", "result"],
+            registry=self.registry,
+        )
+        self.poll_seconds = Histogram(
+            "floe_poll_duration_seconds",
+            "Time the scheduler took to answer one poll, waiting for its lock included and a long "
+            "poll's wait for work excluded.",
+            buckets=POLL_BUCKETS,
+            registry=self.registry,
+        )
+        self._state = _StateCollector()
+        self.registry.register(self._state)
+
+    def watch(self, service: TaskService) -> None:
+        """Report ``service``'s groups and optimizers at each scrape."""
+        self._state.service = service
+
+    def watch_engine(self, engine: OptimizingEngine) -> None:
+        """Report ``engine``'s tables at each scrape (the last engine given wins)."""
+        self._state.engine = engine
+
+
+class _StateCollector(Collector):
+    """Gauges read at scrape time."""
+
+    def __init__(self) -> None:
+        self.service: TaskService | None = None
+        self.engine: OptimizingEngine | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        """One sample per group and per table, from the current state."""
+        yield from self._groups()
+        yield from self._tables()
+
+    def _groups(self) -> Iterator[Metric]:
+        service = self.service
+        if service is None:
+            return
+        families = {
+            "pending": GaugeMetricFamily(
+                "floe_group_pending_tasks", "Planned tasks waiting for an optimizer thread.", labels=["group"]
+            ),
+            "running": GaugeMetricFamily(
+                "floe_group_running_tasks", "Tasks handed out and not completed.", labels=["group"]
+            ),
+            "optimizers": GaugeMetricFamily(
+                "floe_group_optimizers", "Optimizers registered with the group.", labels=["group"]
+            ),
+            "threads": GaugeMetricFamily(
+                "floe_group_threads", "Task threads of the group's registered optimizers.", labels=["group"]
+            ),
+            "pending_tables": GaugeMetricFamily(
+                "floe_group_pending_tables", "Tables waiting to be planned.", labels=["group"]
+            ),
+        }
+        for group, stats, optimizers in service.snapshot():
+            families["pending"].add_metric([group], stats.pending_tasks)
+            families["running"].add_metric([group], stats.running_tasks)
+            families["optimizers"].add_metric([group], optimizers)
+            families["threads"].add_metric([group], stats.threads)
+            families["pending_tables"].add_metric([group], stats.pending_tables)
+        yield from families.values()
+
+    def _tables(self) -> Iterator[Metric]:
+        engine = self.engine
+        if engine is None:
+            return
+        labels = ["group", "table"]
+        occupation = GaugeMetricFamily(
+            "floe_table_quota_occupation",
+            "The table's task time in the last hour over its quota (1 = its whole quota).",
+            labels=labels,
+        )
+        running = GaugeMetricFamily("floe_table_running_tasks", "The table's tasks running.", labels=labels)
+        queued = GaugeMetricFamily(
+            "floe_table_queued_tasks", "The table's tasks planned, waiting.", labels=labels
+        )
+        state = GaugeMetricFamily(
+            "floe_table_state",
+            "1 for the table's current state (IDLE, PENDING, PLANNING, ...); other states are not listed.",
+            labels=[*labels, "state"],
+        )
+        for view in engine.table_views():
+            key = [view.group_key, view.table_id]
+            occupation.add_metric(key, view.occupation)
+            running.add_metric(key, view.running_tasks)
+            queued.add_metric(key, view.queued_tasks)
+            state.add_metric([*key, view.state], 1)
+        yield from (occupation, running, queued, state)

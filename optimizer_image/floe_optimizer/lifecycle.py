@@ -1,0 +1,53 @@
+"""The optimizer process's life, shared by ``floe-optimizer`` and the driver pod's entrypoint
+(`floe.controller.driver`): logging, waiting for SIGTERM or SIGINT, stopping Spark."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from pyspark.sql import SparkSession
+
+log = logging.getLogger("floe_optimizer")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s"
+CHECK_S = 0.2
+
+
+def configure_logging(level: int | str) -> None:
+    """Timestamped, thread-named log lines; py4j's chatter (a line per closed gateway connection) off."""
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def serve_until_signalled(tick: Callable[[], None] | None = None) -> None:
+    """Block until SIGTERM or SIGINT, calling ``tick`` every `CHECK_S` seconds meanwhile.
+
+    Call it once Spark runs: creating the SparkContext replaces the SIGINT handler.
+    """
+    shutdown = threading.Event()
+
+    def request_shutdown(signum: int, _: FrameType | None) -> None:
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        shutdown.set()
+
+    signal.signal(signal.SIGTERM, request_shutdown)
+    signal.signal(signal.SIGINT, request_shutdown)
+    # Sleeping rather than shutdown.wait(): the handler runs on this thread, and a signal
+    # arriving while Event.wait briefly holds its lock would deadlock the handler's set().
+    while not shutdown.is_set():
+        if tick is not None:
+            tick()
+        time.sleep(CHECK_S)
+
+
+def stop_spark(spark: SparkSession) -> None:
+    """Stop Spark, or say why it could not be stopped cleanly."""
+    try:
+        spark.stop()
+    except Exception as exc:  # the JVM may be gone already, e.g. signalled along with its process group
+        log.warning("could not stop Spark cleanly: %s", exc)
