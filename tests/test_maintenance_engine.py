@@ -4,36 +4,21 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 from pyiceberg.catalog.sql import SqlCatalog
 from test_correctness import build_table, rows_at
-from test_engine import Stack, _group, _table, _tick_until
+from test_engine import TOKEN, Stack, _group, _table, _tick_until, stack
 
 from floe.controller.status import table_status
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.report import MaintenanceJob
-from floe.service.engine import EngineEvent, OptimizingEngine
-from floe.service.http import TaskServiceServer
-from floe.service.task_service import TaskService
 from floe.service.wire import RegisterRequest
 
 DAY = 86400.0
-
-
-@pytest.fixture
-def stack() -> Iterator[Stack]:
-    service = TaskService(clock=time.time)
-    server = TaskServiceServer(service)
-    server.start()
-    engine = OptimizingEngine(service, refresh_interval_s=0.2)
-    events: list[EngineEvent] = []
-    engine.subscribe(events.append)
-    yield Stack(service, server, engine, events, [])
-    server.stop()
-    engine.close()
+__all__ = ["stack"]  # the real-stack fixture of test_engine, used here as is
 
 
 def _old_file(directory: Path, name: str, age_s: float) -> Path:
@@ -92,8 +77,12 @@ def test_due_jobs_run_on_their_own_schedule_show_in_status_and_count_toward_quot
     assert runtime.due_maintenance(time.time()) is None
 
     # The jobs' time counts toward the table's quota (measured once the group has threads to share).
-    stack.service.register(RegisterRequest(group="g1", threads=2, memory_bytes=1 << 30))
+    stack.service.register(RegisterRequest(group="g1", threads=2, memory_bytes=1 << 30), TOKEN)
     assert stack.service.group("g1").stats(time.time())["default/t"].occupation > 0
+    scrape = generate_latest(stack.service.metrics.registry).decode()
+    assert 'floe_maintenance_runs_total{job="expire",result="done"} 1.0' in scrape
+    reclaimed = runs[MaintenanceJob.ORPHANS].files_removed
+    assert f'floe_maintenance_files_reclaimed_total{{job="orphans"}} {float(reclaimed)}' in scrape
     status = table_status(runtime, None, redact=lambda text: text)["maintenance"]
     assert set(status) == {"dangling-deletes", "manifests", "expire", "orphans"}
     assert status["orphans"]["filesReclaimed"] >= 1 and status["expire"]["nextDue"] is not None
@@ -118,7 +107,7 @@ def test_in_flight_process_is_protected_from_expiry_and_orphan_cleanup(
         )
     )
     # A registered optimizer that never polls: the process is planned and stays in flight.
-    stack.service.register(RegisterRequest(group="g1", threads=2, memory_bytes=1 << 30))
+    stack.service.register(RegisterRequest(group="g1", threads=2, memory_bytes=1 << 30), TOKEN)
     _tick_until(stack, lambda: runtime.process_id is not None)
     assert runtime.busy and runtime.maintenance_runs == {}  # every job disabled: none ran
     process_id = runtime.process_id

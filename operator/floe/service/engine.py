@@ -411,8 +411,13 @@ class OptimizingEngine:
             log.warning("maintenance %s of %s failed", job, runtime.table_id, exc_info=True)
             with self._lock:
                 runtime.on_maintenance_failed(job, str(exc), self.clock())
+            self.service.metrics.maintenance_runs.labels(job.value, "failed").inc()
             self._emit(runtime.table_id, "Warning", "MaintenanceFailed", f"{job}: {exc}")
         else:
+            metrics = self.service.metrics
+            metrics.maintenance_runs.labels(job.value, "done").inc()
+            metrics.maintenance_files_reclaimed.labels(job.value).inc(report.files_removed)
+            metrics.maintenance_bytes_reclaimed.labels(job.value).inc(report.bytes_removed)
             with self._lock:
                 runtime.on_maintenance_done(report, self.clock())
                 if report.snapshot_id is not None:

@@ -47,6 +47,25 @@ class ServiceMetrics:
             ["group", "result"],
             registry=self.registry,
         )
+        self.maintenance_runs = Counter(
+            "floe_maintenance_runs",
+            "Maintenance job runs, by job (expire, orphans, manifests, dangling-deletes, retention) "
+            "and result (done or failed).",
+            ["job", "result"],
+            registry=self.registry,
+        )
+        self.maintenance_files_reclaimed = Counter(
+            "floe_maintenance_files_reclaimed",
+            "Files maintenance jobs removed (or, for commits, took out of the table), by job.",
+            ["job"],
+            registry=self.registry,
+        )
+        self.maintenance_bytes_reclaimed = Counter(
+            "floe_maintenance_bytes_reclaimed",
+            "Bytes of the files maintenance jobs removed, by job.",
+            ["job"],
+            registry=self.registry,
+        )
         self.poll_seconds = Histogram(
             "floe_poll_duration_seconds",
             "Time the scheduler took to answer one poll, waiting for its lock included and a long "
