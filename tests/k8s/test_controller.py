@@ -370,6 +370,12 @@ def test_table_status_after_optimizing_keeps_secrets_out(
             lambda: "committed" in (_status(k8s, "ot", "orders", namespace).get("lastResult") or ""),
             timeout=180,
         )
+        jobs = {"dangling-deletes", "manifests", "expire", "orphans"}
+        k8s.wait_for(
+            "every default maintenance job's first run in status",
+            lambda: set(_status(k8s, "ot", "orders", namespace).get("maintenance") or {}) == jobs,
+            timeout=120,
+        )
     finally:
         optimizer.stop(grace_s=5)
     status = _status(k8s, "ot", "orders", namespace)
@@ -378,6 +384,8 @@ def test_table_status_after_optimizing_keeps_secrets_out(
     assert status["lastOptimized"]
     assert status["dataFiles"] > 0
     assert {c["type"] for c in status["conditions"]} == {"Optimizing", "Pending", "Degraded"}
+    expire = status["maintenance"]["expire"]
+    assert expire["lastRun"] and expire["nextDue"] and not expire["lastResult"].startswith("failed")
     reasons = {e["reason"] for e in _events(k8s, namespace, "orders")}
     assert {"OptimizingStarted", "Committed"} <= reasons
     everything = k8s.kubectl("get", "ot,og,events", "-n", namespace, "-o", "yaml").stdout
