@@ -58,13 +58,13 @@ def create_table(catalog: SqlCatalog) -> Table:
     return catalog.create_table(TABLE, SCHEMA, partition_spec=SPEC, properties=PROPERTIES)
 
 
-def equality_delete(table: Table, ids: list[int], region: str) -> None:
-    """Commit an equality delete of `ids` in `region` (a CDC writer's delete)."""
+def equality_delete(table: Table, ids: list[int], region: str, spec_id: int | None = None) -> None:
+    """Commit a CDC-style equality delete of `ids` in `region`, in the default spec unless given."""
     deletes = write_equality_deletes(
         table,
         pa.table({"id": pa.array(ids, pa.int64())}),
         ["id"],
-        table.metadata.default_spec_id,
+        table.metadata.default_spec_id if spec_id is None else spec_id,
         Record(region),
     )
     commit_row_delta(table, delete_files=[deletes])

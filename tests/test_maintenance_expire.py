@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import time
 
-from maintenance_tables import appending_writer, build_history, files_of_snapshot, missing_files, read
+from maintenance_tables import (
+    appending_writer,
+    build_history,
+    create_table,
+    files_of_snapshot,
+    missing_files,
+    read,
+    rows,
+)
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table.statistics import StatisticsFile
 
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.expire import expire_snapshots
 from floe.maintenance.report import MaintenanceJob
+from floe.tables.writer import conform
 
 DAY = 86400.0
 
@@ -93,3 +103,37 @@ def test_expiry_racing_a_writer_loses_no_committed_row(
     assert missing_files(table) == []
     ids = {row[0] for row in read(reference, sql_catalog)}
     assert ids.issuperset(committed)
+
+
+def test_statistics_files_of_expired_snapshots_only_are_deleted(
+    sql_catalog: SqlCatalog, reference: ReferenceReader
+) -> None:
+    table = create_table(sql_catalog)
+    for start in (0, 10, 20):
+        table.append(conform(table, rows(range(start, start + 10), "eu")))
+    oldest, newest = table.metadata.snapshots[0].snapshot_id, table.metadata.snapshots[-1].snapshot_id
+    stats = {}
+    for sid in (oldest, newest):
+        # The puffin content does not matter to expiry, only which snapshot a file belongs to.
+        path = f"{table.metadata.location}/metadata/{sid}-stats.puffin"
+        with table.io.new_output(path).create() as out:
+            out.write(b"PFA1")
+        stats[sid] = path
+        statistics = StatisticsFile.model_validate(
+            {
+                "snapshot-id": sid,
+                "statistics-path": path,
+                "file-size-in-bytes": 4,
+                "file-footer-size-in-bytes": 0,
+                "blob-metadata": [],
+            }
+        )
+        with table.update_statistics() as update:
+            update.set_statistics(statistics)
+
+    report = expire_snapshots(table, min_snapshots=1, max_age_s=DAY, now_s=_later())
+
+    assert stats[oldest] in report.paths and stats[newest] not in report.paths
+    assert not table.io.new_input(stats[oldest]).exists()
+    assert table.io.new_input(stats[newest]).exists()
+    assert [s.snapshot_id for s in table.metadata.statistics] == [newest]

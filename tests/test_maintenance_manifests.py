@@ -9,6 +9,7 @@ import pytest
 from maintenance_tables import build_history, equality_delete, read, rows
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
+from pyiceberg.transforms import BucketTransform
 
 from floe.commit import snapshot as snapshot_module
 from floe.local.reference_reader import ReferenceReader
@@ -124,3 +125,26 @@ def test_a_concurrent_commit_is_kept_and_the_rewrite_redone_on_it(
     assert report.snapshot_id is not None
     assert _manifest_count(table) == 2
     assert read(reference, sql_catalog) == before + Counter({(901, "us", "v901"): 1})
+
+
+def test_manifests_of_each_partition_spec_are_merged_separately(
+    sql_catalog: SqlCatalog, reference: ReferenceReader
+) -> None:
+    table, _ = build_history(sql_catalog, reference)
+    table.update_spec().add_field("id", BucketTransform(2), "id_bucket").commit()
+    for start in range(300, 340, 10):
+        table.append(conform(table, rows(range(start, start + 10), "eu")))
+    # A delete of the old spec: it applies to old-spec eu files only, not to id 305 (new spec).
+    equality_delete(table, [3, 305], "eu", spec_id=0)
+    before_rows, before_entries = read(reference, sql_catalog), _entries(table)
+
+    rewrite_manifests(table, trigger_small_manifests=4, target_manifest_size=MiB)
+
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    groups = Counter((m.partition_spec_id, int(m.content)) for m in snapshot.manifests(table.io))
+    # Spec 0: data and deletes; spec 1: data only.
+    assert groups == Counter({(0, 0): 1, (0, 1): 1, (1, 0): 1})
+    assert _entries(table) == before_entries
+    assert read(reference, sql_catalog) == before_rows
+    assert before_rows[(305, "eu", "v305")] == 1

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
@@ -77,8 +77,7 @@ def expire_snapshots(
                 dry_run=dry_run,
             )
         if dry_run:
-            remaining = [s for s in before.snapshots if s.snapshot_id in kept]
-            return _report(table.io, before, expired, remaining, dry_run=True)
+            return _report(table.io, before, expired, _without(before, expired), dry_run=True)
         try:
             _commit_removal(table, before, expired)
         except CommitFailedException as exc:
@@ -87,7 +86,7 @@ def expire_snapshots(
             continue
         table.refresh()
         # What is left after the commit (concurrent snapshots included) decides what is still needed.
-        return _report(table.io, before, expired, table.metadata.snapshots, dry_run=False)
+        return _report(table.io, before, expired, table.metadata, dry_run=False)
     raise CommitFailedException(f"snapshot expiry of {table.name()} conflicted {max_attempts} times")
 
 
@@ -154,26 +153,46 @@ def _commit_removal(table: Table, metadata: TableMetadata, expired: list[Snapsho
     table.catalog.commit_table(table, requirements=requirements, updates=updates)
 
 
-def _statistics_paths(metadata: TableMetadata, snapshot_ids: set[int]) -> dict[str, int]:
+def _statistics_paths(metadata: TableMetadata, snapshot_ids: set[int] | None = None) -> dict[str, int]:
+    """Statistics and partition-statistics files of `snapshot_ids` (all when None), with sizes."""
     stats = [*metadata.statistics, *metadata.partition_statistics]
-    return {s.statistics_path: s.file_size_in_bytes for s in stats if s.snapshot_id in snapshot_ids}
+    return {
+        s.statistics_path: s.file_size_in_bytes
+        for s in stats
+        if snapshot_ids is None or s.snapshot_id in snapshot_ids
+    }
+
+
+def _without(metadata: TableMetadata, expired: list[Snapshot]) -> TableMetadata:
+    """`metadata` as the removal of `expired` would leave it (what a dry run compares with)."""
+    expired_ids = {s.snapshot_id for s in expired}
+    return metadata.model_copy(
+        update={
+            "snapshots": [s for s in metadata.snapshots if s.snapshot_id not in expired_ids],
+            "statistics": [s for s in metadata.statistics if s.snapshot_id not in expired_ids],
+            "partition_statistics": [
+                s for s in metadata.partition_statistics if s.snapshot_id not in expired_ids
+            ],
+        }
+    )
 
 
 def _report(
     io: FileIO,
     before: TableMetadata,
     expired: list[Snapshot],
-    remaining: Iterable[Snapshot],
+    after: TableMetadata,
     *,
     dry_run: bool,
 ) -> MaintenanceReport:
-    """Delete (unless `dry_run`) what only `expired` referenced, and say what that was."""
-    remaining = list(remaining)
-    still = referenced_files(io, remaining, live_only=True)
+    """Delete (unless `dry_run`) what only `expired` referenced, and say what that was.
+
+    `after` is the metadata without them: what decides which files are still needed.
+    """
+    still = referenced_files(io, after.snapshots, live_only=True)
     gone = referenced_files(io, expired, live_only=False)
-    remaining_ids = {s.snapshot_id for s in remaining}
-    still_stats = _statistics_paths(before, remaining_ids)
-    gone_stats = _statistics_paths(before, {s.snapshot_id for s in expired} - remaining_ids)
+    still_stats = _statistics_paths(after)
+    gone_stats = _statistics_paths(before, {s.snapshot_id for s in expired})
 
     sizes: dict[str, int] = {}
     sizes.update({p: n for p, n in gone.content_files.items() if p not in still.content_files})

@@ -11,7 +11,6 @@ same. The result is one ``replace`` snapshot that adds and removes no file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,17 +66,23 @@ def rewrite_manifests(
                 f"{small_data} small data manifests of {len(manifests)}, below the trigger of "
                 f"{trigger_small_manifests}: nothing to rewrite"
             )
+        groups: dict[tuple[int, ManifestContent], list[ManifestFile]] = {}
+        for manifest in small:
+            groups.setdefault((manifest.partition_spec_id, manifest.content), []).append(manifest)
+        # A lone small manifest of its spec and content has nothing to merge with.
+        merged = {key: group for key, group in groups.items() if len(group) > 1}
+        replaced = {m.manifest_path for group in merged.values() for m in group}
         if dry_run:
-            return _Outcome(f"would rewrite {len(small)} small manifests of {len(manifests)}")
-        created, entries = _rewrite(draft, small, target_manifest_size)
-        kept = [m for m in manifests if m.manifest_length >= target_manifest_size]
+            return _Outcome(f"would rewrite {len(replaced)} small manifests of {len(manifests)}")
+        created, entries = _rewrite(draft, merged, target_manifest_size)
+        kept = [m for m in manifests if m.manifest_path not in replaced]
         summary = draft.summary(
             Operation.REPLACE,
             added=[],
             removed=[],
             extra={
                 SUMMARY_MANIFESTS_CREATED: str(len(created)),
-                SUMMARY_MANIFESTS_REPLACED: str(len(small)),
+                SUMMARY_MANIFESTS_REPLACED: str(len(replaced)),
                 SUMMARY_MANIFESTS_KEPT: str(len(kept)),
                 SUMMARY_ENTRIES_PROCESSED: str(entries),
             },
@@ -98,12 +103,9 @@ def rewrite_manifests(
 
 
 def _rewrite(
-    draft: SnapshotDraft, manifests: Sequence[ManifestFile], target_size: int
+    draft: SnapshotDraft, groups: dict[tuple[int, ManifestContent], list[ManifestFile]], target_size: int
 ) -> tuple[list[ManifestFile], int]:
-    """New manifests holding the live entries of `manifests`; also how many entries that was."""
-    groups: dict[tuple[int, ManifestContent], list[ManifestFile]] = {}
-    for manifest in manifests:
-        groups.setdefault((manifest.partition_spec_id, manifest.content), []).append(manifest)
+    """New manifests holding the live entries of each (spec, content) group; also how many entries."""
     created: list[ManifestFile] = []
     total = 0
     for (spec_id, content), group in sorted(groups.items(), key=lambda kv: (kv[0][0], int(kv[0][1]))):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from pyarrow.fs import FileInfo, FileSelector, FileSystem, FileType
+from pyarrow.fs import FileInfo, FileSelector, FileType
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
 
@@ -61,10 +61,8 @@ def remove_orphan_files(
             f"{type(io).__name__} (set py-io-impl=pyiceberg.io.pyarrow.PyArrowFileIO)"
         )
     table.refresh()
-    scheme, netloc, _ = PyArrowFileIO.parse_location(table.metadata.location, io.properties)
-    fs = io.fs_by_scheme(scheme, netloc)
     cutoff_ns = int((now_s - older_than_s) * 1e9)
-    listed = _listing(fs, _roots(table, io))
+    listed = _listing(io, _roots(table, io))
     old = [
         info
         for info in listed
@@ -86,7 +84,7 @@ def remove_orphan_files(
         and (checked not in existing or checked in unreferenced)
     )
     orphans = sorted((info for info in old if info.path in unreferenced), key=lambda i: i.path)
-    paths = tuple(_location(scheme, info.path) for info in orphans)
+    paths = tuple(listed[info] for info in orphans)
     if not dry_run:
         delete_files(io, paths)
     count, size = len(orphans), sum(info.size or 0 for info in orphans)
@@ -108,11 +106,6 @@ def _fs_path(io: PyArrowFileIO, location: str) -> str:
     return path.rstrip("/")
 
 
-def _location(scheme: str, path: str) -> str:
-    """A FileSystem path back as a location: plain for local files, ``scheme://bucket/key`` otherwise."""
-    return path if scheme == "file" else f"{scheme}://{path}"
-
-
 def _hidden(info: FileInfo) -> bool:
     """Names starting with "." or "_" are not Iceberg files (checksums, markers): never orphans."""
     name: str = info.base_name
@@ -127,26 +120,31 @@ def _checksummed_path(info: FileInfo) -> str | None:
     return f"{info.path[: -len(name)]}{name[1:-4]}"
 
 
-def _roots(table: Table, io: PyArrowFileIO) -> list[str]:
-    """The directories to list: the table location and data/metadata paths set outside it."""
+def _roots(table: Table, io: PyArrowFileIO) -> dict[str, str]:
+    """The locations to list (the table's, and data/metadata paths set outside it), by FileSystem path."""
     properties = table.metadata.properties
     candidates = [
         table.metadata.location,
         *(properties[key] for key in ("write.data.path", "write.metadata.path") if key in properties),
     ]
-    roots: list[str] = []
-    for path in sorted({_fs_path(io, c) for c in candidates}, key=len):
+    roots: dict[str, str] = {}
+    for location in sorted(candidates, key=lambda c: len(_fs_path(io, c))):
+        path = _fs_path(io, location)
         if not any(path == root or path.startswith(root + "/") for root in roots):
-            roots.append(path)
+            roots[path] = location
     return roots
 
 
-def _listing(fs: FileSystem, roots: list[str]) -> list[FileInfo]:
-    infos: list[FileInfo] = []
-    for root in roots:
-        selector = FileSelector(root, recursive=True, allow_not_found=True)
-        infos.extend(info for info in fs.get_file_info(selector) if info.type == FileType.File)
-    return infos
+def _listing(io: PyArrowFileIO, roots: dict[str, str]) -> dict[FileInfo, str]:
+    """Every file under `roots`, with its location (plain local path or ``scheme://bucket/key``)."""
+    files: dict[FileInfo, str] = {}
+    for root, location in roots.items():
+        scheme, netloc, _ = PyArrowFileIO.parse_location(location, io.properties)
+        fs = io.fs_by_scheme(scheme, netloc)
+        for info in fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True)):
+            if info.type == FileType.File:
+                files[info] = info.path if scheme == "file" else f"{scheme}://{info.path}"
+    return files
 
 
 def _referenced_locations(table: Table) -> set[str]:
