@@ -35,6 +35,7 @@ SCRIPTS = [
     REPO_ROOT / "scripts" / "moto" / "build.sh",
     REPO_ROOT / "scripts" / "k8s-test-env" / "build.sh",
     REPO_ROOT / "scripts" / "lib" / "go-build.sh",
+    REPO_ROOT / "scripts" / "lib" / "cached-build.sh",
 ]
 
 EXECUTOR_ENV = {
@@ -340,9 +341,9 @@ def test_dockerignore_keeps_what_the_images_copy_and_nothing_else() -> None:
         assert _dockerignored(path, lines), path
 
 
-@pytest.mark.parametrize("script", ["helm", "k8s-test-env"])
+@pytest.mark.parametrize("script", ["helm", "k8s-test-env", "moto"])
 def test_build_scripts_share_their_command_line(script: str, tmp_path: Path) -> None:
-    """Both Go build scripts take --check, --help and nothing else (scripts/lib/go-build.sh)."""
+    """The cached build scripts take --check, --help and nothing else (scripts/lib/cached-build.sh)."""
     path = REPO_ROOT / "scripts" / script / "build.sh"
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FLOE_CACHE_DIR": str(tmp_path / "cache")}
 

@@ -32,8 +32,8 @@ is_built() { [[ -x "$HELM" && "$(cat "$TARGET_DIR/.complete" 2>/dev/null)" == "r
 # shellcheck source=scripts/lib/go-build.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/go-build.sh"
 
-go_build_cli "$@"
-go_build_use_cache
+cached_build_cli "$@"
+cached_build_use_cache
 go_build_prepare "${FLOE_HELM_BUILD_JOBS:-1}" "${FLOE_HELM_BUILD_NICE:-19}"
 
 WORK_DIR="$CACHE_ROOT/.work-$HELM_VERSION-$$"

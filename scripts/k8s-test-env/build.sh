@@ -60,8 +60,8 @@ is_built() {
 # shellcheck source=scripts/lib/go-build.sh
 source "$SCRIPT_DIR/../lib/go-build.sh"
 
-go_build_cli "$@"
-go_build_use_cache
+cached_build_cli "$@"
+cached_build_use_cache
 # The build cache is shared by all version keys and dropped after a successful build unless
 # FLOE_K8S_KEEP_GO_BUILD_CACHE=1.
 go_build_prepare "${FLOE_K8S_BUILD_JOBS:-1}" "${FLOE_K8S_BUILD_NICE:-19}"

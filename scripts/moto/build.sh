@@ -25,45 +25,16 @@ CACHE_ROOT="${FLOE_CACHE_DIR:-$HOME/.cache/floe}/moto"
 TARGET_DIR="$CACHE_ROOT/$MOTO_VERSION"
 PYTHON="$TARGET_DIR/venv/bin/python"
 
-log() { printf '[moto-env %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() {
-    log "ERROR: $*"
-    exit 1
-}
+LOG_TAG=moto-env
+RESULT="$PYTHON"
 is_built() { [[ -x "$PYTHON" && "$(cat "$TARGET_DIR/.complete" 2>/dev/null)" == "recipe $RECIPE_REVISION" ]]; }
 
-case "${1:-}" in
-    "") ;;
-    --check)
-        is_built || exit 1
-        echo "$PYTHON"
-        exit 0
-        ;;
-    -h | --help)
-        sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-        exit 0
-        ;;
-    *) die "unknown argument: $1 (try --help)" ;;
-esac
+# shellcheck source=scripts/lib/cached-build.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/cached-build.sh"
 
-if is_built; then
-    log "cached: $PYTHON"
-    echo "$PYTHON"
-    exit 0
-fi
-
-command -v flock >/dev/null || die "flock (util-linux) is not on PATH"
-mkdir -p "$CACHE_ROOT"
-exec 9>"$CACHE_ROOT/.build.lock"
-if ! flock -n 9; then
-    log "another install holds $CACHE_ROOT/.build.lock; waiting for it"
-    flock 9
-fi
-if is_built; then
-    log "cached (installed by a concurrent run): $PYTHON"
-    echo "$PYTHON"
-    exit 0
-fi
+cached_build_cli "$@"
+cached_build_use_cache
+cached_build_lock
 
 base_python="${FLOE_MOTO_PYTHON:-python3.11}"
 command -v "$base_python" >/dev/null || die "$base_python is not on PATH"
