@@ -78,25 +78,31 @@ def expire_rows(
     """
     field = _retention_field(table, column)
     cutoff = _cutoff(field, now_s - older_than_s)
+    plan: _Plan | None = None
+    written: list[DataFile] = []
     for attempt in range(1, max_attempts + 1):
         table.refresh()
         draft = SnapshotDraft(table=table, metadata=table.metadata)
-        plan = _plan(table, field, cutoff, draft)
-        if dry_run or plan.is_empty:
-            return plan.report(snapshot_id=None, dry_run=dry_run)
-        written: list[DataFile] = []
+        # A concurrent commit that left every file of the plan live (an append, say) does not
+        # invalidate it: the same drop and position deletes are committed on the new head, so
+        # a busy writer cannot starve retention. Anything else is planned again.
+        if plan is None or not plan.rebase(draft):
+            _delete_all(table, written)
+            written = []
+            plan = _plan(table, field, cutoff, draft)
+            if dry_run or plan.is_empty:
+                return plan.report(snapshot_id=None, dry_run=dry_run)
         try:
-            written = [
-                write_position_deletes(table, positions, spec_id, partition)
-                for (spec_id, partition), positions in plan.positions_by_partition()
-            ]
+            if not written:
+                written = [
+                    write_position_deletes(table, positions, spec_id, partition)
+                    for (spec_id, partition), positions in plan.positions_by_partition()
+                ]
             snapshot_id = _commit(draft, plan, written)
         except CommitFailedException:
             draft.discard()
-            for f in written:
-                delete_quietly(table.io, f.file_path)
-            log.info("retention attempt %d on %s lost to a concurrent commit; replanning", attempt, column)
-            time.sleep(min(0.1 * 2**attempt, 2.0))
+            log.info("retention attempt %d on %s lost to a concurrent commit; retrying", attempt, column)
+            time.sleep(min(0.05 * 2**attempt, 1.0))
             continue
         except BaseException:
             # The commit may have happened: the position delete files are left for orphan cleanup.
@@ -104,7 +110,13 @@ def expire_rows(
             raise
         table.refresh()
         return plan.report(snapshot_id=snapshot_id, dry_run=False)
+    _delete_all(table, written)
     raise RetentionAbandoned(f"retention on {column}: main moved during each of {max_attempts} attempts")
+
+
+def _delete_all(table: Table, files: list[DataFile]) -> None:
+    for f in files:
+        delete_quietly(table.io, f.file_path)
 
 
 def _retention_field(table: Table, column: str) -> NestedField:
@@ -146,6 +158,23 @@ class _Plan:
     @property
     def is_empty(self) -> bool:
         return not self.dropped and not self.positions
+
+    def rebase(self, draft: SnapshotDraft) -> bool:
+        """Move the plan onto `draft`'s head if every file it drops or deletes rows of is still live.
+
+        Files added meanwhile are left for the next run; delete files the plan removes cannot
+        apply to them (equality deletes only reach older sequence numbers, position deletes
+        name their files).
+        """
+        head = draft.parent
+        manifests = head.manifests(draft.io) if head is not None else []
+        entries = [(m, m.fetch_manifest_entry(draft.io, discard_deleted=True)) for m in manifests]
+        live = {e.data_file.file_path for _, listed in entries for e in listed}
+        needed = {f.file_path for f in (*self.dropped, *self.removed_deletes)} | set(self.straddling)
+        if not needed <= live:
+            return False
+        self.head = entries
+        return True
 
     def positions_by_partition(self) -> Iterator[tuple[tuple[int, Any], list[tuple[str, int]]]]:
         """The positions to delete, one group per partition: a position delete file has one partition."""
