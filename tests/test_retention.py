@@ -189,7 +189,7 @@ def test_retention_racing_a_writer_loses_none_of_its_rows(
             next_id += 5
 
     thread = threading.Thread(target=write)
-    caplog.set_level(logging.INFO, logger="floe.maintenance.retention")
+    caplog.set_level(logging.INFO, logger="floe.maintenance.committing")
     thread.start()
     try:
         report = expire_rows(
@@ -199,7 +199,7 @@ def test_retention_racing_a_writer_loses_none_of_its_rows(
         done.set()
         thread.join()
 
-    conflicts = sum("lost to a concurrent commit" in r.getMessage() for r in caplog.records)
+    conflicts = sum("hit a concurrent commit" in r.getMessage() for r in caplog.records)
     original = rows.all()
     kept_ids = set(
         original.filter(pc.greater_equal(original.column("ts"), pa.scalar(CUTOFF))).column("id").to_pylist()

@@ -11,9 +11,7 @@ only if main has not moved since planning; otherwise the work is planned again.
 
 from __future__ import annotations
 
-import logging
 import math
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -32,11 +30,10 @@ from pyiceberg.types import DateType, NestedField, PrimitiveType, TimestampType,
 
 from floe.commit.rewrite import removable_delete_paths
 from floe.commit.snapshot import SnapshotDraft, delete_quietly
+from floe.maintenance.committing import on_fresh_head
 from floe.maintenance.report import MaintenanceJob, MaintenanceReport
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID
 from floe.tables.writer import write_position_deletes
-
-log = logging.getLogger(__name__)
 
 SUMMARY_MAINTENANCE = "floe.maintenance"
 MICROS_PER_SECOND = 1_000_000
@@ -80,9 +77,9 @@ def expire_rows(
     cutoff = _cutoff(field, now_s - older_than_s)
     plan: _Plan | None = None
     written: list[DataFile] = []
-    for attempt in range(1, max_attempts + 1):
-        table.refresh()
-        draft = SnapshotDraft(table=table, metadata=table.metadata)
+
+    def attempt(draft: SnapshotDraft) -> RetentionReport:
+        nonlocal plan, written
         # A concurrent commit that left every file of the plan live (an append, say) does not
         # invalidate it: the same drop and position deletes are committed on the new head, so
         # a busy writer cannot starve retention. Anything else is planned again.
@@ -92,26 +89,22 @@ def expire_rows(
             plan = _plan(table, field, cutoff, draft)
             if dry_run or plan.is_empty:
                 return plan.report(snapshot_id=None, dry_run=dry_run)
-        try:
-            if not written:
-                written = [
-                    write_position_deletes(table, positions, spec_id, partition)
-                    for (spec_id, partition), positions in plan.positions_by_partition()
-                ]
-            snapshot_id = _commit(draft, plan, written)
-        except CommitFailedException:
-            draft.discard()
-            log.info("retention attempt %d on %s lost to a concurrent commit; retrying", attempt, column)
-            time.sleep(min(0.05 * 2**attempt, 1.0))
-            continue
-        except BaseException:
-            # The commit may have happened: the position delete files are left for orphan cleanup.
-            draft.discard()
-            raise
-        table.refresh()
-        return plan.report(snapshot_id=snapshot_id, dry_run=False)
-    _delete_all(table, written)
-    raise RetentionAbandoned(f"retention on {column}: main moved during each of {max_attempts} attempts")
+        if not written:
+            written = [
+                write_position_deletes(table, positions, spec_id, partition)
+                for (spec_id, partition), positions in plan.positions_by_partition()
+            ]
+        # Should the commit fail for another reason than a conflict, it may still have
+        # happened: the position delete files are then left for orphan cleanup.
+        return plan.report(snapshot_id=_commit(draft, plan, written), dry_run=False)
+
+    try:
+        return on_fresh_head(table, attempt, max_attempts)
+    except CommitFailedException:
+        _delete_all(table, written)
+        raise RetentionAbandoned(
+            f"retention on {column}: main moved during each of {max_attempts} attempts"
+        ) from None
 
 
 def _delete_all(table: Table, files: list[DataFile]) -> None:
@@ -168,7 +161,13 @@ class _Plan:
         """
         head = draft.parent
         manifests = head.manifests(draft.io) if head is not None else []
-        entries = [(m, m.fetch_manifest_entry(draft.io, discard_deleted=True)) for m in manifests]
+        # Manifests are immutable: only those the concurrent commits wrote are read, which
+        # keeps a retry short enough to land between the commits of a busy writer.
+        known = {m.manifest_path: listed for m, listed in self.head}
+        entries = [
+            (m, known.get(m.manifest_path) or m.fetch_manifest_entry(draft.io, discard_deleted=True))
+            for m in manifests
+        ]
         live = {e.data_file.file_path for _, listed in entries for e in listed}
         needed = {f.file_path for f in (*self.dropped, *self.removed_deletes)} | set(self.straddling)
         if not needed <= live:
