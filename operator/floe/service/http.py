@@ -36,6 +36,7 @@ from floe.service.task_service import TaskService
 from floe.service.wire import (
     Accepted,
     CompleteRequest,
+    CompleteResponse,
     ErrorResponse,
     PollRequest,
     PollResponse,
@@ -206,8 +207,13 @@ class _Api:
     async def complete(self, request: web.Request) -> web.Response:
         token = _token(request)
         body = await _body(request, CompleteRequest)
-        self.service.complete(token, request.match_info["attempt_id"], body)
-        return _accepted()
+        if body.next_poll is not None and _client_gone(request):
+            # Record the outcome, but a task handed to a closed connection would wait out the ack timeout.
+            body = body.model_copy(update={"next_poll": None})
+        task = self.service.complete(token, request.match_info["attempt_id"], body)
+        # Only a client that asked for its next task gets the field: v1 clients that never
+        # ask parse the answer as Accepted, which admits no other field.
+        return _json(CompleteResponse(task=task)) if body.next_poll is not None else _accepted()
 
     async def openapi(self, _: web.Request) -> web.Response:
         return web.json_response(self._openapi)
