@@ -3,7 +3,10 @@
 The real `TaskService` (one `GroupScheduler` per group) holds 1,000 tables, each with a
 process of synthetic `RewriteTaskSpec`s that are never executed. 64 simulated optimizer
 threads poll → ack → complete as fast as they can, completing each task with a small
-fake `RewriteTaskResult`. A simulated engine thread in the service's process plays the
+fake `RewriteTaskResult`; each completion asks for the thread's next task (``next_poll``),
+as the optimizer does, so a thread polls only when a completion brought none
+(``--separate-poll``: every task is polled for, the three-request cycle of the first
+runs). A simulated engine thread in the service's process plays the
 engine's part in the steady state: every 100 ms it takes the finished processes and
 queues a new process for each of their tables, so the queue never runs dry.
 
@@ -18,7 +21,8 @@ Three kinds of run, each in fresh processes:
   negligible loop around the calls).
 - ``heartbeat``: the optimizer threads only send heartbeats over HTTP: the floor of
   one authenticated request (on a kept-alive connection: aiohttp, a worker thread, the
-  service's lock) with no scheduling in it. A task costs three requests.
+  service's lock) with no scheduling in it. A task costs two requests (ack, and complete
+  carrying the next poll), three with ``--separate-poll``.
 
 ``direct`` and ``http`` run once per policy (``--policies``, both by default): the
 balanced policy orders the tables by a cheap key, so quota against balanced isolates
@@ -26,9 +30,10 @@ the cost of computing quota occupation at every poll.
 
 Reported per run: tasks handed out per second over the window (and per quarter of it,
 since the quota ledger grows as tasks finish), poll latency p50/p99/max as the client
-sees it, ack and complete latency, the service's CPU seconds per task, the tasks per
-second one full core would give at that cost (other work shares this machine), the
-service's and the client's share of a core. ``--profile`` adds an ``http`` run of the
+sees it (for a task a completion brought: that completion's latency), ack and complete
+latency, the service's CPU seconds per task, the tasks per second one full core would
+give at that cost (other work shares this machine), the service's and the client's share
+of a core. ``--profile`` adds an ``http`` run of the
 first policy with the service under ``cProfile`` (per-thread CPU time, every thread)
 and prints where its CPU goes, by area of code and by function. Targets (figures, not
 asserted): ≥ 1,000 tasks/s, p99 poll latency < 50 ms.
@@ -69,7 +74,7 @@ from floe.optimizer.task_spec import (
 from floe.service.client import TaskServiceClient
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
-from floe.service.wire import CompleteRequest, PollRequest, RegisterRequest, TaskAssignment
+from floe.service.wire import CompleteRequest, NextPoll, PollRequest, RegisterRequest, TaskAssignment
 
 SCRIPT = Path(__file__).resolve()
 REFILL_INTERVAL_S = 0.1
@@ -245,8 +250,8 @@ class Transport(Protocol):
         """Ack the attempt."""
         ...
 
-    def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> None:
-        """Complete the attempt."""
+    def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> TaskAssignment | None:
+        """Complete the attempt; the next task when the request asked for it and one was ready."""
         ...
 
 
@@ -273,9 +278,9 @@ class HttpTransport:
         """Ack over HTTP."""
         self.client.ack(token, attempt_id)
 
-    def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> None:
+    def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> TaskAssignment | None:
         """Complete over HTTP."""
-        self.client.complete(token, attempt_id, request)
+        return self.client.complete(token, attempt_id, request)
 
 
 class DirectTransport:
@@ -299,9 +304,9 @@ class DirectTransport:
         """Ack in memory."""
         self.service.ack(token, attempt_id)
 
-    def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> None:
+    def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> TaskAssignment | None:
         """Complete in memory."""
-        self.service.complete(token, attempt_id, request)
+        return self.service.complete(token, attempt_id, request)
 
 
 @dataclass
@@ -340,17 +345,31 @@ def task_loop(
     stop: threading.Event,
     max_cycles: int,
     pause_when_empty: bool,
+    next_poll: bool,
 ) -> None:
-    """Poll → ack → complete until ``stop`` is set or ``max_cycles`` calls to poll were made."""
+    """Poll → ack → complete until ``stop`` is set or ``max_cycles`` tasks or empty polls went by.
+
+    With ``next_poll`` each completion asks for the thread's next task; a task it brings
+    is logged with the completion's latency as its poll latency (and as the complete
+    latency of the task before).
+    """
     start.wait()
     clock = time.perf_counter
+    ask = NextPoll(thread=thread) if next_poll else None
+    handed: TaskAssignment | None = None  # what the last completion brought
+    handed_s = 0.0
     for _ in range(max_cycles):
         if stop.is_set():
             return
         try:
-            t0 = clock()
-            assignment = transport.poll(token, thread)
-            t1 = clock()
+            if handed is None:
+                t0 = clock()
+                assignment = transport.poll(token, thread)
+                t1 = clock()
+                poll_s = t1 - t0
+            else:
+                assignment, poll_s, handed = handed, handed_s, None
+                t1 = clock()
             if assignment is None:
                 log.empty_at.append(t1)
                 if pause_when_empty:
@@ -358,13 +377,18 @@ def task_loop(
                 continue
             transport.ack(token, assignment.attempt_id)
             t2 = clock()
-            transport.complete(token, assignment.attempt_id, completions.get(assignment.task_id))
+            request = completions.get(assignment.task_id)
+            if ask is not None:
+                request = request.model_copy(update={"next_poll": ask})
+            handed = transport.complete(token, assignment.attempt_id, request)
             t3 = clock()
+            handed_s = t3 - t2
         except Exception as exc:
             log.errors.append(f"{type(exc).__name__}: {exc}")
+            handed = None
             continue
         log.handed_at.append(t1)
-        log.poll_s.append(t1 - t0)
+        log.poll_s.append(poll_s)
         log.ack_s.append(t2 - t1)
         log.complete_s.append(t3 - t2)
 
@@ -412,6 +436,7 @@ class LoadConfig:
     warmup_s: float
     seconds: float
     max_cycles: int
+    next_poll: bool
 
 
 def run_load(transport: Transport, config: LoadConfig, service_cpu: Callable[[], float]) -> dict[str, Any]:
@@ -434,7 +459,10 @@ def run_load(transport: Transport, config: LoadConfig, service_cpu: Callable[[],
                 args: tuple[Any, ...] = (transport, token, log, start, stop, config.max_cycles)
                 target: Callable[..., None] = heartbeat_loop
             else:
-                args = (transport, token, thread, log, completions, start, stop, config.max_cycles, direct)
+                args = (
+                    *(transport, token, thread, log, completions, start, stop),
+                    *(config.max_cycles, direct, config.next_poll),
+                )
                 target = task_loop
             workers.append(
                 threading.Thread(target=target, args=args, name=f"opt{optimizer}-{thread}", daemon=True)
@@ -592,6 +620,7 @@ def load_config(args: argparse.Namespace) -> LoadConfig:
         warmup_s=args.warmup,
         seconds=args.seconds,
         max_cycles=args.max_cycles,
+        next_poll=not args.separate_poll,
     )
 
 
@@ -610,6 +639,7 @@ def common_args(args: argparse.Namespace, policy: str) -> list[str]:
         f"--warmup={args.warmup}",
         f"--seconds={args.seconds}",
         f"--max-cycles={args.max_cycles}",
+        *(["--separate-poll"] if args.separate_poll else []),
     ]
 
 
@@ -773,7 +803,11 @@ def main_parent(args: argparse.Namespace) -> int:
         f"latency p50 {floor['poll_ms']['p50']:.1f} ms / p99 {floor['poll_ms']['p99']:.1f} ms, "
         f"service CPU {floor['service_cpu_ms_per_task']:.2f} ms per request, "
         f"service core {floor['service_core_pct']:.0f}%, client core {floor['client_core_pct']:.0f}%. "
-        "A task costs three requests (poll, ack, complete).",
+        + (
+            "A task costs three requests (poll, ack, complete)."
+            if args.separate_poll
+            else "A task costs two requests (ack, complete carrying the next poll) while work is queued."
+        ),
         "",
     ]
     for name, r in results.items():
@@ -809,6 +843,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before the window")
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window")
     parser.add_argument("--max-cycles", type=int, default=1_000_000, help="cap on polls per thread")
+    parser.add_argument(
+        "--separate-poll",
+        action="store_true",
+        help="poll for every task, not letting completions bring the next (three requests per task)",
+    )
     parser.add_argument(
         "--policies", nargs="+", default=["quota", "balanced"], choices=[p.value for p in SchedulingPolicy]
     )

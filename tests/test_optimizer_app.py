@@ -23,6 +23,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
+from synthetic import result
 from test_correctness import CONFIG, build_table, rows_at
 
 from floe.commit.rewrite import commit_rewrite
@@ -35,6 +36,7 @@ from floe.planning.plan import OptimizingType
 from floe.scheduling.queue import GroupScheduler, ProcessOutcome
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
+from floe.service.wire import PollRequest, TaskAssignment
 from floe_optimizer.app import Optimizer
 from floe_optimizer.runner import SparkTaskRunner
 
@@ -388,3 +390,44 @@ def test_floe_optimizer_keeps_retrying_an_unreachable_service_and_exits_0_on_sig
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+class CountingService(TaskService):
+    """A task service that counts the polls it answers."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=time.time, heartbeat_interval_s=0.2)
+        self.polls = 0
+
+    def poll(self, token: str, request: PollRequest) -> TaskAssignment | None:
+        self.polls += 1
+        return super().poll(token, request)
+
+
+class InstantRunner:
+    """Succeeds at once, writing nothing."""
+
+    def run(self, spec: RewriteTaskSpec) -> TaskOutcome:
+        return TaskOutcome(spec.task_id, result(spec.task_id), None)
+
+    def cancel(self) -> None:
+        pass
+
+
+def test_each_completion_brings_the_threads_next_task_so_queued_work_needs_one_poll(
+    optimizers: Callable[..., Optimizer],
+) -> None:
+    service = CountingService()
+    service.add_group(GROUP, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, ack_timeout_s=30, execute_timeout_s=600)
+    scheduler = service.group(GROUP)
+    scheduler.upsert_table(TABLE_ID, quota=1.0, last_optimized_s=None)
+    specs = [synthetic_spec(f"t{index}") for index in range(5)]
+    scheduler.add_process(TABLE_ID, "p", specs, max_retries=0, allow_partial_commit=False)
+    with TaskServiceServer(service, keeper_interval_s=0.1) as server:
+        optimizer = optimizers(server.url, threads=1, runner=InstantRunner())
+        outcome = finished(scheduler)
+        assert outcome.succeeded and [r.task_id for r in outcome.results] == [s.task_id for s in specs]
+        # The first poll got t0; each completion brought the next task; the last brought none.
+        assert service.polls <= 2
+        optimizer.stop(grace_s=10)
+        assert optimizer.join(30)

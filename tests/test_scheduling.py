@@ -19,7 +19,7 @@ from floe.optimizer.task_spec import RewriteTaskSpec
 from floe.scheduling.monitor import ChangeMonitor
 from floe.scheduling.occupation import TaskTimeLedger, occupation, quota_limit
 from floe.scheduling.policy import BalancedPolicy, QuotaPolicy, policy_for
-from floe.scheduling.queue import GroupScheduler, ProcessOutcome
+from floe.scheduling.queue import POLL_ORDER_TTL_S, GroupScheduler, ProcessOutcome
 from floe.service.errors import InvalidRequest, StaleAttempt
 from floe.service.wire import TaskAssignment
 
@@ -431,6 +431,22 @@ def test_a_policy_change_applies_on_the_next_plan_and_poll() -> None:
     assert run_task(group, "o", 0, 3600.0).table == "old"  # balanced at poll time too
     group.set_policy(SchedulingPolicy.QUOTA)
     assert run_task(group, "o", 0, 3600.0).table == "new"  # the thread polled again: "old" went back
+
+
+def test_polls_reuse_the_order_briefly_but_see_new_work_and_moved_time_at_once() -> None:
+    group = scheduler(threads=4)
+    with_process(group, "b", tasks=4, quota=1.0)
+    # "b" used the group for a while; "a" and "c" never did.
+    attempt = run_task(group, "o", 0, 0.0)
+    group.complete(attempt.attempt_id, "o", result(attempt.task_id), 600.0)
+    assert run_task(group, "o", 0, 600.0).table == "b"  # the only table with work
+    with_process(group, "c", tasks=1, quota=1.0)
+    # Within the order's lifetime, but "c" gained work: it is ordered in at once.
+    assert run_task(group, "o", 1, 600.0 + POLL_ORDER_TTL_S / 2).table == "c"
+    with_process(group, "a", tasks=1, quota=1.0)
+    assert run_task(group, "o", 2, 600.0 + POLL_ORDER_TTL_S / 2).table == "a"
+    # Work that ran out is skipped; past the lifetime "b" is ordered by its occupation.
+    assert run_task(group, "o", 3, 600.0 + 2 * POLL_ORDER_TTL_S).table == "b"
 
 
 def test_each_attempt_gets_a_fresh_id_and_its_own_file_prefix() -> None:

@@ -36,7 +36,14 @@ from floe.service.client import (
 from floe.service.http import TaskServiceServer, create_app
 from floe.service.openapi import ROUTES, build_openapi, render_openapi
 from floe.service.task_service import TaskService
-from floe.service.wire import CompleteRequest, PollRequest, RegisterRequest, RegisterResponse, TaskAssignment
+from floe.service.wire import (
+    CompleteRequest,
+    NextPoll,
+    PollRequest,
+    RegisterRequest,
+    RegisterResponse,
+    TaskAssignment,
+)
 
 OPENAPI_FILE = Path(__file__).parent.parent / "docs" / "task-service-openapi.json"
 GROUP = "g"
@@ -584,11 +591,13 @@ def test_a_connection_the_server_closed_while_idle_is_replaced(service: Observed
 class ScriptedServer:
     """A raw HTTP/1.1 server that answers each request it reads by the next action of a script:
     ``"ok"`` answers 200 and keeps the connection, ``"drop"`` closes it without answering
-    (as a server that processed the request and then died would)."""
+    (as a server that processed the request and then died would), ``"no_next_poll"`` answers
+    422 as a v1 service from before ``next_poll`` does to a completion carrying it."""
 
     def __init__(self, script: list[str]) -> None:
         self.script = script
         self.requests: list[str] = []
+        self.bodies: list[bytes] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -607,13 +616,20 @@ class ScriptedServer:
                         name, _, value = line.decode().partition(":")
                         if name.lower() == "content-length":
                             length = int(value)
-                    stream.read(length)
+                    self.bodies.append(stream.read(length))
                     self.requests.append(request_line.split()[1])
-                    if self.script.pop(0) == "drop":
+                    action = self.script.pop(0)
+                    if action == "drop":
                         break
-                    body = b'{"accepted": true}'
+                    status, body = b"200 OK", b'{"accepted": true}'
+                    if action == "no_next_poll":
+                        status = b"422 Unprocessable Entity"
+                        detail = "next_poll: Extra inputs are not permitted"
+                        body = json.dumps({"error": "invalid_request", "detail": detail}).encode()
                     connection.sendall(
-                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"HTTP/1.1 "
+                        + status
+                        + b"\r\nContent-Type: application/json\r\n"
                         + f"Content-Length: {len(body)}\r\n\r\n".encode()
                         + body
                     )
@@ -640,4 +656,52 @@ def test_a_call_whose_reused_connection_dies_is_resent_only_when_that_is_harmles
     assert server.requests == ["/v1/optimizers/heartbeat", "/v1/tasks/a1/complete"]
     client.heartbeat("token")  # the next call opens a new connection
     assert server.requests[-1] == "/v1/optimizers/heartbeat"
+    client.close()
+
+
+def test_a_completion_may_carry_the_next_poll_and_answers_as_before_without_it(
+    server: TaskServiceServer, service: TaskService, client: TaskServiceClient
+) -> None:
+    scheduler = add_process(service, tasks=2)
+    token = register(client, threads=2).token
+    first = client.poll(token, 0, wait_s=0)
+    assert first is not None
+    client.ack(token, first.attempt_id)
+    request = CompleteRequest(result=result(first.task_id), next_poll=NextPoll(thread=0))
+    second = client.complete(token, first.attempt_id, request)
+    assert second is not None and second.task_id != first.task_id
+    client.ack(token, second.attempt_id)
+
+    # A client that does not ask gets exactly the v1 answer it always got.
+    body = CompleteRequest(result=result(second.task_id)).model_dump(mode="json", exclude_none=True)
+    assert call(server, "POST", f"/v1/tasks/{second.attempt_id}/complete", body, token)[:2] == (
+        200,
+        {"accepted": True},
+    )
+    [outcome] = scheduler.take_finished()
+    assert outcome.succeeded and len(outcome.results) == 2
+
+    # Asked with nothing ready: task is null, and the stale completion of a finished attempt
+    # is 409 with no task.
+    third_process = add_process(service, tasks=1, process_id="p2")
+    third = client.poll(token, 1, wait_s=0)
+    assert third is not None
+    body = CompleteRequest(error="boom", next_poll=NextPoll(thread=1)).model_dump(
+        mode="json", exclude_none=True
+    )
+    path = f"/v1/tasks/{third.attempt_id}/complete"
+    assert call(server, "POST", path, body, token)[:2] == (200, {"accepted": True, "task": None})
+    status, error, _ = call(server, "POST", path, body, token)
+    assert status == 409 and "task" not in error
+    assert third_process.take_finished()[0].failures == {third.task_id: "boom"}
+
+
+def test_the_client_completes_without_next_poll_on_a_service_that_predates_it() -> None:
+    server = ScriptedServer(["no_next_poll", "ok", "ok"])
+    client = TaskServiceClient(server.url, timeout=10)
+    request = CompleteRequest(result=result("t1"), next_poll=NextPoll(thread=0))
+    assert client.complete("token", "a1", request) is None
+    assert client.complete("token", "a2", request) is None  # it does not ask again
+    assert server.requests == ["/v1/tasks/a1/complete"] * 2 + ["/v1/tasks/a2/complete"]
+    assert [b"next_poll" in body for body in server.bodies] == [True, False, False]
     client.close()

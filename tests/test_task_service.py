@@ -11,7 +11,7 @@ from floe.api.models import SchedulingPolicy
 from floe.scheduling.queue import GroupScheduler
 from floe.service.errors import InvalidRequest, StaleAttempt, Unauthorized, UnknownGroup
 from floe.service.task_service import TaskService
-from floe.service.wire import CompleteRequest, PollRequest, RegisterRequest, TaskAssignment
+from floe.service.wire import CompleteRequest, NextPoll, PollRequest, RegisterRequest, TaskAssignment
 
 
 class Clock:
@@ -335,3 +335,74 @@ def test_a_subscriber_may_call_back_into_the_service(service: TaskService) -> No
     service.subscribe(lambda: seen.append(service.group("g").group_stats(0.0).pending_tasks))
     add_process(service.group("g"), 3)
     assert seen[-1] == 3
+
+
+# -- complete with the next poll ---------------------------------------------------------
+
+
+def test_a_completion_with_next_poll_hands_the_thread_its_next_task(service: TaskService) -> None:
+    task_ids = add_process(service.group("g"), tasks=2)
+    token = register(service)
+    first = take(service, token)
+    assert service.complete(token, first.attempt_id, succeeded(first.task_id)) is None  # did not ask
+
+    second = service.poll(token, PollRequest(thread=0))
+    assert second is not None
+    request = CompleteRequest(result=result(second.task_id), next_poll=NextPoll(thread=1))
+    assert service.complete(token, second.attempt_id, request) is None  # nothing left to hand out
+    [outcome] = service.group("g").take_finished()
+    assert outcome.succeeded and [r.task_id for r in outcome.results] == task_ids
+
+    add_process(service.group("g"), tasks=1, table_id="u")
+    third = take(service, token)
+    add_process(service.group("g"), tasks=1, table_id="v")
+    request = CompleteRequest(error="boom", next_poll=NextPoll(thread=0))
+    handed = service.complete(token, third.attempt_id, request)
+    # The failure is recorded first, so its retry is what the thread gets (ahead of "v" by id).
+    assert handed is not None and handed.task_id == third.task_id and handed.attempt_id != third.attempt_id
+    service.ack(token, handed.attempt_id)  # a task handed with a completion is acked as usual
+    assert service.group("g").stats(0)["u"].retries == 1
+
+
+def test_a_completion_with_next_poll_respects_the_quota_cap(service: TaskService) -> None:
+    group = service.group("g")
+    token = register(service, threads=4)
+    for table_id, tasks in (("capped", 3), ("free", 1)):
+        group.upsert_table(table_id, 0.25, None)  # one thread of four each
+        group.add_process(
+            table_id, f"{table_id}-p", [spec(f"{table_id}-t{i}") for i in range(tasks)], 2, False
+        )
+    group.upsert_table("planning", 0.25, None)
+    group.set_pending("planning", True)
+    assert group.next_table_to_plan(0.0) == "planning"  # while it plans, the cap is kept
+    capped = take(service, token, thread=0)
+    free = take(service, token, thread=1)
+    assert (capped.table, free.table) == ("capped", "free")
+
+    # "free" has nothing left and "capped" is at its limit: the chained poll gets nothing ...
+    request = CompleteRequest(result=result(free.task_id), next_poll=NextPoll(thread=1))
+    assert service.complete(token, free.attempt_id, request) is None
+    # ... until a completion frees "capped"'s slot, which the chained poll takes again.
+    request = CompleteRequest(result=result(capped.task_id), next_poll=NextPoll(thread=0))
+    handed = service.complete(token, capped.attempt_id, request)
+    assert handed is not None and handed.table == "capped"
+    assert service.poll(token, PollRequest(thread=2)) is None
+
+
+def test_a_refused_completion_hands_out_nothing_and_changes_nothing(service: TaskService) -> None:
+    group = service.group("g")
+    add_process(group, tasks=3)
+    token = register(service, threads=2)
+    first = service.poll(token, PollRequest(thread=0))
+    assert first is not None
+    superseding = service.poll(token, PollRequest(thread=0))  # the first attempt is stale now
+    assert superseding is not None
+
+    with pytest.raises(StaleAttempt):
+        service.complete(token, first.attempt_id, CompleteRequest(error="late", next_poll=NextPoll(thread=1)))
+    with pytest.raises(InvalidRequest, match="thread 2 is out of range"):
+        service.complete(
+            token, superseding.attempt_id, CompleteRequest(error="x", next_poll=NextPoll(thread=2))
+        )
+    stats = group.stats(0)["t"]
+    assert (stats.running, stats.planned, stats.failed, stats.retries) == (1, 2, 0, 0)

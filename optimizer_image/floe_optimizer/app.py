@@ -3,7 +3,9 @@
 One session thread keeps the registration alive (registering again when the service has
 dropped this optimizer) and `threads` poll threads each run one task at a time. Nothing
 the service does makes the process crash: unreachable → retry with backoff, refused →
-log and carry on.
+log and carry on. A thread's completion asks for its next task (``next_poll``), so while
+work is queued a task costs an ack and a complete, and the thread polls only when the
+completion brought none.
 
 Stopping is graceful (`stop`): no new task is started, the running ones finish within
 the grace period and are completed, then the optimizer unregisters, which hands any
@@ -19,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from pyspark.sql import SparkSession
 
@@ -32,13 +35,15 @@ from floe.service.client import (
     Unauthorized,
     UnknownGroup,
 )
-from floe.service.wire import CompleteRequest, RegisterRequest, RegisterResponse, TaskAssignment
+from floe.service.wire import CompleteRequest, NextPoll, RegisterRequest, RegisterResponse, TaskAssignment
 from floe_optimizer.retry import Backoff, Outage
 from floe_optimizer.runner import SparkTaskRunner, TaskRunner, discard_written_files
 
 log = logging.getLogger(__name__)
 
 UNREGISTER_ATTEMPTS = 3
+
+_T = TypeVar("_T")
 
 
 class _Delivery(enum.Enum):
@@ -275,6 +280,7 @@ class Optimizer:
 
     def _serve(self, thread: int) -> None:
         backoff = Backoff()
+        handed: TaskAssignment | None = None  # what the last completion brought
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._stopping or self._session is not None)
@@ -283,7 +289,12 @@ class Optimizer:
                 session = self._session
             assert session is not None
             try:
-                assignment = self.client.poll(session.token, thread, self.poll_wait_s)
+                assignment = (
+                    handed
+                    if handed is not None
+                    else self.client.poll(session.token, thread, self.poll_wait_s)
+                )
+                handed = None
             except Unauthorized:
                 self._drop(session)
                 continue
@@ -314,7 +325,7 @@ class Optimizer:
                     return
                 self._busy += 1
             try:
-                self._execute(thread, session, assignment)
+                handed = self._execute(thread, session, assignment)
             except Exception:
                 log.exception("thread %d: task %s failed unexpectedly", thread, assignment.task_id)
             finally:
@@ -322,14 +333,17 @@ class Optimizer:
                     self._busy -= 1
                     self._cond.notify_all()
 
-    def _execute(self, thread: int, session: RegisterResponse, assignment: TaskAssignment) -> None:
+    def _execute(
+        self, thread: int, session: RegisterResponse, assignment: TaskAssignment
+    ) -> TaskAssignment | None:
+        """Ack, run and complete the attempt; returns the next task its completion brought, if any."""
         token, attempt = session.token, assignment.attempt_id
-        acked = self._deliver(session, f"ack of {attempt}", lambda: self.client.ack(token, attempt))
+        acked, _ = self._deliver(session, f"ack of {attempt}", lambda: self.client.ack(token, attempt))
         if acked is not _Delivery.ACCEPTED:
             log.warning(
                 "thread %d: not running task %s: its ack was not accepted", thread, assignment.task_id
             )
-            return
+            return None
         log.info(
             "thread %d: running task %s of %s (%d data, %d delete files)",
             thread,
@@ -345,9 +359,11 @@ class Optimizer:
             log.exception("thread %d: task %s raised", thread, assignment.task_id)
             outcome = TaskOutcome(assignment.task_id, None, f"{type(exc).__name__}: {exc}")
         if self._killed:
-            return
+            return None
+        # A stopping optimizer starts no new task, so it does not ask for one.
+        next_poll = None if self._stopping else NextPoll(thread=thread)
         if outcome.result is not None:
-            request = CompleteRequest(result=outcome.result)
+            request = CompleteRequest(result=outcome.result, next_poll=next_poll)
             log.info(
                 "thread %d: task %s wrote %d file(s) in %.1f s",
                 thread,
@@ -356,35 +372,45 @@ class Optimizer:
                 time.monotonic() - started,
             )
         else:
-            request = CompleteRequest(error=outcome.error or "the task ended with neither result nor error")
+            request = CompleteRequest(
+                error=outcome.error or "the task ended with neither result nor error", next_poll=next_poll
+            )
             log.warning("thread %d: task %s failed: %s", thread, assignment.task_id, request.error)
-        completed = self._deliver(
+        # A completion that landed unheard may have handed this thread a task we never saw;
+        # the thread's next poll takes it back (a poll returns what its thread still held).
+        completed, handed = self._deliver(
             session, f"completion of {attempt}", lambda: self.client.complete(token, attempt, request)
         )
-        if outcome.result is None or completed is _Delivery.ACCEPTED:
-            return
+        if completed is _Delivery.ACCEPTED:
+            return handed
+        if outcome.result is None:
+            return None
         if completed is _Delivery.REFUSED:
             discard_written_files(assignment.spec, outcome.result)
         else:
             log.warning("task %s: files it wrote are left for orphan cleanup", assignment.task_id)
+        return None
 
-    def _deliver(self, session: RegisterResponse, what: str, call: Callable[[], None]) -> _Delivery:
+    def _deliver(
+        self, session: RegisterResponse, what: str, call: Callable[[], _T]
+    ) -> tuple[_Delivery, _T | None]:
         """Make `call` until the service answers; while it is unreachable retry, unless the
-        optimizer was killed or its stop is past the grace deadline."""
+        optimizer was killed or its stop is past the grace deadline. Returns how it went and,
+        when accepted, what the call returned."""
         backoff = Backoff()
         # After a failed attempt the service may have acted on the call without our hearing
         # back, so a later refusal no longer proves that it ignored the call.
         maybe_delivered = False
         while True:
             try:
-                call()
+                answer = call()
             except ServiceUnavailable as exc:
                 self._outage.failed(exc)
                 maybe_delivered = True
                 remaining = self._deadline - time.monotonic()
                 if self._killed or remaining <= 0:
                     log.warning("giving up the %s: %s", what, exc)
-                    return _Delivery.UNKNOWN
+                    return _Delivery.UNKNOWN, None
                 with self._cond:
                     self._cond.wait_for(lambda: self._killed, timeout=min(remaining, backoff.next_delay()))
                 continue
@@ -392,6 +418,6 @@ class Optimizer:
                 log.warning("the %s was refused: %s", what, exc)
                 if isinstance(exc, Unauthorized):
                     self._drop(session)
-                return _Delivery.UNKNOWN if maybe_delivered else _Delivery.REFUSED
+                return (_Delivery.UNKNOWN if maybe_delivered else _Delivery.REFUSED), None
             self._outage.succeeded()
-            return _Delivery.ACCEPTED
+            return _Delivery.ACCEPTED, answer

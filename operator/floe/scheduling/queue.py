@@ -22,6 +22,7 @@ argument. All public methods hold the group's `ChangeMonitor` lock.
 
 from __future__ import annotations
 
+import itertools
 import math
 import uuid
 from collections import deque
@@ -50,6 +51,16 @@ class TaskStatus(StrEnum):
 
 
 _IN_FLIGHT = frozenset({TaskStatus.SCHEDULED, TaskStatus.ACKED})
+
+POLL_ORDER_TTL_S = 0.05
+"""How long (in ``now``) polls reuse the policy order of the tables with PLANNED tasks.
+
+Ordering every table with work on every poll cost most of a poll with 1,000 tables. The
+order only moves continuously between the events that reset it (a table gaining PLANNED
+tasks, a quota, limit or policy change): occupation grows by at most ``1 / 3600`` of a
+thread per second, so an order at most this old picks the same table but for ties
+closer than that. Which tables still have work and room under their cap is checked live.
+"""
 
 
 @dataclass(frozen=True)
@@ -170,6 +181,13 @@ class GroupScheduler:
         self._processes: dict[str, _Process] = {}
         self._attempts: dict[str, _Task] = {}
         self._finished: list[_Process] = []
+        self._poll_order: list[_Table] = []
+        self._poll_order_at: float | None = None
+        # Attempt ids only need to be unique: a counter is much cheaper than a uuid4 (an
+        # os.urandom call) per hand-out, and the random tag keeps the ids of a scheduler
+        # created again (an operator restart, a group re-created) apart from the old ones.
+        self._attempt_tag = uuid.uuid4().hex[:8]
+        self._attempt_seq = itertools.count()
 
     # -- configuration -------------------------------------------------------------------
 
@@ -182,6 +200,7 @@ class GroupScheduler:
         """Switch policy; the next plan and poll use it."""
         with self._monitor.hold():
             self._policy = policy_for(policy)
+            self._poll_order_at = None
             self._monitor.changed()
 
     @property
@@ -213,6 +232,7 @@ class GroupScheduler:
             self._threads = threads
             for table in self._tables.values():
                 table.limit = quota_limit(table.quota, threads)
+            self._poll_order_at = None
             self._monitor.changed()
 
     # -- tables --------------------------------------------------------------------------
@@ -229,6 +249,7 @@ class GroupScheduler:
             table.quota = quota
             table.last_optimized_s = last_optimized_s
             table.limit = quota_limit(quota, self._threads)
+            self._poll_order_at = None
             self._monitor.changed()
 
     def remove_table(self, table_id: str) -> None:
@@ -243,6 +264,7 @@ class GroupScheduler:
                     self._detach_attempt(task)
                     task.status = TaskStatus.CANCELED
                 self._discard_process(table.process)
+            self._poll_order_at = None
             self._monitor.changed()
 
     def set_pending(self, table_id: str, pending: bool) -> None:
@@ -349,6 +371,7 @@ class GroupScheduler:
             table.process = process
             table.planning = False
             table.pending = False
+            self._poll_order_at = None
             self._monitor.changed()
 
     # -- optimizer calls -----------------------------------------------------------------
@@ -363,14 +386,18 @@ class GroupScheduler:
             for task in [t for t in self._attempts.values() if t.optimizer_id == optimizer_id]:
                 if task.thread == thread:
                     self._return_to_planned(task, now)
-            with_work = [p.table for p in self._processes.values() if not p.finished and p.planned]
-            ordered = self._policy.order(with_work, now)
-            chosen = next((t for t in ordered if self._in_flight(t) < t.limit), None)
-            if chosen is None and ordered and not any(t.planning for t in self._tables.values()):
-                chosen = ordered[0]
-            if chosen is None or chosen.process is None:
-                return None
-            return self._hand_out(chosen.process, optimizer_id, thread, now)
+            first: _Process | None = None
+            for table in self._ordered_with_work(now):
+                process = table.process
+                if process is None or process.finished or not process.planned:
+                    continue  # its work ran out since the order was computed
+                if len(process.in_flight) < table.limit:
+                    return self._hand_out(process, optimizer_id, thread, now)
+                if first is None:
+                    first = process
+            if first is not None and not any(t.planning for t in self._tables.values()):
+                return self._hand_out(first, optimizer_id, thread, now)
+            return None
 
     def ack(self, attempt_id: str, optimizer_id: str, now: float) -> None:
         """The optimizer started the attempt; its task time counts from now. Repeated acks are no-ops."""
@@ -492,9 +519,14 @@ class GroupScheduler:
             raise KeyError(f"table {table_id!r} is not in optimizer group {self.name!r}")
         return table
 
-    @staticmethod
-    def _in_flight(table: _Table) -> int:
-        return len(table.process.in_flight) if table.process is not None else 0
+    def _ordered_with_work(self, now: float) -> list[_Table]:
+        """The tables that had PLANNED tasks, in policy order, as of at most `POLL_ORDER_TTL_S` ago."""
+        computed_at = self._poll_order_at
+        if computed_at is None or not computed_at <= now < computed_at + POLL_ORDER_TTL_S:
+            with_work = [p.table for p in self._processes.values() if not p.finished and p.planned]
+            self._poll_order = self._policy.order(with_work, now)
+            self._poll_order_at = now
+        return self._poll_order
 
     def _current(self, attempt_id: str, optimizer_id: str) -> _Task:
         task = self._attempts.get(attempt_id)
@@ -509,7 +541,7 @@ class GroupScheduler:
     def _hand_out(self, process: _Process, optimizer_id: str, thread: int, now: float) -> TaskAssignment:
         task = process.planned.popleft()
         task.attempts += 1
-        attempt_id = f"{task.spec.task_id}-a{task.attempts}-{uuid.uuid4().hex[:8]}"
+        attempt_id = f"{task.spec.task_id}-a{task.attempts}-{self._attempt_tag}{next(self._attempt_seq):x}"
         task.status = TaskStatus.SCHEDULED
         task.attempt_id = attempt_id
         task.optimizer_id = optimizer_id
@@ -553,6 +585,7 @@ class GroupScheduler:
         self._end_attempt(task, now)
         task.status = TaskStatus.PLANNED
         task.process.planned.appendleft(task)
+        self._poll_order_at = None
         self._monitor.changed()
 
     def _fail(self, task: _Task, error: str, now: float) -> None:
@@ -563,6 +596,7 @@ class GroupScheduler:
             task.retries += 1
             task.status = TaskStatus.PLANNED
             process.planned.appendleft(task)
+            self._poll_order_at = None
             return
         task.status = TaskStatus.FAILED
         self._cancel_remaining(process, now)

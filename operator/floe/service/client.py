@@ -40,6 +40,7 @@ from floe.service.wire import (
     API_VERSION,
     Accepted,
     CompleteRequest,
+    CompleteResponse,
     ErrorResponse,
     PollRequest,
     PollResponse,
@@ -151,6 +152,7 @@ class TaskServiceClient:
         self._open: set[http.client.HTTPConnection] = set()
         self._local = threading.local()
         self._closed = False
+        self._next_poll_supported = True
 
     def register(self, request: RegisterRequest) -> RegisterResponse:
         """Join a group; raises UnknownGroup if the service has no such group, Unauthorized if
@@ -191,17 +193,35 @@ class TaskServiceClient:
             "POST", f"/tasks/{quote(attempt_id, safe='')}/ack", Accepted, token=token, attempt_id=attempt_id
         )
 
-    def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> None:
-        """Report the attempt's outcome; raises StaleAttempt if it is no longer this optimizer's."""
-        self._call(
-            "POST",
-            f"/tasks/{quote(attempt_id, safe='')}/complete",
-            Accepted,
-            token=token,
-            body=request,
-            attempt_id=attempt_id,
-            resend=False,
-        )
+    def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> TaskAssignment | None:
+        """Report the attempt's outcome; raises StaleAttempt if it is no longer this optimizer's.
+
+        With ``request.next_poll``, returns the thread's next task when the service had one
+        ready (None otherwise: poll as usual); without, always None. A service from before
+        ``next_poll`` refuses it with 422 without recording anything, so the completion is
+        then sent again without it, and never asks again.
+        """
+        if request.next_poll is not None and not self._next_poll_supported:
+            request = request.model_copy(update={"next_poll": None})
+        path = f"/tasks/{quote(attempt_id, safe='')}/complete"
+        try:
+            response = self._call(
+                "POST",
+                path,
+                CompleteResponse,
+                token=token,
+                body=request,
+                attempt_id=attempt_id,
+                resend=False,
+                # A service from before next_poll refuses the field even when null.
+                exclude={"next_poll"} if request.next_poll is None else None,
+            )
+        except RequestFailed as exc:
+            if request.next_poll is None or exc.status != 422 or "next_poll" not in str(exc):
+                raise
+            self._next_poll_supported = False
+            return self.complete(token, attempt_id, request)
+        return response.task
 
     def unregister(self, token: str) -> None:
         """Leave the group; the tasks still held go back to the queue."""
@@ -231,6 +251,7 @@ class TaskServiceClient:
         attempt_id: str = "",
         timeout: float | None = None,
         resend: bool = True,
+        exclude: set[str] | None = None,
     ) -> _Model:
         url = f"{self.base_url}/{API_VERSION}{path}"
         headers = {"Accept": "application/json"}
@@ -238,7 +259,7 @@ class TaskServiceClient:
             headers["Authorization"] = f"Bearer {token}"
         payload = None
         if body is not None:
-            payload = body.model_dump_json().encode()
+            payload = body.model_dump_json(exclude=exclude).encode()
             headers["Content-Type"] = "application/json"
         status, data = self._exchange(
             method, self._prefix + path, headers, payload, timeout or self.timeout, resend

@@ -6,6 +6,12 @@ service signals that tasks may have become available (its subscribe callback, br
 from whatever thread fires it with ``loop.call_soon_threadsafe``) or the poll's
 ``wait_s`` runs out. A keeper task runs the service's timeouts every second.
 
+The optimizers' frequent calls (heartbeat, poll, ack, complete) run on the event loop
+itself: they hold the service's lock for microseconds and do no I/O, and handing each to
+a worker thread cost more than the call (an executor hop, a loop wake-up and the GIL
+passed back and forth, on every request). The rare, heavier ones (register, unregister,
+the keeper, /metrics) still run in worker threads.
+
 `TaskServiceServer` runs the app on its own event loop in a background thread, for the
 embedded ``floe run`` and the tests.
 """
@@ -30,6 +36,7 @@ from floe.service.task_service import TaskService
 from floe.service.wire import (
     Accepted,
     CompleteRequest,
+    CompleteResponse,
     ErrorResponse,
     PollRequest,
     PollResponse,
@@ -63,6 +70,7 @@ class _Wakeup:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._loop_thread = threading.get_ident()
         self._event = asyncio.Event()
         self.closed = False
 
@@ -78,6 +86,10 @@ class _Wakeup:
     def signal_threadsafe(self) -> None:
         """Wake every waiting poll from any thread (the TaskService's subscribe callback)."""
         if self.closed:
+            return
+        if threading.get_ident() == self._loop_thread:
+            # A handler's own call into the service: no need to wake the loop through its pipe.
+            self.signal()
             return
         # The loop may close between the check and the call when the server stops.
         with contextlib.suppress(RuntimeError):
@@ -162,7 +174,7 @@ class _Api:
         return _json(response)
 
     async def heartbeat(self, request: web.Request) -> web.Response:
-        await asyncio.to_thread(self.service.heartbeat, _token(request))
+        self.service.heartbeat(_token(request))
         return _accepted()
 
     async def unregister(self, request: web.Request) -> web.Response:
@@ -181,7 +193,7 @@ class _Api:
             if _client_gone(request):
                 # A task handed to a closed connection would wait out the ack timeout.
                 return _json(PollResponse())
-            task = await asyncio.to_thread(self.service.poll, token, body)
+            task = self.service.poll(token, body)
             remaining = deadline - loop.time()
             if task is not None or remaining <= 0 or self.wakeup.closed:
                 return _json(PollResponse(task=task))
@@ -189,14 +201,19 @@ class _Api:
                 await asyncio.wait_for(wakeup.wait(), remaining)
 
     async def ack(self, request: web.Request) -> web.Response:
-        await asyncio.to_thread(self.service.ack, _token(request), request.match_info["attempt_id"])
+        self.service.ack(_token(request), request.match_info["attempt_id"])
         return _accepted()
 
     async def complete(self, request: web.Request) -> web.Response:
         token = _token(request)
         body = await _body(request, CompleteRequest)
-        await asyncio.to_thread(self.service.complete, token, request.match_info["attempt_id"], body)
-        return _accepted()
+        if body.next_poll is not None and _client_gone(request):
+            # Record the outcome, but a task handed to a closed connection would wait out the ack timeout.
+            body = body.model_copy(update={"next_poll": None})
+        task = self.service.complete(token, request.match_info["attempt_id"], body)
+        # Only a client that asked for its next task gets the field: v1 clients that never
+        # ask parse the answer as Accepted, which admits no other field.
+        return _json(CompleteResponse(task=task)) if body.next_poll is not None else _accepted()
 
     async def openapi(self, _: web.Request) -> web.Response:
         return web.json_response(self._openapi)

@@ -19,6 +19,7 @@ from floe.service.wire import (
     API_VERSION,
     Accepted,
     CompleteRequest,
+    CompleteResponse,
     ErrorResponse,
     PollRequest,
     PollResponse,
@@ -134,8 +135,11 @@ ROUTES: tuple[Route, ...] = (
         f"/{API_VERSION}/tasks/{{attempt_id}}/complete",
         "complete",
         "Complete a task",
-        "Report the outcome of an attempt: the files it wrote, or the error that stopped it.",
-        Accepted,
+        "Report the outcome of an attempt: the files it wrote, or the error that stopped it. With "
+        "`next_poll` the same call also asks for that thread's next task, without waiting: the answer "
+        "then carries `task` (null when none is ready: poll as usual), saving a poll's round trip. A "
+        "refused completion (401, 409, 422) hands out nothing.",
+        CompleteResponse,
         request=CompleteRequest,
         errors=(400, 401, 409, 422),
     ),

@@ -214,11 +214,7 @@ class TaskService:
         now = self._clock()
         with self._monitor.hold():
             optimizer = self._authenticate(token, now)
-            if request.thread >= optimizer.threads:
-                raise InvalidRequest(
-                    f"thread {request.thread} is out of range: optimizer {optimizer.optimizer_id!r} "
-                    f"registered {optimizer.threads} threads (0..{optimizer.threads - 1})"
-                )
+            self._check_thread(optimizer, request.thread)
             scheduler = self._groups[optimizer.group].scheduler
             task = scheduler.poll(optimizer.optimizer_id, request.thread, now)
         self.metrics.poll_seconds.observe(time.perf_counter() - started)
@@ -232,17 +228,28 @@ class TaskService:
             scheduler = self._groups[optimizer.group].scheduler
             scheduler.ack(attempt_id, optimizer.optimizer_id, now)
 
-    def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> None:
-        """The attempt's result or error; StaleAttempt if it is not the optimizer's current one."""
+    def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> TaskAssignment | None:
+        """The attempt's result or error; StaleAttempt if it is not the optimizer's current one.
+
+        With ``request.next_poll``, then a poll for that thread (which never waits), under the
+        same lock: its task, or None. Without, always None. A refused completion (stale,
+        invalid, a thread out of range) changes nothing and hands out nothing.
+        """
         outcome = request.result if request.result is not None else request.error
         assert outcome is not None, "CompleteRequest validates that exactly one is set"
         now = self._clock()
+        task = None
         with self._monitor.hold():
             optimizer = self._authenticate(token, now)
+            if request.next_poll is not None:
+                self._check_thread(optimizer, request.next_poll.thread)
             scheduler = self._groups[optimizer.group].scheduler
             scheduler.complete(attempt_id, optimizer.optimizer_id, outcome, now)
+            if request.next_poll is not None:
+                task = scheduler.poll(optimizer.optimizer_id, request.next_poll.thread, now)
         succeeded = request.result is not None
         self.metrics.tasks_completed.labels(optimizer.group, "success" if succeeded else "failure").inc()
+        return task
 
     def unregister(self, token: str) -> None:
         """Graceful leave: the optimizer's unfinished tasks go back to PLANNED without using retries."""
@@ -300,6 +307,14 @@ class TaskService:
             raise Unauthorized()
         optimizer.last_seen_at = now
         return optimizer
+
+    @staticmethod
+    def _check_thread(optimizer: _Optimizer, thread: int) -> None:
+        if thread >= optimizer.threads:
+            raise InvalidRequest(
+                f"thread {thread} is out of range: optimizer {optimizer.optimizer_id!r} "
+                f"registered {optimizer.threads} threads (0..{optimizer.threads - 1})"
+            )
 
     def _drop(self, token: str, now: float) -> None:
         optimizer = self._optimizers.pop(token)

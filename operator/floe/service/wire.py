@@ -4,6 +4,10 @@ Optimizers register (getting a token), heartbeat, poll per thread for a task, ac
 when they start, and complete it with the files written or an error. Register carries
 ``Authorization: Bearer <registration token>`` when the service has one; every call after
 it carries ``Authorization: Bearer <token>``, the token register returned.
+
+Within v1, fields are only ever added, and only optional ones: a completion may ask for
+the thread's next task (``next_poll``), saving the poll's round trip; the answer then
+carries ``task``, and only then, so clients that never ask see the answer they always did.
 """
 
 from __future__ import annotations
@@ -60,11 +64,23 @@ class PollResponse(_Wire):
     task: TaskAssignment | None = None
 
 
+class NextPoll(_Wire):
+    """With a completion: hand this thread its next task in the same answer, if one is ready."""
+
+    thread: int = Field(ge=0)
+
+
 class CompleteRequest(_Wire):
     """The outcome of an attempt: exactly one of ``result`` and ``error``."""
 
     result: RewriteTaskResult | None = None
     error: str | None = None
+    next_poll: NextPoll | None = Field(
+        default=None,
+        description="Also poll for this thread once the outcome is recorded, without waiting: the "
+        "answer's `task` is its next task, or null when none is ready now (then poll as usual). "
+        "Added in v1 after the first release; a service without it answers 422.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> CompleteRequest:
@@ -77,6 +93,14 @@ class Accepted(_Wire):
     """Answer to heartbeat, ack, complete and unregister."""
 
     accepted: bool = True
+
+
+class CompleteResponse(Accepted):
+    """Answer to complete: ``task`` is present only when the request carried ``next_poll``."""
+
+    task: TaskAssignment | None = Field(
+        default=None, description="The thread's next task (only when asked for with `next_poll`)."
+    )
 
 
 class ErrorResponse(_Wire):
