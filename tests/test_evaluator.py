@@ -7,7 +7,14 @@ from dataclasses import replace
 
 from floe.planning.config import OptimizingConfig
 from floe.planning.evaluator import evaluate_table
-from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
+from floe.planning.files import (
+    ContentFile,
+    DeleteIndex,
+    FileKind,
+    PartitionKey,
+    TableFiles,
+    delete_applies_to,
+)
 from floe.planning.plan import OptimizingType, PartitionEvaluation
 
 # fragment <= 125 B, undersized segment <= 750 B, segment above; bins of 1000 B.
@@ -323,3 +330,33 @@ def test_cost_follows_the_design_formula() -> None:
 
 def test_no_optimizing_has_zero_cost() -> None:
     assert evaluate_one(fragments(3)).cost == 0.0
+
+
+def test_delete_index_finds_what_the_all_pairs_rule_finds() -> None:
+    q, glob = PartitionKey(0, (2,)), PartitionKey(1, (), global_scope=True)
+    data_files = [
+        data(f"d-{key.spec_id}-{seq}-{n}", 100, seq=seq, partition=key)
+        for key in (P, q, glob)
+        for seq in (1, 2, 3)
+        for n in range(2)
+    ]
+    deletes = [
+        *(pos(f"pos-{seq}", seq=seq) for seq in (1, 2, 3, 2)),
+        *(eq(f"eq-{seq}", seq=seq) for seq in (3, 1, 2)),
+        pos("pos-q", seq=2, partition=q),
+        eq("eq-q", seq=3, partition=q),
+        eq("eq-global", seq=2, partition=glob),
+        pos("pos-glob", seq=3, partition=glob),
+        pos("ref-own", seq=2, ref="d-0-2-0"),
+        pos("ref-old", seq=1, ref="d-0-2-1"),
+        pos("ref-elsewhere", seq=3, partition=q, ref="d-0-1-0"),
+        data("not-a-delete", 100, seq=9),
+    ]
+    index = DeleteIndex(deletes)
+    for f in data_files:
+        expected = [d for d in deletes if delete_applies_to(d, f)]
+        assert sorted(d.path for d in index.deletes_for(f)) == sorted(d.path for d in expected), f.path
+    for chosen in (data_files[:3], data_files[4:9], data_files[::5], data_files):
+        union = {d.path: d for f in chosen for d in deletes if delete_applies_to(d, f)}
+        assert index.deletes_for_all(chosen) == tuple(union[path] for path in sorted(union))
+    assert index.deletes_for_all([]) == ()

@@ -57,10 +57,11 @@ def evaluate_partition(
     fragments = tuple(f for f in files if f.size_bytes <= config.fragment_size)
     undersized = tuple(f for f in files if config.fragment_size < f.size_bytes <= config.undersized_size)
     segments = tuple(f for f in files if f.size_bytes > config.undersized_size)
-    partition_deletes = distinct_deletes(d for f in files for d in deletes_of[f.path])
+    partition_deletes = delete_index.deletes_for_all(files)
 
     def evaluation(kind: OptimizingType | None, reason: str, rewrite: set[str]) -> PartitionEvaluation:
         rewrite_files = tuple(f for f in files if f.path in rewrite)
+        rewrite_deletes = delete_index.deletes_for_all(rewrite_files)
         return PartitionEvaluation(
             partition=partition,
             fragments=fragments,
@@ -70,7 +71,7 @@ def evaluate_partition(
             optimizing_type=kind,
             reason=reason,
             rewrite_files=rewrite_files,
-            cost=partition_cost(rewrite_files, deletes_of, config) if rewrite_files else 0.0,
+            cost=partition_cost(rewrite_files, rewrite_deletes, config) if rewrite_files else 0.0,
         )
 
     non_fragments = undersized + segments
@@ -152,7 +153,7 @@ def evaluate_table(
 
 def partition_cost(
     rewrite_files: Sequence[ContentFile],
-    deletes_of: dict[str, tuple[ContentFile, ...]],
+    deletes: Sequence[ContentFile],
     config: OptimizingConfig,
 ) -> float:
     """Estimated cost, in bytes, of rewriting `rewrite_files` (DESIGN.md's partition cost).
@@ -164,19 +165,13 @@ def partition_cost(
     - delete bytes: each applying delete file is read once;
     - files * open-file cost: the fixed price of opening each data and delete file.
 
-    `deletes_of` maps a data file path to the delete files that apply to it.
+    `deletes` are the delete files that apply to any of `rewrite_files`, each once.
     """
-    deletes = distinct_deletes(d for f in rewrite_files for d in deletes_of[f.path])
     data_bytes = sum(f.size_bytes for f in rewrite_files)
     pos_records = sum(d.record_count for d in deletes if d.kind == FileKind.POSITION_DELETES)
     delete_bytes = sum(d.size_bytes for d in deletes)
     opened = len(rewrite_files) + len(deletes)
     return data_bytes * 2 + pos_records / 10 + delete_bytes + opened * config.open_file_cost_bytes
-
-
-def distinct_deletes(deletes: Iterable[ContentFile]) -> tuple[ContentFile, ...]:
-    """Each delete file once, ordered by path so that the input order does not matter."""
-    return tuple(sorted({d.path: d for d in deletes}.values(), key=lambda d: d.path))
 
 
 def _minor_reasons(

@@ -6,6 +6,8 @@ into these values, and everything downstream works on them.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -89,19 +91,92 @@ class TableFiles:
     delete_files: tuple[ContentFile, ...]
 
 
+class _BySequence:
+    """Delete files ordered by data sequence number, to take those above a bound by bisection."""
+
+    def __init__(self, deletes: list[ContentFile]) -> None:
+        self.files = sorted(deletes, key=lambda d: d.data_sequence_number)
+        self.sequence_numbers = [d.data_sequence_number for d in self.files]
+
+    def from_sequence(self, sequence_number: int, inclusive: bool) -> list[ContentFile]:
+        """Files whose data sequence number is >= (`inclusive`) or > `sequence_number`."""
+        find = bisect_left if inclusive else bisect_right
+        return self.files[find(self.sequence_numbers, sequence_number) :]
+
+
 class DeleteIndex:
-    """Finds the delete files that apply to a data file without an all-pairs scan."""
+    """Finds the delete files that apply to data files without an all-pairs scan.
+
+    File-scoped position deletes are indexed by the data file they name. The other
+    deletes of a partition, and the global equality deletes, apply to a data file by
+    sequence number alone, so they are kept sorted by it and sliced: a data file costs
+    a bisection instead of a check against every delete file of its partition.
+    """
 
     def __init__(self, delete_files: tuple[ContentFile, ...] | list[ContentFile]) -> None:
-        self._global: list[ContentFile] = []
-        self._by_partition: dict[PartitionKey, list[ContentFile]] = {}
+        by_data_file: dict[str, list[ContentFile]] = {}
+        positions: dict[PartitionKey, list[ContentFile]] = {}
+        equalities: dict[PartitionKey, list[ContentFile]] = {}
+        global_equalities: list[ContentFile] = []
         for f in delete_files:
-            if f.kind == FileKind.EQUALITY_DELETES and f.partition.global_scope:
-                self._global.append(f)
-            else:
-                self._by_partition.setdefault(f.partition, []).append(f)
+            if f.kind == FileKind.POSITION_DELETES:
+                if f.referenced_data_file is not None:
+                    by_data_file.setdefault(f.referenced_data_file, []).append(f)
+                else:
+                    positions.setdefault(f.partition, []).append(f)
+            elif f.kind == FileKind.EQUALITY_DELETES:
+                if f.partition.global_scope:
+                    global_equalities.append(f)
+                else:
+                    equalities.setdefault(f.partition, []).append(f)
+        self._by_data_file = by_data_file
+        self._positions = {p: _BySequence(files) for p, files in positions.items()}
+        self._equalities = {p: _BySequence(files) for p, files in equalities.items()}
+        self._global_equalities = _BySequence(global_equalities)
 
     def deletes_for(self, data: ContentFile) -> list[ContentFile]:
-        """Delete files that apply to `data`, in a stable order (partition-local first)."""
-        local = self._by_partition.get(data.partition, [])
-        return [d for d in (*local, *self._global) if delete_applies_to(d, data)]
+        """Delete files that apply to `data`, in a stable order.
+
+        File-scoped position deletes come first, then the partition's other position
+        deletes, its equality deletes and the global equality deletes, each group by
+        sequence number (ties in the order given).
+        """
+        return [
+            *(d for d in self._by_data_file.get(data.path, ()) if delete_applies_to(d, data)),
+            *self._scoped_deletes(data.partition, data.data_sequence_number),
+        ]
+
+    def deletes_for_all(self, data_files: Iterable[ContentFile]) -> tuple[ContentFile, ...]:
+        """Each delete file that applies to any of `data_files` once, ordered by path.
+
+        The same as the distinct union of `deletes_for` over the files, without building
+        it: a delete scoped by sequence number that applies to some file of a partition
+        applies to the one with the lowest sequence number.
+        """
+        found: dict[str, ContentFile] = {}
+        lowest: dict[PartitionKey, int] = {}
+        for data in data_files:
+            for d in self._by_data_file.get(data.path, ()):
+                if delete_applies_to(d, data):
+                    found[d.path] = d
+            known = lowest.get(data.partition)
+            if known is None or data.data_sequence_number < known:
+                lowest[data.partition] = data.data_sequence_number
+        for partition, sequence_number in lowest.items():
+            found.update((d.path, d) for d in self._scoped_deletes(partition, sequence_number))
+        return tuple(found[path] for path in sorted(found))
+
+    def _scoped_deletes(self, partition: PartitionKey, sequence_number: int) -> list[ContentFile]:
+        """Deletes not bound to one data file that apply to a file of `partition` with `sequence_number`.
+
+        Position deletes apply to data files with a smaller or equal sequence number,
+        equality deletes only to those with a strictly smaller one (Iceberg's rules, as
+        in `delete_applies_to`).
+        """
+        positions = self._positions.get(partition)
+        equalities = self._equalities.get(partition)
+        return [
+            *(positions.from_sequence(sequence_number, inclusive=True) if positions else ()),
+            *(equalities.from_sequence(sequence_number, inclusive=False) if equalities else ()),
+            *self._global_equalities.from_sequence(sequence_number, inclusive=False),
+        ]

@@ -7,7 +7,7 @@ whatever order the files came in.
 from __future__ import annotations
 
 from floe.planning.config import OptimizingConfig
-from floe.planning.evaluator import distinct_deletes, evaluate_table
+from floe.planning.evaluator import evaluate_table
 from floe.planning.files import ContentFile, DeleteIndex, TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType, PartitionEvaluation, PlannedTask
 
@@ -87,7 +87,7 @@ def pack_partition(
             used[slot] += f.size_bytes
     tasks = []
     for data_files in bins:
-        deletes = distinct_deletes(d for f in data_files for d in delete_index.deletes_for(f))
+        deletes = delete_index.deletes_for_all(data_files)
         if len(data_files) == 1 and not deletes:
             continue
         tasks.append(
