@@ -35,8 +35,8 @@ Throughput is input MiB per second per core, where input = the live data file by
 the live delete file bytes of the starting snapshot (what an engine must read; floe's own
 ``bytes_read``, which counts a delete file once per task reading it, is reported beside
 it); the bound reads data files only. CPU seconds are those of the whole process tree
-(driver, JVM, Python workers; the bound's child and its pool) in the timed window, from
-``/proc``.
+(driver, JVM, Python workers; the bound's child and its pool) in the timed window,
+sampled from ``/proc`` every 0.1 s so that processes exiting in the window count too.
 
 Output equality is checked with Iceberg's Java reader: ``SELECT count(*),
 sum(xxhash64(*)), sum(hash(*))`` over the table (sums as exact decimals) after each
@@ -60,6 +60,7 @@ import shutil
 import sqlite3
 import string
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -330,10 +331,19 @@ def table_stats(layout: Layout, name: str) -> dict[str, int]:
 # --- the engines ---------------------------------------------------------------------------------
 
 
-def _tree_cpu_ticks(root: int) -> dict[int, int]:
-    """CPU ticks (user + system, own + reaped children's) of a process and each of its live descendants."""
+CPU_SAMPLE_SECONDS = 0.1
+"""How often the process tree's CPU counters are read while an engine runs."""
+
+
+def _tree_cpu_ticks(root: int) -> dict[tuple[int, int], int]:
+    """Own CPU ticks (user + system) of a process and each of its live descendants.
+
+    Keyed by (pid, start time), so a pid the kernel reuses is a new process. Children's
+    reaped time (cutime, cstime) is left out: the children themselves are sampled, and
+    counting both would count them twice.
+    """
     parents: dict[int, int] = {}
-    ticks: dict[int, int] = {}
+    ticks: dict[int, tuple[int, int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -341,10 +351,12 @@ def _tree_cpu_ticks(root: int) -> dict[int, int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        # Fields after the parenthesised command: state, ppid, ..., utime, stime, cutime, cstime (14-17).
+        # Fields after the parenthesised command: state (3), ppid (4), ..., utime (14),
+        # stime (15), ..., starttime (22).
         fields = stat[stat.rindex(")") + 2 :].split()
-        parents[int(entry.name)] = int(fields[1])
-        ticks[int(entry.name)] = sum(int(value) for value in fields[11:15])
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        ticks[pid] = (int(fields[19]), int(fields[11]) + int(fields[12]))
     children: dict[int, list[int]] = defaultdict(list)
     for pid, parent in parents.items():
         children[parent].append(pid)
@@ -353,23 +365,61 @@ def _tree_cpu_ticks(root: int) -> dict[int, int]:
         pid = stack.pop()
         tree.add(pid)
         stack.extend(children[pid])
-    return {pid: ticks[pid] for pid in tree if pid in ticks}
+    return {(pid, ticks[pid][0]): ticks[pid][1] for pid in tree if pid in ticks}
+
+
+class _TreeCpuSampler:
+    """CPU seconds of this process and all its descendants over a window, exited ones included.
+
+    Spark's Python daemon ignores SIGCHLD, so a worker it retires is reaped by the kernel
+    and its time reaches no ancestor's counters: reading the tree at the start and the end
+    would miss it. A thread therefore reads every process's own counters every
+    `CPU_SAMPLE_SECONDS`, and a process that exits counts with its last reading (losing at
+    most one interval). Each process counts what it used since the window opened (all of it
+    if it started later), so no figure can be negative. The thread's own CPU is subtracted.
+    """
+
+    def __init__(self) -> None:
+        self._root = os.getpid()
+        self._stop = threading.Event()
+        self._start: dict[tuple[int, int], int] = {}
+        self._last: dict[tuple[int, int], int] = {}
+        self._own_seconds = 0.0
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+
+    def __enter__(self) -> _TreeCpuSampler:
+        self._start = _tree_cpu_ticks(self._root)
+        self._last = dict(self._start)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(CPU_SAMPLE_SECONDS):
+            self._sample()
+        self._own_seconds = time.thread_time()
+
+    def _sample(self) -> None:
+        self._last.update(_tree_cpu_ticks(self._root))
+
+    @property
+    def seconds(self) -> float:
+        """CPU seconds of the tree in the window, without the sampling thread's own."""
+        ticks = sum(max(0, count - self._start.get(key, 0)) for key, count in self._last.items())
+        return max(0.0, ticks / os.sysconf("SC_CLK_TCK") - self._own_seconds)
 
 
 def _timed(action: Callable[[], Any]) -> tuple[Any, float, float]:
-    """Run ``action``; return its result, wall seconds and CPU seconds of this process tree meanwhile.
-
-    CPU is summed per process over those alive at the end. A process that exits in the
-    window is dropped rather than subtracted: Spark's Python daemon ignores SIGCHLD, so
-    an idle worker it retires is reaped without its time reaching any ancestor.
-    """
-    before = _tree_cpu_ticks(os.getpid())
-    started = time.perf_counter()
-    value = action()
-    seconds = time.perf_counter() - started
-    after = _tree_cpu_ticks(os.getpid())
-    ticks = sum(max(0, count - before.get(pid, 0)) for pid, count in after.items())
-    return value, seconds, ticks / os.sysconf("SC_CLK_TCK")
+    """Run ``action``; return its result, wall seconds and CPU seconds of this process tree meanwhile."""
+    with _TreeCpuSampler() as cpu:
+        started = time.perf_counter()
+        value = action()
+        seconds = time.perf_counter() - started
+    return value, seconds, cpu.seconds
 
 
 class SparkEngines:
@@ -479,7 +529,7 @@ def step_bound(layout: Layout, cores: int, bins_file: Path) -> dict[str, Any]:
             written = pool.starmap(_bound_bin, jobs, chunksize=1)
         finally:
             pool.close()
-            pool.join()  # reaped workers' CPU time is counted in this process's children time
+            pool.join()
         return written
 
     written, seconds, cpu = _timed(run)

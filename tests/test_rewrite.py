@@ -32,6 +32,7 @@ from pyiceberg.types import (
     StructType,
 )
 
+from floe.optimizer import rewrite
 from floe.optimizer.rewrite import (
     DeleteSetTooLarge,
     RewriteError,
@@ -311,6 +312,63 @@ def test_multi_column_equality_deletes_across_row_groups(tmp_path: Path) -> None
 
     assert _ids(result) == ids.filter(pc.invert(doomed)).to_pylist()
     assert result.rows_deleted == rows // 4
+
+
+def test_equality_deletes_follow_each_files_sequence_number_across_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tiny batches and chunks: rows of several data files are matched together, and chunks
+    # end inside files and where the applying delete files change.
+    monkeypatch.setattr(rewrite, "READ_BATCH_ROWS", 2)
+    monkeypatch.setattr(rewrite, "EQUALITY_CHUNK_FACTOR", 1)
+    seqs = [5, 1, 3, 1, 3]  # interleaved, so the task must not assume the spec's order
+    data = [
+        _data(
+            tmp_path,
+            f"d{n}.parquet",
+            [n * 10 + i for i in range(5)],
+            seq=seq,
+            names=["k", None, "k", "x", "y"],
+        )
+        for n, seq in enumerate(seqs)
+    ]
+    name_schema = Schema(NestedField(2, "name", StringType(), required=False))
+    id_schema = Schema(NestedField(1, "id", LongType(), required=True))
+    older = _equality_deletes(tmp_path, "eq2.parquet", name_schema, {"name": [None, "zz"]}, seq=2)
+    newer = _equality_deletes(tmp_path, "eq4.parquet", name_schema, {"name": ["k"]}, seq=4)
+    by_id = _equality_deletes(tmp_path, "eq4id.parquet", id_schema, {"id": [3, 13, 23, 33, 43]}, seq=4)
+
+    result = run_rewrite_task(_spec(tmp_path, data, [older, newer, by_id]))
+
+    expected = []
+    for n, seq in enumerate(seqs):
+        for i, name in enumerate(["k", None, "k", "x", "y"]):
+            deleted = (seq < 2 and name is None) or (seq < 4 and (name == "k" or i == 3))
+            if not deleted:
+                expected.append(n * 10 + i)
+    assert _ids(result) == sorted(expected)
+    assert (result.rows_read, result.rows_deleted) == (25, 25 - len(expected))
+
+
+def test_files_differing_only_in_field_ids_are_projected_apart(tmp_path: Path) -> None:
+    # "name" was dropped (field 2) and added again (field 5): same Arrow names and types,
+    # different field ids, so the old file's values must not appear as the new column's.
+    before = Schema(
+        NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType(), required=False)
+    )
+    current = Schema(
+        NestedField(1, "id", LongType(), required=True), NestedField(5, "name", StringType(), required=False)
+    )
+    old_path = _write(tmp_path / "old.parquet", before, {"id": [1], "name": ["dropped"]})
+    new_path = _write(tmp_path / "new.parquet", current, {"id": [2], "name": ["kept"]})
+    data = [
+        InputDataFile(path=str(p), record_count=1, size_bytes=p.stat().st_size, data_sequence_number=1)
+        for p in (old_path, new_path, old_path)
+    ]
+
+    result = run_rewrite_task(_spec(tmp_path, data, schema=current))
+
+    assert _rows(result) == [{"id": 1, "name": None}, {"id": 1, "name": None}, {"id": 2, "name": "kept"}]
 
 
 def test_equality_delete_on_a_struct_field(tmp_path: Path) -> None:

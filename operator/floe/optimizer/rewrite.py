@@ -3,8 +3,8 @@
 It runs in a Python worker with no catalog access: the schema, partition spec and FileIO
 properties all come in the `RewriteTaskSpec`. Data files are streamed record batch by
 record batch and projected onto the current table schema by field id, so memory is
-bounded by row groups, not file sizes. Only the delete sets are held in memory, within
-`delete_memory_limit_bytes`.
+bounded by row groups (and, with equality deletes, a chunk of rows waiting to be matched),
+not file sizes. Only the delete sets are held in memory, within `delete_memory_limit_bytes`.
 
 Deletes follow Iceberg's sequence-number rules per data file: a position delete applies
 when data_seq <= delete_seq, an equality delete when data_seq < delete_seq, and in
@@ -62,6 +62,16 @@ Parquet's writer briefly needs a few times a row group's size (dictionary encodi
 high-cardinality columns), so this bounds a task's write memory.
 """
 
+EQUALITY_CHUNK_FACTOR = 4
+"""Data rows matched per call against equality deletes, as a multiple of the delete rows.
+
+Each call hashes the delete keys again; matching at least 4 data rows per delete row keeps
+that from dominating when data files are small next to the delete set.
+"""
+
+EQUALITY_CHUNK_MAX_BYTES = 64 * 1024 * 1024
+"""Arrow bytes of data rows collected at most before they are matched against equality deletes."""
+
 ROLL_AT_FRACTION = 0.9
 """A file is closed once this fraction of the target size has been written to it."""
 
@@ -96,16 +106,24 @@ def run_rewrite_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
         io=io,
         schema=schema,
         partition_spec=PartitionSpec.model_validate_json(spec.partition_spec_json),
-        name_mapping=parse_mapping_from_json(spec.name_mapping_json) if spec.name_mapping_json else None,
+        resolver=_SchemaResolver(
+            parse_mapping_from_json(spec.name_mapping_json) if spec.name_mapping_json else None
+        ),
     )
     deletes = _load_deletes(context, spec)
     writer = _RollingParquetWriter(io, spec, schema)
+    sink = _EqualityFilter(writer)
     rows_read = rows_deleted = 0
     try:
-        for data_file in spec.data_files:
-            read, deleted = _rewrite_data_file(context, data_file, deletes, writer)
+        # In sequence-number order, data files to which the same equality deletes apply
+        # come together, so each such set of delete keys is hashed into a matcher once.
+        for data_file in sorted(spec.data_files, key=lambda f: f.data_sequence_number):
+            sink.use(deletes.matchers_for(data_file))
+            read, deleted = _rewrite_data_file(context, data_file, deletes.positions_for(data_file), sink)
             rows_read += read
             rows_deleted += deleted
+        sink.flush()
+        rows_deleted += sink.rows_deleted
         files = writer.finish()
     except BaseException:
         writer.abort()
@@ -147,49 +165,107 @@ def written_file_to_data_file(
 
 
 @dataclass(frozen=True)
+class _Projection:
+    """How the columns of files with one Parquet schema are read as a requested Iceberg schema."""
+
+    projected: Schema
+    columns: list[str]
+    target: pa.Schema
+    identity: bool
+    """The file's columns already are the requested ones, in order, with the target Arrow types."""
+
+
+@dataclass
+class _SchemaResolver:
+    """Field-id resolution of Parquet schemas against the table schema, done once per distinct file schema.
+
+    The files of one task nearly always share a Parquet schema, and resolving it (pyiceberg's
+    schema visitors) costs about as much as reading a small file's rows.
+    """
+
+    name_mapping: NameMapping | None
+    _file_schemas: dict[str, Schema] = field(default_factory=dict)
+    _projections: dict[tuple[str, int], tuple[Schema, _Projection]] = field(default_factory=dict)
+
+    def file_schema(self, arrow_schema: pa.Schema) -> Schema:
+        """The Iceberg schema of a file (ids from its field metadata, else the name mapping)."""
+        key = _schema_key(arrow_schema)
+        if key not in self._file_schemas:
+            self._file_schemas[key] = pyarrow_to_schema(
+                arrow_schema, self.name_mapping, downcast_ns_timestamp_to_us=True
+            )
+        return self._file_schemas[key]
+
+    def projection(self, arrow_schema: pa.Schema, requested: Schema) -> _Projection:
+        """How to read a file with this Arrow schema as `requested`."""
+        # Keyed by id(): the entry holds `requested`, so its id cannot be reused while cached.
+        key = (_schema_key(arrow_schema), id(requested))
+        if key not in self._projections:
+            projected = prune_columns(
+                self.file_schema(arrow_schema), requested.field_ids, select_full_types=False
+            )
+            # The projection keeps a file's string/large_string flavour; one Arrow type per field
+            # lets batches of different files be compared and written together.
+            target = schema_to_pyarrow(requested)
+            columns = [column.name for column in projected.columns]
+            read_types = pa.schema([arrow_schema.field(name) for name in columns])
+            identity = _same_fields(projected, requested) and read_types.equals(target, check_metadata=False)
+            self._projections[key] = (requested, _Projection(projected, columns, target, identity))
+        return self._projections[key][1]
+
+
+def _schema_key(arrow_schema: pa.Schema) -> str:
+    """A key telling Arrow schemas apart by their field ids too (Arrow's equality ignores metadata)."""
+    return str(arrow_schema.to_string(truncate_metadata=False, show_schema_metadata=False))
+
+
+def _same_fields(file_schema: Schema, requested: Schema) -> bool:
+    """Whether two schemas have the same top-level fields in order: ids, names, types, requiredness."""
+    return len(file_schema.columns) == len(requested.columns) and all(
+        (a.field_id, a.name, a.field_type, a.required) == (b.field_id, b.name, b.field_type, b.required)
+        for a, b in zip(file_schema.columns, requested.columns, strict=True)
+    )
+
+
+@dataclass(frozen=True)
 class _Context:
     io: FileIO
     schema: Schema
     partition_spec: PartitionSpec
-    name_mapping: NameMapping | None
+    resolver: _SchemaResolver
 
 
 class _ParquetSource:
     """An open Parquet file whose columns are resolved against an Iceberg schema by field id."""
 
-    def __init__(self, stream: InputStream, path: str, name_mapping: NameMapping | None) -> None:
+    def __init__(self, stream: InputStream, path: str, resolver: _SchemaResolver) -> None:
         self.path = path
         self.parquet = pq.ParquetFile(cast(Any, stream))
+        self._resolver = resolver
         try:
-            self.file_schema = pyarrow_to_schema(
-                self.parquet.schema_arrow, name_mapping, downcast_ns_timestamp_to_us=True
-            )
+            self.file_schema = resolver.file_schema(self.parquet.schema_arrow)
         except ValueError as exc:
             raise RewriteError(f"{path}: {exc}") from exc
 
     def batches(self, requested: Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
         """Yield the file's rows in order as `schema_to_pyarrow(requested)` (absent optional fields null)."""
-        projected = prune_columns(self.file_schema, requested.field_ids, select_full_types=False)
-        # The projection keeps a file's string/large_string flavour; one Arrow type per field
-        # lets batches of different files be compared and written together.
-        target = schema_to_pyarrow(requested)
-        for batch in _stream(self.parquet, batch_rows, [column.name for column in projected.columns]):
+        projection = self._resolver.projection(self.parquet.schema_arrow, requested)
+        for batch in _stream(self.parquet, batch_rows, projection.columns):
+            if projection.identity:
+                # Nothing to project: only the target's field metadata is attached.
+                yield batch.cast(projection.target)
+                continue
             try:
                 shaped = _to_requested_schema(
                     requested,
-                    projected,
+                    projection.projected,
                     batch,
                     downcast_ns_timestamp_to_us=True,
                     allow_timestamp_tz_mismatch=True,
                 )
             except (ResolveError, ValueError) as exc:
                 raise RewriteError(f"{self.path} cannot be read as the table schema: {exc}") from exc
-            yield shaped.cast(target)
-
-    def largest_row_group_rows(self) -> int:
-        """Rows of the file's largest row group (0 for a file without row groups)."""
-        metadata = self.parquet.metadata
-        return max((metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)), default=0)
+            yield shaped.cast(projection.target)
 
 
 def _stream(parquet: pq.ParquetFile, batch_rows: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
@@ -287,18 +363,18 @@ class _EqualityMatcher:
             )
             self._delete_keys = keys.group_by(self._key_names).aggregate([])
 
-    def deleted(self, batch: pa.RecordBatch) -> pa.BooleanArray:
-        """Boolean mask of the batch's rows equal to a delete row."""
-        values = [_column(batch, accessor) for accessor in self._accessors]
+    def deleted(self, rows: pa.Table) -> pa.BooleanArray | pa.ChunkedArray:
+        """Boolean mask of the rows equal to a delete row."""
+        values = [_column(rows, accessor) for accessor in self._accessors]
         if self._delete_keys is None:
             return pc.is_in(values[0], value_set=self._distinct[0], skip_nulls=False)
         probe = {
             name: pc.index_in(value, value_set=distinct, skip_nulls=False)
             for name, value, distinct in zip(self._key_names, values, self._distinct, strict=True)
         }
-        probe["row"] = _row_numbers(batch.num_rows)
+        probe["row"] = _row_numbers(rows.num_rows)
         matched = pa.table(probe).join(self._delete_keys, keys=self._key_names, join_type="left semi")
-        return _mask_at(matched.column("row").combine_chunks(), batch.num_rows)
+        return _mask_at(matched.column("row").combine_chunks(), rows.num_rows)
 
 
 @dataclass
@@ -313,6 +389,8 @@ class _DeleteIndex:
     positions: dict[str, list[pa.Array]] = field(default_factory=lambda: defaultdict(list))
     equality: list[_EqualityDeletes] = field(default_factory=list)
     bytes_read: int = 0
+    _matchers_key: tuple[int, ...] | None = None
+    _matchers: list[_EqualityMatcher] = field(default_factory=list)
 
     def positions_for(self, data_file: InputDataFile) -> pa.Array:
         """Sorted deleted row positions (int64) of a data file."""
@@ -320,20 +398,91 @@ class _DeleteIndex:
         return pa.concat_arrays(arrays).sort() if arrays else pa.array([], type=pa.int64())
 
     def matchers_for(self, data_file: InputDataFile) -> list[_EqualityMatcher]:
-        """One matcher per equality field set with deletes applying to a data file."""
-        by_ids: dict[tuple[int, ...], list[_EqualityDeletes]] = defaultdict(list)
-        for deletes in self.equality:
-            if data_file.data_sequence_number < deletes.sequence_number:
+        """One matcher per equality field set with deletes applying to a data file.
+
+        The same list object is returned for consecutive data files to which the same
+        equality delete files apply: building a matcher hashes every delete key, so it is
+        rebuilt only when that set changes (once per distinct set when the data files come
+        in sequence-number order). Only the latest set's matchers are kept in memory.
+        """
+        applying = [d for d in self.equality if data_file.data_sequence_number < d.sequence_number]
+        key = tuple(id(d) for d in applying)
+        if key != self._matchers_key:
+            by_ids: dict[tuple[int, ...], list[_EqualityDeletes]] = defaultdict(list)
+            for deletes in applying:
                 by_ids[deletes.field_ids].append(deletes)
-        accessors = build_position_accessors(self.schema)
-        return [
-            _EqualityMatcher(
-                [accessors[field_id] for field_id in field_ids],
-                prune_columns(self.schema, set(field_ids), select_full_types=False),
-                group,
-            )
-            for field_ids, group in by_ids.items()
-        ]
+            accessors = build_position_accessors(self.schema)
+            # Released before the next set is built, so two sets are never held at once.
+            self._matchers = []
+            self._matchers = [
+                _EqualityMatcher(
+                    [accessors[field_id] for field_id in field_ids],
+                    prune_columns(self.schema, set(field_ids), select_full_types=False),
+                    group,
+                )
+                for field_ids, group in by_ids.items()
+            ]
+            self._matchers_key = key
+        return self._matchers
+
+
+class _EqualityFilter:
+    """Drops the rows equal to a delete row from batches on their way to the writer, many rows at a time.
+
+    Matching hashes the delete keys on every call (`is_in`, `index_in` and hash joins keep
+    no table between calls), which costs about as much as probing as many data rows. Data
+    files are often far smaller than the delete set, so batches are collected, across data
+    files with the same matchers, until they hold `EQUALITY_CHUNK_FACTOR` times the delete
+    rows (at most `EQUALITY_CHUNK_MAX_BYTES` of Arrow data), and matched together.
+    """
+
+    def __init__(self, writer: _RollingParquetWriter) -> None:
+        self._writer = writer
+        self._matchers: list[_EqualityMatcher] = []
+        self._chunk_rows = 0
+        self._buffer: list[pa.RecordBatch] = []
+        self._buffered_rows = 0
+        self._buffered_bytes = 0
+        self.rows_deleted = 0
+
+    def use(self, matchers: list[_EqualityMatcher]) -> None:
+        """Match the batches written from now on against `matchers` (those buffered keep theirs)."""
+        if matchers is self._matchers:
+            return
+        self.flush()
+        self._matchers = matchers
+        delete_rows = max((m.delete_rows for m in matchers), default=0)
+        self._chunk_rows = max(READ_BATCH_ROWS, EQUALITY_CHUNK_FACTOR * delete_rows)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Pass a batch on, minus its deleted rows, now or with the next chunk."""
+        if not self._matchers:
+            self._writer.write(batch)
+            return
+        self._buffer.append(batch)
+        self._buffered_rows += batch.num_rows
+        self._buffered_bytes += batch.nbytes
+        if self._buffered_rows >= self._chunk_rows or self._buffered_bytes >= EQUALITY_CHUNK_MAX_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Match what is buffered and write its surviving rows."""
+        if not self._buffer:
+            return
+        chunk = pa.Table.from_batches(self._buffer)
+        self._buffer = []
+        self._buffered_rows = self._buffered_bytes = 0
+        deleted = self._matchers[0].deleted(chunk)
+        for matcher in self._matchers[1:]:
+            deleted = pc.or_(deleted, matcher.deleted(chunk))
+        dropped = pc.sum(deleted).as_py() or 0
+        self.rows_deleted += dropped
+        if dropped:
+            # The mask has no nulls (null keys match null-safely); taking the kept rows in one
+            # call copies them faster than filtering chunk by chunk.
+            chunk = chunk.take(pc.indices_nonzero(pc.invert(deleted)))
+        for batch in chunk.to_batches():
+            self._writer.write(batch)
 
 
 def _load_deletes(context: _Context, spec: RewriteTaskSpec) -> _DeleteIndex:
@@ -401,7 +550,7 @@ def _load_equality_deletes(
     requested = prune_columns(context.schema, set(field_ids), select_full_types=False)
     batches: list[pa.RecordBatch] = []
     with context.io.new_input(delete_file.path).open() as stream:
-        source = _ParquetSource(stream, delete_file.path, context.name_mapping)
+        source = _ParquetSource(stream, delete_file.path, context.resolver)
         # A missing column would read as null and delete every row whose value is null.
         absent = [i for i in field_ids if i not in source.file_schema.field_ids]
         if absent:
@@ -413,30 +562,26 @@ def _load_equality_deletes(
 
 
 def _rewrite_data_file(
-    context: _Context, data_file: InputDataFile, deletes: _DeleteIndex, writer: _RollingParquetWriter
+    context: _Context, data_file: InputDataFile, positions: pa.Array, sink: _EqualityFilter
 ) -> tuple[int, int]:
-    """Stream one data file through its deletes into the writer; return (rows read, rows deleted)."""
-    positions = deletes.positions_for(data_file)
-    matchers = deletes.matchers_for(data_file)
+    """Stream one data file, minus its position-deleted rows, into the sink; return (rows read, rows deleted).
+
+    `positions` are the file's deleted row positions, sorted; the sink applies equality deletes.
+    """
     rows_read = rows_deleted = 0
     with context.io.new_input(data_file.path).open() as stream:
-        source = _ParquetSource(stream, data_file.path, context.name_mapping)
+        source = _ParquetSource(stream, data_file.path, context.resolver)
         _check_readable(context, data_file, source)
-        # is_in/index_in rebuild their hash table of the delete values on every call, so
-        # with large equality delete sets whole row groups are read at once to amortise it.
-        delete_rows = max((m.delete_rows for m in matchers), default=0)
-        batch_rows = max(READ_BATCH_ROWS, min(delete_rows, source.largest_row_group_rows()))
-        for batch in source.batches(context.schema, batch_rows):
+        for batch in source.batches(context.schema, READ_BATCH_ROWS):
             end = rows_read + batch.num_rows
             low, high = pc.search_sorted(positions, pa.array([rows_read, end], type=pa.int64())).to_pylist()
             in_batch = pc.subtract(positions.slice(low, high - low), rows_read)
-            deleted = _mask_at(in_batch, batch.num_rows)
-            for matcher in matchers:
-                deleted = pc.or_(deleted, matcher.deleted(batch))
             rows_read = end
-            dropped = pc.sum(deleted).as_py() or 0
-            rows_deleted += dropped
-            writer.write(batch.filter(pc.invert(deleted)) if dropped else batch)
+            if len(in_batch) == 0:
+                sink.write(batch)
+                continue
+            rows_deleted += len(in_batch)
+            sink.write(batch.filter(pc.invert(_mask_at(in_batch, batch.num_rows))))
     return rows_read, rows_deleted
 
 
