@@ -175,9 +175,8 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Sn
     head = draft.parent
     if head is None:
         raise CommitConflict("the table has no snapshot any more")
-    head_manifests = head.manifests(draft.io)
-    entries_by_manifest = [m.fetch_manifest_entry(draft.io, discard_deleted=True) for m in head_manifests]
-    live = [e for entries in entries_by_manifest for e in entries]
+    head_entries = draft.head_entries()
+    live = [e for _, entries in head_entries for e in entries]
     live_paths = {e.data_file.file_path for e in live}
     missing = request.rewritten_data_paths - live_paths
     if missing:
@@ -188,9 +187,7 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Sn
     )
     removed = set(request.rewritten_data_paths) | removed_deletes
 
-    carried, removed_files = draft.carry_over(
-        list(zip(head_manifests, entries_by_manifest, strict=True)), removed
-    )
+    carried, removed_files = draft.carry_over(head_entries, removed)
     added_entries = [
         ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=draft.snapshot_id, data_file=f)
         for f in request.added_files

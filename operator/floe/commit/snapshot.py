@@ -9,7 +9,7 @@ snapshot with an ``assert-ref-snapshot-id`` requirement (optimistic concurrency)
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -121,6 +121,28 @@ class SnapshotDraft:
     def parent(self) -> Snapshot | None:
         """Current head of main, the parent of the new snapshot."""
         return self.metadata.snapshot_by_name(MAIN_BRANCH)
+
+    def head_entries(
+        self, known: Mapping[str, list[ManifestEntry]] | None = None
+    ) -> list[tuple[ManifestFile, list[ManifestEntry]]]:
+        """The head's manifests, each with its live entries (none without a head), as `carry_over` takes them.
+
+        Manifests are immutable, so entries already read (`known`, by manifest path) are
+        reused: a retry after a concurrent commit reads only the manifests that commit wrote.
+        """
+        head = self.parent
+        if head is None:
+            return []
+        known = known or {}
+        return [
+            (
+                m,
+                known[m.manifest_path]
+                if m.manifest_path in known
+                else m.fetch_manifest_entry(self.io, discard_deleted=True),
+            )
+            for m in head.manifests(self.io)
+        ]
 
     @property
     def sequence_number(self) -> int:

@@ -54,12 +54,10 @@ def remove_dangling_deletes(
     """
 
     def attempt(draft: SnapshotDraft) -> _Outcome:
-        head = draft.parent
-        if head is None:
+        if draft.parent is None:
             return _Outcome("the table has no snapshot")
-        manifests = head.manifests(draft.io)
-        entries_by_manifest = [m.fetch_manifest_entry(draft.io, discard_deleted=True) for m in manifests]
-        live = [e for entries in entries_by_manifest for e in entries]
+        head_entries = draft.head_entries()
+        live = [e for _, entries in head_entries for e in entries]
         dangling = dangling_delete_paths(draft.io, draft.metadata, live)
         deletes = sum(1 for e in live if e.data_file.content != DataFileContent.DATA)
         if not dangling:
@@ -67,9 +65,7 @@ def remove_dangling_deletes(
         removed = tuple(e.data_file for e in live if e.data_file.file_path in dangling)
         if dry_run:
             return _Outcome(f"would remove {len(dangling)} dangling delete files of {deletes}", removed)
-        new_manifests, removed_files = draft.carry_over(
-            list(zip(manifests, entries_by_manifest, strict=True)), set(dangling)
-        )
+        new_manifests, removed_files = draft.carry_over(head_entries, set(dangling))
         summary = draft.summary(Operation.REPLACE, added=[], removed=removed_files, extra={})
         snapshot = draft.commit(new_manifests, summary)
         return _Outcome(

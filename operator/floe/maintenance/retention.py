@@ -159,15 +159,9 @@ class _Plan:
         apply to them (equality deletes only reach older sequence numbers, position deletes
         name their files).
         """
-        head = draft.parent
-        manifests = head.manifests(draft.io) if head is not None else []
-        # Manifests are immutable: only those the concurrent commits wrote are read, which
-        # keeps a retry short enough to land between the commits of a busy writer.
-        known = {m.manifest_path: listed for m, listed in self.head}
-        entries = [
-            (m, known.get(m.manifest_path) or m.fetch_manifest_entry(draft.io, discard_deleted=True))
-            for m in manifests
-        ]
+        # Only the manifests the concurrent commits wrote are read, which keeps a retry short
+        # enough to land between the commits of a busy writer.
+        entries = draft.head_entries(known={m.manifest_path: listed for m, listed in self.head})
         live = {e.data_file.file_path for _, listed in entries for e in listed}
         needed = {f.file_path for f in (*self.dropped, *self.removed_deletes)} | set(self.straddling)
         if not needed <= live:
@@ -212,12 +206,10 @@ class _Plan:
 
 
 def _plan(table: Table, field: NestedField, cutoff: int, draft: SnapshotDraft) -> _Plan:
-    head = draft.parent
-    manifests = head.manifests(table.io) if head is not None else []
     plan = _Plan(
         column=field.name,
         cutoff_text=_cutoff_text(field, cutoff),
-        head=[(m, m.fetch_manifest_entry(table.io, discard_deleted=True)) for m in manifests],
+        head=draft.head_entries(),
         dropped=[],
         removed_deletes=[],
         positions={},
@@ -246,7 +238,7 @@ def _plan(table: Table, field: NestedField, cutoff: int, draft: SnapshotDraft) -
         if fresh:
             plan.positions[data_file.file_path] = fresh
             plan.straddling[data_file.file_path] = data_file
-    if plan.dropped and head is not None:
+    if plan.dropped:
         removable = removable_delete_paths(
             draft.metadata,
             live,
