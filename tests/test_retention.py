@@ -189,7 +189,7 @@ def test_retention_racing_a_writer_loses_none_of_its_rows(
             next_id += 5
 
     thread = threading.Thread(target=write)
-    caplog.set_level(logging.INFO, logger="floe.maintenance.committing")
+    caplog.set_level(logging.INFO, logger="floe.commit.retry")
     thread.start()
     try:
         report = expire_rows(

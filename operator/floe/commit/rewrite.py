@@ -13,7 +13,6 @@ The rules (DESIGN.md, "Commit rules that keep data safe"):
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot
 
+from floe.commit.retry import on_fresh_head
 from floe.commit.snapshot import SnapshotDraft, UnsupportedTableError, delete_quietly
 from floe.planning.files import ContentFile, DeleteIndex
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID, content_file
@@ -85,33 +85,26 @@ def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4)
 
 
 def _commit_with_retries(table: Table, request: RewriteRequest, max_attempts: int) -> RewriteCommitResult:
-    last_error: Exception | None = None
-    for attempt in range(1, max_attempts + 1):
-        table.refresh()
-        metadata = table.metadata
-        validate_since_start(table, metadata, request)
-        draft = SnapshotDraft(table=table, metadata=metadata)
-        try:
-            snapshot, removed_data, removed_deletes = _build_and_commit(draft, request)
-        except CommitFailedException as exc:
-            draft.discard()
-            last_error = exc
-            log.info("commit attempt %d of %s hit a concurrent commit; retrying", attempt, request.process_id)
-            time.sleep(min(0.1 * 2**attempt, 2.0))
-            continue
-        except BaseException:
-            draft.discard()
-            raise
-        table.refresh()
+    attempts = 0
+
+    def attempt(draft: SnapshotDraft) -> RewriteCommitResult:
+        nonlocal attempts
+        attempts += 1
+        validate_since_start(table, draft.metadata, request)
+        snapshot, removed_data, removed_deletes = _build_and_commit(draft, request)
         return RewriteCommitResult(
             snapshot_id=snapshot.snapshot_id,
             sequence_number=snapshot.sequence_number or 0,
             removed_data_files=removed_data,
             removed_delete_files=removed_deletes,
             added_data_files=len(request.added_files),
-            attempts=attempt,
+            attempts=attempts,
         )
-    raise CommitAbandoned(f"commit of {request.process_id} failed {max_attempts} times: {last_error}")
+
+    try:
+        return on_fresh_head(table, attempt, max_attempts)
+    except CommitFailedException as exc:
+        raise CommitAbandoned(f"commit of {request.process_id} failed {max_attempts} times: {exc}") from None
 
 
 def validate_since_start(table: Table, metadata: TableMetadata, request: RewriteRequest) -> None:

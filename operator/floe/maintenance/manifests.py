@@ -18,8 +18,8 @@ from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 
+from floe.commit.retry import on_fresh_head
 from floe.commit.snapshot import SnapshotDraft
-from floe.maintenance.committing import on_fresh_head
 from floe.maintenance.report import MaintenanceJob, MaintenanceReport
 
 SUMMARY_MANIFESTS_CREATED = "manifests-created"

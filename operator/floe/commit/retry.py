@@ -1,4 +1,4 @@
-"""Optimistic commits of the maintenance jobs that make a snapshot on main."""
+"""Optimistic commits on main: decide on the current head, commit, and redo on a conflict."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def on_fresh_head(table: Table, attempt: Callable[[SnapshotDraft], T], max_attem
     and `attempt` runs again on the new head, so its decisions are always made on the
     snapshot it replaces. Metadata files of a failed attempt are deleted.
     """
+    last_error: CommitFailedException | None = None
     for number in range(1, max_attempts + 1):
         table.refresh()
         draft = SnapshotDraft(table=table, metadata=table.metadata)
@@ -32,6 +33,7 @@ def on_fresh_head(table: Table, attempt: Callable[[SnapshotDraft], T], max_attem
             result = attempt(draft)
         except CommitFailedException as exc:
             draft.discard()
+            last_error = exc
             log.info("attempt %d on %s hit a concurrent commit: %s", number, table.name(), exc)
             time.sleep(min(0.1 * 2**number, 2.0))
             continue
@@ -40,4 +42,6 @@ def on_fresh_head(table: Table, attempt: Callable[[SnapshotDraft], T], max_attem
             raise
         table.refresh()
         return result
-    raise CommitFailedException(f"{table.name()}: main moved during each of {max_attempts} attempts")
+    raise CommitFailedException(
+        f"{table.name()}: main moved during each of {max_attempts} attempts; last: {last_error}"
+    )
