@@ -30,7 +30,7 @@ from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
 from floe.commit.rewrite import CommitAbandoned, CommitConflict, commit_rewrite
 from floe.commit.snapshot import UnsupportedTableError, delete_quietly
 from floe.maintenance.jobs import run_maintenance_job
-from floe.maintenance.report import MaintenanceJob, MaintenanceReport
+from floe.maintenance.report import MaintenanceJob
 from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
@@ -355,7 +355,7 @@ class OptimizingEngine:
     # -- maintenance ---------------------------------------------------------------------
 
     def run_maintenance_now(self, table_id: str, job: MaintenanceJob) -> Future[None]:
-        """Start `job` of the table at once, whatever its schedule (the CLI, tests)."""
+        """Start `job` of the table at once, whatever its schedule, protected like a scheduled run."""
         with self._lock:
             runtime = self.runtimes[table_id]
             runtime.on_maintenance_started(job)
@@ -406,7 +406,14 @@ class OptimizingEngine:
         if scheduler is not None:
             scheduler.start_maintenance(runtime.table_id, run_id, self.clock())
         try:
-            report = self._run_job(runtime, job, protected_snapshots, protected_prefixes)
+            report = run_maintenance_job(
+                self._load(runtime),
+                job,
+                runtime.spec.maintenance,
+                now_s=self.clock(),
+                protected_snapshot_ids=protected_snapshots,
+                protected_prefixes=protected_prefixes,
+            )
         except Exception as exc:  # any failure is the job's result, never the engine's
             log.warning("maintenance %s of %s failed", job, runtime.table_id, exc_info=True)
             with self._lock:
@@ -427,23 +434,6 @@ class OptimizingEngine:
         finally:
             if scheduler is not None:
                 scheduler.end_maintenance(run_id, self.clock())
-
-    def _run_job(
-        self,
-        runtime: TableRuntime,
-        job: MaintenanceJob,
-        protected_snapshots: tuple[int, ...],
-        protected_prefixes: tuple[str, ...],
-    ) -> MaintenanceReport:
-        table = self._load(runtime)
-        return run_maintenance_job(
-            table,
-            job,
-            runtime.spec.maintenance,
-            now_s=self.clock(),
-            protected_snapshot_ids=protected_snapshots,
-            protected_prefixes=protected_prefixes,
-        )
 
     # -- planning ------------------------------------------------------------------------
 
