@@ -17,7 +17,6 @@ from kubernetes.client.exceptions import ApiException
 
 from floe.controller.kube import Kube
 from floe.maintenance.report import MaintenanceJob
-from floe.maintenance.schedule import job_intervals
 from floe.service.engine import OptimizingEngine, TableView
 from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
 
@@ -104,13 +103,11 @@ def table_status(runtime: TableRuntime, view: TableView | None, redact: Callable
 
 def maintenance_status(runtime: TableRuntime, redact: Callable[[str], str]) -> Status:
     """Per job that ran: its last run, result and reclaimed files and bytes, and when it is due next."""
-    intervals = job_intervals(runtime.spec.maintenance)
     out: Status = {}
     for job, run in sorted(runtime.maintenance_runs.items()):
-        interval = intervals.get(job)
         out[job.value] = {
             "lastRun": timestamp(run.finished_s),
-            "nextDue": timestamp(run.finished_s + interval) if interval is not None else None,
+            "nextDue": timestamp(runtime.next_maintenance_s(job, run.finished_s)),
             "lastResult": redact(run.result),
             "filesReclaimed": run.files_removed,
             "bytesReclaimed": run.bytes_removed,
