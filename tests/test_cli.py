@@ -157,6 +157,11 @@ def test_orphans_dry_run_lists_and_removes_nothing(
         (["--type", "orphans", "--older-than", "10m"], "olderThan must be at least 1h"),
         (["--type", "retention", "--older-than", "30d"], "--type retention needs --column and --older-than"),
         (["--type", "expire", "--max-age", "soon"], "invalid duration 'soon'"),
+        (
+            ["--type", "expire", "--min-snapshots", "0"],
+            "minSnapshots: Input should be greater than or equal to 1",
+        ),
+        (["--type", "manifests", "--manifest-trigger", "1"], "triggerSmallManifests"),
         (["--type", "retention", "--column", "nope", "--older-than", "1d"], "nope"),
     ],
 )
