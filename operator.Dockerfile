@@ -1,28 +1,27 @@
 # syntax=docker/dockerfile:1
-# The floe operator image: `floe operator` (kopf handlers, the task service and the engine). It
-# starts no Spark and needs no Java. Build from the repository root:
+# The floe operator image: `floe operator` (kopf handlers, the task service and the engine) on
+# Python 3.11. It starts no Spark and carries neither Java nor pyspark.
+#
+# Build from the repository root, with Docker:
 #   docker build -f operator.Dockerfile -t ghcr.io/floe-dev/floe-operator:0.1.0 .
+# scripts/images/build.sh builds the same image with podman from a locally made Debian base, and
+# gives it the wheels it built on the host (`--build-context wheels=DIR`) instead of the stage below.
 # The Helm chart runs it as UID 10001 with a read-only root filesystem and /tmp as an emptyDir.
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG BASE_IMAGE=debian:bookworm-slim
 
-FROM ${PYTHON_IMAGE} AS wheels
-WORKDIR /src
-COPY pyproject.toml ./
-COPY operator/ operator/
-COPY optimizer_image/floe_optimizer/ optimizer_image/floe_optimizer/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+FROM ${BASE_IMAGE} AS wheels
+COPY scripts/images/install-floe.sh /usr/local/sbin/install-floe
+COPY pyproject.toml /src/
+COPY operator/ /src/operator/
+COPY optimizer_image/floe_optimizer/ /src/optimizer_image/floe_optimizer/
+RUN install-floe wheels /src /wheels operator
 
-FROM ${PYTHON_IMAGE}
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends tini \
-    && rm -rf /var/lib/apt/lists/* \
-    && groupadd --gid 10001 floe \
-    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin floe
-COPY --from=wheels /wheels /tmp/wheels
-RUN pip install --no-cache-dir --no-index /tmp/wheels/*.whl && rm -rf /tmp/wheels
+FROM ${BASE_IMAGE}
+COPY scripts/images/install-floe.sh /usr/local/sbin/install-floe
+RUN --mount=type=bind,from=wheels,source=/wheels,target=/tmp/wheels install-floe install operator /tmp/wheels
 
-ENV PYTHONUNBUFFERED=1 \
+ENV PATH=/opt/floe/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp
 USER 10001:10001

@@ -5,7 +5,7 @@
 #   executor         what Spark on Kubernetes runs in an executor pod (the pod's args are just
 #                    "executor"; everything else comes in SPARK_* variables, as for Spark's own
 #                    images): the JVM with KubernetesExecutorBackend
-#   driver ARGS...   python -m floe.controller.driver ARGS (the operator's driver pods run that
+#   driver ARGS...   python -m floe_optimizer.driver ARGS (the operator's driver pods run that
 #                    command directly; this is the same thing by name)
 #   optimizer ARGS.. floe-optimizer ARGS, the optimizer application outside the operator
 #   anything else    run as given
@@ -77,7 +77,7 @@ case "${1:-}" in
     driver)
         shift
         fake_passwd_entry
-        exec python -m floe.controller.driver "$@"
+        exec python -m floe_optimizer.driver "$@"
         ;;
     optimizer)
         shift

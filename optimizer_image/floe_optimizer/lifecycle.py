@@ -1,5 +1,5 @@
 """The optimizer process's life, shared by ``floe-optimizer`` and the driver pod's entrypoint
-(`floe.controller.driver`): logging, waiting for SIGTERM or SIGINT, stopping Spark."""
+(`floe_optimizer.driver`): logging, waiting for SIGTERM or SIGINT, stopping Spark."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds, once, the binaries of the local Kubernetes control plane that tests/k8s runs:
 #   kube-apiserver, kube-controller-manager, kube-scheduler  (module k8s.io/kubernetes)
+#   kubelet, kubeadm, kube-proxy, kubectl                     (the same module: the kind node
+#                                                             image of scripts/kind/ uses them)
 #   etcd                                                      (module go.etcd.io/etcd/server/v3)
 #   kwok                                                      (module sigs.k8s.io/kwok)
 # plus share/kwok-stages.yaml, kwok's default node and pod lifecycle stages from the same module.
@@ -19,7 +21,7 @@
 #   FLOE_K8S_KUBE_VERSION   k8s.io/kubernetes tag (default below); staging modules use v0.<minor>.<patch>
 #   FLOE_K8S_ETCD_VERSION   go.etcd.io/etcd/server/v3 tag
 #   FLOE_K8S_KWOK_VERSION   sigs.k8s.io/kwok tag
-#   FLOE_K8S_BUILD_JOBS     go build -p (default 1: the machine is shared)
+#   FLOE_K8S_BUILD_JOBS     go build -p (default 2)
 #   FLOE_K8S_BUILD_NICE     nice level of the go commands (default 19)
 #   FLOE_K8S_KEEP_GO_BUILD_CACHE=1  keep Go's build cache (~3.6 GB) after a successful build; it makes
 #                           a rebuild for other versions faster. The module cache (~1.4 GB) is always
@@ -31,10 +33,10 @@ KUBE_VERSION="${FLOE_K8S_KUBE_VERSION:-v1.33.13}"
 ETCD_VERSION="${FLOE_K8S_ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${FLOE_K8S_KWOK_VERSION:-v0.8.0}"
 # Bump when the way the binaries are built changes, so caches built the old way are not reused.
-RECIPE_REVISION=1
+RECIPE_REVISION=2
 # kwok v0.8.0 and etcd v3.6.16 declare `go 1.26.0`.
 MIN_GO_VERSION=1.26.0
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubeadm kube-proxy kubectl etcd kwok)
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE_ROOT="${FLOE_CACHE_DIR:-$HOME/.cache/floe}/k8s"
@@ -64,7 +66,7 @@ cached_build_cli "$@"
 cached_build_use_cache
 # The build cache is shared by all version keys and dropped after a successful build unless
 # FLOE_K8S_KEEP_GO_BUILD_CACHE=1.
-go_build_prepare "${FLOE_K8S_BUILD_JOBS:-1}" "${FLOE_K8S_BUILD_NICE:-19}"
+go_build_prepare "${FLOE_K8S_BUILD_JOBS:-2}" "${FLOE_K8S_BUILD_NICE:-19}"
 
 WORK_DIR="$CACHE_ROOT/.work-$KEY-$$"
 step="preparing"
@@ -81,7 +83,7 @@ rm -rf "$WORK_DIR"
 mkdir -p "$WORK_DIR/bin" "$WORK_DIR/share" "$WORK_DIR/src/kube" "$WORK_DIR/src/etcd"
 
 started=$SECONDS
-log "building $KEY with Go $go_version (GOPROXY=$(go env GOPROXY), go build -p=${FLOE_K8S_BUILD_JOBS:-1})"
+log "building $KEY with Go $go_version (GOPROXY=$(go env GOPROXY), go build -p=${FLOE_K8S_BUILD_JOBS:-2})"
 log "work dir $WORK_DIR; module and build caches under $CACHE_ROOT/go"
 
 # download_field MODULE@VERSION FIELD: the field (Dir, GoMod, ...) of `go mod download -json`.
@@ -143,14 +145,18 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     kube_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
 done
 
-step="building kube-apiserver, kube-controller-manager and kube-scheduler"
-log "$step (the long step: 10-15 minutes cold on 2 busy cores)"
+step="building kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubeadm, kube-proxy and kubectl"
+log "$step (the long step: 10-20 minutes cold on 2 busy cores)"
 t0=$SECONDS
 (cd "$WORK_DIR/src/kube" && "${NICE[@]}" go build -tags=selinux,notest -ldflags="$kube_ldflags" \
     -o "$WORK_DIR/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler)
+    k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kube-proxy \
+    k8s.io/kubernetes/cmd/kubelet \
+    k8s.io/kubernetes/cmd/kubeadm \
+    k8s.io/kubernetes/cmd/kubectl)
 log "kube binaries built in $((SECONDS - t0))s"
 
 # ---------------------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ def test_group_gets_driver_pod_service_and_rbac(
     assert owner.items() <= pod["metadata"]["ownerReferences"][0].items()
     container = pod["spec"]["containers"][0]
     assert container["image"] == "floe-optimizer:test"
-    assert container["command"][:3] == ["python", "-m", "floe.controller.driver"]
+    assert container["command"][:3] == ["python", "-m", "floe_optimizer.driver"]
     group_arg = container["command"].index("--group") + 1
     assert container["command"][group_arg] == f"{namespace}/alpha"  # groups are keyed by namespace
     assert "k8s://https://kubernetes.default.svc" in container["command"]
@@ -227,7 +227,7 @@ def _start_local_driver(
     token_file = tmp / "registration-token"
     token_file.write_bytes(base64.b64decode(secret["data"][REGISTRATION_KEY]))
     command = [
-        sys.executable, "-m", "floe.controller.driver",
+        sys.executable, "-m", "floe_optimizer.driver",
         "--master", f"k8s://{k8s.server}",
         "--properties-file", str(tmp / "spark.properties"),
         "--scale-file", str(scale_file),

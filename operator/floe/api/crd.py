@@ -531,6 +531,7 @@ KIND_SPECS: tuple[KindSpec, ...] = (
             Column("Policy", "string", ".spec.policy", "how the group picks the next table to plan"),
             Column("Executors", "integer", ".spec.executors", "executor pods wanted"),
             Column("Ready", "integer", ".status.readyExecutors", "executor pods ready"),
+            Column("Threads", "integer", ".status.threads", "optimizer threads registered"),
             Column("Tables", "integer", ".status.tables", "OptimizedTables served by the group"),
             Column("Running Tasks", "integer", ".status.runningTasks", "tasks running now"),
             _AGE,

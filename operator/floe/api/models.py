@@ -391,6 +391,7 @@ class OptimizerGroupStatus(_Model):
     """Executors and work of a group."""
 
     ready_executors: int = Field(default=0, description="executor pods ready")
+    threads: int = Field(default=0, description="optimizer threads registered with the task service")
     tables: int = Field(default=0, description="OptimizedTables served by the group")
     running_tasks: int = Field(default=0, description="tasks scheduled or running now")
     pending_tasks: int = Field(default=0, description="tasks planned and waiting for a thread")

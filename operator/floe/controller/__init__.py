@@ -5,5 +5,5 @@ Modules, one idea each: `spark_conf` (a group's Spark settings), `objects` (the 
 objects of a group), `kube` (API access), `secrets` (catalog properties from Secrets, and
 keeping them out of everything written), `groups` and `tables` (the kopf handlers),
 `status` (the batched table-status flush), `leader` (who ticks the engine), `runtime` (the
-operator process), `driver` (the entrypoint of the driver pod).
+operator process). The driver pod's program is `floe_optimizer.driver`, in the optimizer image.
 """

@@ -2,7 +2,7 @@
 
 A spec change that needs a new driver (image, cores, memory, executor template) replaces
 the driver pod; a change of ``spec.executors`` (an edit, ``kubectl scale``, an HPA) only
-rewrites the scale ConfigMap, which the running driver follows (`floe.controller.driver`).
+rewrites the scale ConfigMap, which the running driver follows (`floe_optimizer.driver`).
 
 The engine knows a group as ``namespace/name`` (`OptimizingEngine.group_key`), so groups of
 the same name in two namespaces are two groups, and a table uses the one of its own
@@ -31,8 +31,9 @@ from floe.controller.objects import (
     scale_config_map,
     spark_config_map,
 )
-from floe.controller.runtime import Controller, post_event
-from floe.controller.spark_conf import executor_selector
+from floe.controller.pod_health import PodProblem, pod_problems
+from floe.controller.runtime import Controller, InvolvedObject, post_event
+from floe.controller.spark_conf import GROUP_LABEL, ROLE_LABEL, executor_selector
 from floe.controller.status import condition, with_transition_times
 from floe.service.errors import UnknownGroup
 
@@ -83,6 +84,32 @@ def remove_group(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     name, namespace = body.metadata.name or "", body.metadata.namespace or "default"
     controller.engine.remove_group(name, namespace)
     controller.warned_groups.discard(controller.engine.group_key(name, namespace))
+    controller.pod_problems.forget_group(namespace, name)
+
+
+@kopf.on.event("", "v1", "pods", labels={GROUP_LABEL: kopf.PRESENT, ROLE_LABEL: kopf.PRESENT})
+def watch_group_pod(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A driver or executor pod changed: post each new problem (OOM kill, image pull, crash loop,
+    eviction) once, as a Warning Event on its group.
+
+    A watch, not the status timer, because Spark deletes a dead executor pod within moments:
+    the terminated state is seen only in the update that precedes the deletion.
+    """
+    controller: Controller = memo.controller
+    pod = dict(body)
+    namespace = body.metadata.namespace or "default"
+    for problem in controller.pod_problems.record(namespace, pod_problems(pod), controller.engine.clock()):
+        group = _group_object(pod, problem.group, namespace)
+        controller.kube.event(group.as_dict(), "Warning", problem.reason, controller.redact(problem.message))
+
+
+def _group_object(pod: dict[str, Any], group: str, namespace: str) -> InvolvedObject:
+    """The OptimizerGroup a pod belongs to; its uid from the driver pod's owner reference when at hand."""
+    uid = ""
+    for owner in pod.get("metadata", {}).get("ownerReferences") or []:
+        if owner.get("kind") == "OptimizerGroup" and owner.get("name") == group:
+            uid = str(owner.get("uid", ""))
+    return InvolvedObject(f"{API_GROUP}/{VERSION}", "OptimizerGroup", group, namespace, uid)
 
 
 def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup) -> None:
@@ -160,16 +187,27 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
     service_group = controller.engine.group_key(name, namespace)
     try:
         stats = controller.service.group(service_group).group_stats(controller.engine.clock())
-        tables, running, pending, pending_tables = (
+        threads, tables, running, pending, pending_tables = (
+            stats.threads,
             stats.tables,
             stats.running_tasks,
             stats.pending_tasks,
             stats.pending_tables,
         )
     except UnknownGroup:
-        tables = running = pending = pending_tables = 0
+        threads = tables = running = pending = pending_tables = 0
     desired = group.spec.executors
     driver_phase = (driver or {}).get("status", {}).get("phase") or "Missing"
+    now = controller.engine.clock()
+    pods = [driver, *executors] if driver is not None else executors
+    current = [problem for pod in pods for problem in pod_problems(pod)]
+    controller.pod_problems.record(namespace, current, now)
+    # A live pod's problem, else a recent one of a pod that is gone (a dead executor Spark removed).
+    live = {str(pod["metadata"].get("uid", "")) for pod in pods}
+    latest = controller.pod_problems.latest(namespace, name, now)
+    problem = (
+        current[0] if current else (latest if latest is not None and latest.pod_uid not in live else None)
+    )
     conditions = [
         _ready_condition(driver_phase, ready, desired),
         condition(
@@ -178,15 +216,11 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
             "Scaling" if ready != desired else "Stable",
             f"{ready} of {desired} executors ready",
         ),
-        condition(
-            "Degraded",
-            driver_phase in ("Failed", "Missing"),
-            "DriverFailed" if driver_phase in ("Failed", "Missing") else "Healthy",
-            f"driver pod is {driver_phase}",
-        ),
+        _degraded_condition(driver_phase, problem),
     ]
     new = {
         "readyExecutors": ready,
+        "threads": threads,
         "selector": executor_selector(name),
         "tables": tables,
         "runningTasks": running,
@@ -215,6 +249,14 @@ def _ready(pod: dict[str, Any]) -> bool:
     if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Running":
         return False
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _degraded_condition(driver_phase: str, problem: PodProblem | None) -> dict[str, str]:
+    if driver_phase in ("Failed", "Missing"):
+        return condition("Degraded", True, "DriverFailed", f"driver pod is {driver_phase}")
+    if problem is not None:
+        return condition("Degraded", True, problem.reason, problem.message)
+    return condition("Degraded", False, "Healthy", f"driver pod is {driver_phase}")
 
 
 def _ready_condition(driver_phase: str, ready: int, desired: int) -> dict[str, str]:

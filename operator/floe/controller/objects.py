@@ -191,7 +191,7 @@ def driver_pod(
     spark_hash: str,
     template: dict[str, Any] | None,
 ) -> Manifest:
-    """The driver pod: ``python -m floe.controller.driver`` in Spark client mode.
+    """The driver pod: ``python -m floe_optimizer.driver`` in Spark client mode.
 
     The driver gets the group's scheduling fields too (a group pinned to some nodes runs its
     driver there), both ConfigMaps as volumes (the Spark one is read at start, the scale one
@@ -201,7 +201,7 @@ def driver_pod(
     command = [
         "python",
         "-m",
-        "floe.controller.driver",
+        "floe_optimizer.driver",
         "--master",
         IN_CLUSTER_MASTER,
         "--properties-file",

@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from floe.api.models import OptimizedTable
 from floe.controller.kube import Kube, load_config
 from floe.controller.leader import CHECK_INTERVAL_S, Leadership, random_priority
+from floe.controller.pod_health import PodProblemLog
 from floe.controller.secrets import RedactingFilter, Redactor, with_catalog_properties
 from floe.controller.status import TableStatusFlusher
 from floe.service.engine import EngineEvent, OptimizingEngine
@@ -135,6 +136,7 @@ class Controller:
         """Held while a table's spec is applied to the engine (kopf handlers, Secret refresh)."""
         self._secret_errors: dict[tuple[str, str], str] = {}
         self.warned_groups: set[str] = set()
+        self.pod_problems = PodProblemLog()
         self.rounds = 0
         """Engine rounds ticked by this replica (only while it leads)."""
         self.loop_seen = time.monotonic()

@@ -15,6 +15,7 @@ from floe.api.models import OptimizerGroupSpec
 MiB = 1024 * 1024
 MIN_HEAP = 512 * MiB
 MIN_OVERHEAD = 384 * MiB
+DRIVER_HEAP = "512m"
 DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079
 IN_CLUSTER_MASTER = "k8s://https://kubernetes.default.svc"
@@ -81,6 +82,11 @@ def spark_properties(
         "spark.executor.memory": f"{memory.heap // MiB}m",
         "spark.executor.memoryOverhead": f"{memory.overhead // MiB}m",
         "spark.dynamicAllocation.enabled": "false",
+        # floe retries a failed task itself (execute.num-retries) and says so in status; Spark's
+        # own retries would hide an executor lost to an OOM kill behind silent attempts.
+        "spark.task.maxFailures": "1",
+        # The driver JVM and the optimizer's Python share the driver pod's limit (DRIVER_MEMORY).
+        "spark.driver.memory": DRIVER_HEAP,
         "spark.driver.host": driver_host,
         "spark.driver.bindAddress": "0.0.0.0",
         "spark.driver.port": str(DRIVER_PORT),

@@ -1,9 +1,8 @@
 """Orphan-file cleanup: files under the table's locations that no metadata references.
 
-Listing goes through the pyarrow FileSystem behind the table's PyArrowFileIO, so local
-directories and S3-style object stores are handled alike. Paths are compared in the
-FileSystem's own form (``/dir/file`` locally, ``bucket/key`` on object stores), to which
-``file:/x``, ``file:///x``, ``/x`` and ``s3://bucket/key`` / ``s3a://bucket/key`` all map.
+Listing goes through the pyarrow FileSystem behind the table's PyArrowFileIO
+(`floe.tables.listing`), so local directories and S3-style object stores are handled alike,
+and paths are compared in the FileSystem's own form.
 
 What keeps concurrent work safe:
 - the listing happens before the metadata is read, so every file a commit made before
@@ -19,13 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from pyarrow.fs import FileInfo, FileSelector, FileType
+from pyarrow.fs import FileInfo
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
 
 from floe.api.models import MIN_ORPHAN_AGE_S
 from floe.maintenance.reachable import delete_files, referenced_files
 from floe.maintenance.report import MaintenanceJob, MaintenanceReport
+from floe.tables.listing import fs_path, list_files
 
 # Hadoop-catalog tables point at their current metadata with this file; no metadata names it.
 VERSION_HINT = "version-hint.text"
@@ -62,7 +62,7 @@ def remove_orphan_files(
         )
     table.refresh()
     cutoff_ns = int((now_s - older_than_s) * 1e9)
-    listed = _listing(io, _roots(table, io))
+    listed = list_files(io, _roots(table, io))
     old = [
         info
         for info in listed
@@ -73,7 +73,7 @@ def remove_orphan_files(
     ]
     # Read the metadata only now, after the listing: see the module docstring.
     table.refresh()
-    referenced = {_fs_path(io, p) for p in _referenced_locations(table)}
+    referenced = {fs_path(io, p) for p in _referenced_locations(table)}
     unreferenced = {info.path for info in old if not _hidden(info) and info.path not in referenced}
     # A Hadoop checksum goes with its file: when that is gone or going, so is the checksum.
     existing = {info.path for info in listed}
@@ -100,12 +100,6 @@ def remove_orphan_files(
     )
 
 
-def _fs_path(io: PyArrowFileIO, location: str) -> str:
-    """`location` in the FileSystem's form, the form its listing returns."""
-    _, _, path = PyArrowFileIO.parse_location(location, io.properties)
-    return path.rstrip("/")
-
-
 def _hidden(info: FileInfo) -> bool:
     """Names starting with "." or "_" are not Iceberg files (checksums, markers): never orphans."""
     name: str = info.base_name
@@ -128,23 +122,11 @@ def _roots(table: Table, io: PyArrowFileIO) -> dict[str, str]:
         *(properties[key] for key in ("write.data.path", "write.metadata.path") if key in properties),
     ]
     roots: dict[str, str] = {}
-    for location in sorted(candidates, key=lambda c: len(_fs_path(io, c))):
-        path = _fs_path(io, location)
+    for location in sorted(candidates, key=lambda c: len(fs_path(io, c))):
+        path = fs_path(io, location)
         if not any(path == root or path.startswith(root + "/") for root in roots):
             roots[path] = location
     return roots
-
-
-def _listing(io: PyArrowFileIO, roots: dict[str, str]) -> dict[FileInfo, str]:
-    """Every file under `roots`, with its location (plain local path or ``scheme://bucket/key``)."""
-    files: dict[FileInfo, str] = {}
-    for root, location in roots.items():
-        scheme, netloc, _ = PyArrowFileIO.parse_location(location, io.properties)
-        fs = io.fs_by_scheme(scheme, netloc)
-        for info in fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True)):
-            if info.type == FileType.File:
-                files[info] = info.path if scheme == "file" else f"{scheme}://{info.path}"
-    return files
 
 
 def _referenced_locations(table: Table) -> set[str]:

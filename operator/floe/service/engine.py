@@ -28,9 +28,10 @@ from pyiceberg.table import Table
 
 from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
 from floe.commit.rewrite import CommitAbandoned, CommitConflict, commit_rewrite
-from floe.commit.snapshot import UnsupportedTableError, delete_quietly
+from floe.commit.snapshot import UnsupportedTableError
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.report import MaintenanceJob
+from floe.optimizer.leftovers import remove_uncommitted_outputs
 from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
@@ -568,6 +569,7 @@ class OptimizingEngine:
             self.service.metrics.commits.labels(flight.group, "failed").inc()
             self._emit(runtime.table_id, "Warning", "OptimizingFailed", f"{outcome.process_id}: {exc}")
             return
+        self._discard(outcome, flight, committed=frozenset(f.file_path for f in request.added_files))
         summary = (
             f"{result.removed_data_files} data + {result.removed_delete_files} delete files "
             f"→ {result.added_data_files} files"
@@ -579,12 +581,26 @@ class OptimizingEngine:
         self.service.metrics.commits.labels(flight.group, "committed").inc()
         self._emit(runtime.table_id, "Normal", "Committed", f"{outcome.process_id}: {summary}")
 
-    def _discard(self, outcome: ProcessOutcome, flight: _InFlight | None) -> None:
+    def _discard(
+        self, outcome: ProcessOutcome, flight: _InFlight | None, committed: frozenset[str] = frozenset()
+    ) -> None:
+        """Delete what the process wrote and `committed` does not hold, lost attempts' files too."""
         if flight is None:
             return
-        for result in outcome.results:
-            for written in result.files:
-                delete_quietly(flight.table.io, written.path)
+        reported = [written.path for result in outcome.results for written in result.files]
+        try:
+            removed = remove_uncommitted_outputs(
+                flight.table.io,
+                outcome.process_id,
+                {spec.output_dir for spec in flight.process.specs},
+                committed,
+                reported,
+            )
+        except OSError as exc:
+            log.warning("%s: could not remove its uncommitted files: %s", outcome.process_id, exc)
+            return
+        if removed:
+            log.info("%s: removed %d files no commit references", outcome.process_id, len(removed))
 
     # -- views ---------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The driver pod's entrypoint: Spark in client mode, the optimizer, and executor scaling.
 
-``python -m floe.controller.driver`` starts a SparkSession from the group's properties file
+``python -m floe_optimizer.driver`` starts a SparkSession from the group's properties file
 (pyspark launches the JVM through spark-submit, in client mode: the driver is this
 process) and keeps the optimizer serving the group with ``executors * executorCores``
 threads. It re-reads the scale file (the operator's ConfigMap, mounted) every few seconds;
