@@ -23,13 +23,13 @@ LINT_DIRS := $(wildcard operator optimizer_image tests)
 # mypy fails on a directory without Python files, and optimizer_image may still be empty.
 MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
 
-.PHONY: venv jars k8s-env helm-env moto-env lint test demo
+.PHONY: venv jars k8s-env helm-env moto-env rest-catalog-env lint test demo
 
 venv: $(VENV_STAMP)
 
 $(VENV_STAMP):
 	$(VENV_PY) -c '' 2>/dev/null || $(PYTHON) -m venv --clear $(VENV)
-	$(VENV_PY) -m pip install -q --disable-pip-version-check -e ".[dev]"
+	$(VENV_PY) -m pip install -q --disable-pip-version-check -e ".[dev,spark]"
 	rm -f $(VENV)/.floe-installed-*
 	touch $@
 
@@ -49,12 +49,17 @@ helm-env:
 moto-env:
 	scripts/moto/build.sh >/dev/null
 
+# Iceberg's REST catalog test server (JDBC on SQLite, S3FileIO) for tests/test_rest_catalog_s3.py
+# and the end-to-end tests: its jars fetched with Maven and cached by recipe (see the script).
+rest-catalog-env:
+	scripts/rest-catalog/build.sh >/dev/null
+
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_DIRS)
 	$(VENV)/bin/ruff format --check $(LINT_DIRS)
 	$(VENV)/bin/mypy --strict $(MYPY_DIRS)
 
-test: venv jars k8s-env helm-env moto-env lint
+test: venv jars k8s-env helm-env moto-env rest-catalog-env lint
 	@rc=0; $(VENV)/bin/pytest -q || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$rc

@@ -245,7 +245,15 @@ def test_printer_column_names() -> None:
         "LAST OPTIMIZED",
         "AGE",
     ]
-    assert names["OptimizerGroup"] == ["POLICY", "EXECUTORS", "READY", "THREADS", "TABLES", "RUNNING TASKS", "AGE"]
+    assert names["OptimizerGroup"] == [
+        "POLICY",
+        "EXECUTORS",
+        "READY",
+        "THREADS",
+        "TABLES",
+        "RUNNING TASKS",
+        "AGE",
+    ]
 
 
 def test_subresources_and_names() -> None:

@@ -284,6 +284,7 @@ def test_cached_jars_cost_no_maven_call(monkeypatch: pytest.MonkeyPatch) -> None
     assert [jar.name for jar in jars] == [
         "iceberg-spark-runtime-3.5_2.12-1.10.0.jar",
         "sqlite-jdbc-3.46.1.3.jar",
+        "iceberg-aws-bundle-1.10.0.jar",
     ]
 
     def no_subprocess(*args: Any, **kwargs: Any) -> Any:

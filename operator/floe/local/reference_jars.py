@@ -1,4 +1,7 @@
-"""The Java jars the reference reader needs: Iceberg's Spark runtime and the SQLite JDBC driver.
+"""The Java jars the reference reader needs: Iceberg's Spark runtime, SQLite JDBC and the AWS bundle.
+
+The AWS bundle (the AWS SDK that Iceberg's ``S3FileIO``, in the Spark runtime, runs on) lets
+the reader open tables on S3-protocol object stores, such as those of a REST catalog.
 
 They are fetched once with Maven into a per-user cache and reused from there; a call that
 finds them already cached runs no process at all.
@@ -14,7 +17,8 @@ from pathlib import Path
 
 ICEBERG_SPARK_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0"
 SQLITE_JDBC = "org.xerial:sqlite-jdbc:3.46.1.3"
-REFERENCE_ARTIFACTS: tuple[str, ...] = (ICEBERG_SPARK_RUNTIME, SQLITE_JDBC)
+ICEBERG_AWS_BUNDLE = "org.apache.iceberg:iceberg-aws-bundle:1.10.0"
+REFERENCE_ARTIFACTS: tuple[str, ...] = (ICEBERG_SPARK_RUNTIME, SQLITE_JDBC, ICEBERG_AWS_BUNDLE)
 
 _MVN_TIMEOUT_SECONDS = 900
 
@@ -39,7 +43,7 @@ def jar_file_name(artifact: str) -> str:
 
 
 def reference_jars() -> list[Path]:
-    """Return the paths of the Iceberg Spark runtime and SQLite JDBC jars, fetching any that are missing.
+    """Return the paths of the Iceberg Spark runtime, SQLite JDBC and AWS bundle jars, fetching missing ones.
 
     Jars live in ``<cache_dir()>/jars``. Missing ones are copied there with
     ``mvn dependency:copy``; raises ``ReferenceJarsUnavailable`` if Maven is absent or fails.

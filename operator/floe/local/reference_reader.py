@@ -6,6 +6,12 @@ Both sides share one SQLite database: pyiceberg's ``SqlCatalog`` and Java's ``Jd
 use the same ``iceberg_tables`` / ``iceberg_namespace_properties`` layout, and both filter
 rows by catalog name, so the Spark catalog must carry the pyiceberg catalog's name.
 
+It also reads through an Iceberg REST catalog whose tables are on an S3-protocol object
+store: ``rest_catalog_properties`` turns a pyiceberg client's REST catalog properties
+(``uri``, ``s3.*``) into the Java ones (``RESTCatalog`` with ``S3FileIO``), and
+``ReferenceReader.register_catalog`` / ``ReferenceReader.for_catalog`` take pyiceberg-style
+properties of either kind of catalog.
+
 Rows come back as a multiset (``Counter``) of tuples in schema order, with values
 normalized so that they compare equal to the same data read through pyarrow
 (see ``arrow_rows``).
@@ -17,7 +23,7 @@ import datetime as dt
 import sqlite3
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +44,21 @@ from floe.local.reference_jars import reference_jars
 from floe.optimizer.spark_session import get_spark
 
 SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
+S3_FILE_IO_CLASS = "org.apache.iceberg.aws.s3.S3FileIO"
+_SQLITE_URI_PREFIX = "sqlite:///"
+# Properties a pyiceberg REST client and Iceberg Java's RESTCatalog / S3FileIO spell alike.
+_REST_PASSTHROUGH = (
+    "warehouse",
+    "prefix",
+    "credential",
+    "token",
+    "scope",
+    "oauth2-server-uri",
+    "s3.endpoint",
+    "s3.access-key-id",
+    "s3.secret-access-key",
+    "s3.session-token",
+)
 _CATALOG_TABLES = ("iceberg_tables", "iceberg_namespace_properties")
 
 Rows = Counter[tuple[Any, ...]]
@@ -76,6 +97,47 @@ def jdbc_catalog_properties(sqlite_path: Path, warehouse: str) -> dict[str, str]
     }
 
 
+def rest_catalog_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """Return the Iceberg Java properties of the REST catalog a pyiceberg client opens with ``properties``.
+
+    ``properties`` are a pyiceberg REST client's (``uri``, optional ``warehouse``, OAuth2
+    ``credential``/``token``, and ``s3.endpoint``, ``s3.access-key-id``,
+    ``s3.secret-access-key``, ``s3.region``). Files are read with ``S3FileIO``: path-style
+    addressing unless ``s3.force-virtual-addressing`` is true (pyarrow's rule) or
+    ``s3.path-style-access`` says otherwise, and ``client.region`` from ``s3.region``
+    (or ``client.region``). ``cache-enabled=false`` so every read sees the latest commit.
+    """
+    uri = properties.get("uri")
+    if not uri:
+        raise ValueError("a REST catalog needs a 'uri' property")
+    java = {"type": "rest", "uri": uri, "io-impl": S3_FILE_IO_CLASS, "cache-enabled": "false"}
+    java.update({key: str(properties[key]) for key in _REST_PASSTHROUGH if key in properties})
+    virtual = str(properties.get("s3.force-virtual-addressing", "false")).lower() == "true"
+    java["s3.path-style-access"] = str(properties.get("s3.path-style-access", str(not virtual).lower()))
+    region = properties.get("s3.region") or properties.get("client.region")
+    if region:
+        java["client.region"] = str(region)
+    return java
+
+
+def java_catalog_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """Return Iceberg Java catalog properties for a catalog that pyiceberg opens with ``properties``.
+
+    ``type: rest`` gives ``rest_catalog_properties``; ``type: sql`` with a
+    ``sqlite:///path`` ``uri`` and a ``warehouse`` gives ``jdbc_catalog_properties``.
+    Other catalogs are not supported.
+    """
+    kind = properties.get("type")
+    if kind == "rest":
+        return rest_catalog_properties(properties)
+    if kind == "sql":
+        uri = properties.get("uri", "")
+        if not uri.startswith(_SQLITE_URI_PREFIX) or "warehouse" not in properties:
+            raise ValueError(f"only SQLite sql catalogs with a warehouse are supported, got uri {uri!r}")
+        return jdbc_catalog_properties(Path(uri.removeprefix(_SQLITE_URI_PREFIX)), properties["warehouse"])
+    raise ValueError(f"the reference reader supports catalogs of type 'rest' and 'sql', not {kind!r}")
+
+
 def _require_catalog_tables(sqlite_path: Path) -> None:
     if not Path(sqlite_path).is_file():
         raise FileNotFoundError(
@@ -109,6 +171,33 @@ class ReferenceReader:
         """Return a reader on floe's SparkSession, fetching the reference jars if needed."""
         return cls(get_spark(master=master, extra_jars=reference_jars()))
 
+    @classmethod
+    def for_catalog(
+        cls, name: str, properties: Mapping[str, str], master: str = "local[2]"
+    ) -> ReferenceReader:
+        """Return a started reader (see ``start``) with the pyiceberg catalog ``name`` registered.
+
+        ``properties`` are the pyiceberg catalog's (see ``register_catalog``).
+        """
+        reader = cls.start(master=master)
+        reader.register_catalog(name, properties)
+        return reader
+
+    def register_catalog(self, name: str, properties: Mapping[str, str]) -> None:
+        """Make pyiceberg's catalog ``name`` with ``properties`` readable as Spark catalog ``name``.
+
+        ``properties`` are pyiceberg-style catalog properties of a ``rest`` catalog (on an
+        S3-protocol store; see ``rest_catalog_properties``) or an SQLite ``sql`` catalog
+        (see ``register_sql_catalog``, whose rules apply). A name is registered for the
+        session's life, as with ``register_sql_catalog``.
+        """
+        java = java_catalog_properties(properties)
+        if properties.get("type") == "sql":
+            sqlite_path = Path(properties["uri"].removeprefix(_SQLITE_URI_PREFIX))
+            self._register(name, java, lambda: _require_catalog_tables(sqlite_path))
+        else:
+            self._register(name, java)
+
     def register_sql_catalog(self, name: str, sqlite_path: Path, warehouse: str) -> None:
         """Make the pyiceberg ``SqlCatalog`` at ``sqlite_path`` readable as Spark catalog ``name``.
 
@@ -117,18 +206,24 @@ class ReferenceReader:
         first used, so this works on a running session; but it keeps the loaded catalog for
         the session's life, so a name cannot be pointed at another database later.
         """
+        properties = jdbc_catalog_properties(sqlite_path, warehouse)
+        self._register(name, properties, lambda: _require_catalog_tables(sqlite_path))
+
+    def _register(
+        self, name: str, properties: dict[str, str], check: Callable[[], None] | None = None
+    ) -> None:
         if not name.isidentifier():
             raise ValueError(f"catalog name must be a plain identifier, got {name!r}")
-        properties = jdbc_catalog_properties(sqlite_path, warehouse)
         registered = self._catalogs.get(name)
         if registered is not None:
             if registered != properties:
                 raise ValueError(
                     f"catalog {name!r} is already registered with {registered}; Spark keeps a loaded "
-                    "catalog for the whole session, so use a new name for another database"
+                    "catalog for the whole session, so use a new name for another catalog"
                 )
             return
-        _require_catalog_tables(sqlite_path)
+        if check is not None:
+            check()
         prefix = f"spark.sql.catalog.{name}"
         self.spark.conf.set(prefix, SPARK_CATALOG_CLASS)
         for key, value in properties.items():
