@@ -381,12 +381,12 @@ def test_table_printer_columns(crds: K8sCluster, namespace: str) -> None:
 def test_group_printer_columns(crds: K8sCluster, namespace: str) -> None:
     assert apply(crds, group("etl", policy="balanced", executors=3), namespace).returncode == 0
     status = OptimizerGroupStatus(
-        ready_executors=2, tables=5, running_tasks=4, pending_tasks=9, selector="a=b"
+        ready_executors=2, threads=2, tables=5, running_tasks=4, pending_tasks=9, selector="a=b"
     )
     patch_status(crds, "og", "etl", namespace, status.model_dump(mode="json", by_alias=True))
     header, row = columns(crds.kubectl("get", "og", "etl", "-n", namespace).stdout)
-    assert header == ["NAME", "POLICY", "EXECUTORS", "READY", "TABLES", "RUNNING TASKS", "AGE"]
-    assert row[:6] == ["etl", "balanced", "3", "2", "5", "4"]
+    assert header == ["NAME", "POLICY", "EXECUTORS", "READY", "THREADS", "TABLES", "RUNNING TASKS", "AGE"]
+    assert row[:7] == ["etl", "balanced", "3", "2", "2", "5", "4"]
 
 
 def test_category_and_short_names(crds: K8sCluster, namespace: str) -> None:

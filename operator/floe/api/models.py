@@ -68,6 +68,12 @@ class OptimizerGroupSpec(_Model):
     executors: int = Field(default=1, ge=0, description="executor pods (0 scales to zero)")
     executor_cores: int = Field(default=1, ge=1, description="task threads per executor")
     executor_memory: Quantity = Field(default=2048 * MiB, description="memory limit of an executor pod")
+    executor_cpu_request: str | None = Field(
+        default=None,
+        pattern=r"^([0-9]+m|[0-9]+(\.[0-9]+)?)$",
+        description="CPU an executor pod requests, a Kubernetes quantity such as 250m (default: "
+        "executorCores); its limit stays executorCores, so small nodes can run executors that burst",
+    )
     image: str | None = Field(default=None, description="optimizer image; the chart's default when unset")
     executor_template: ExecutorTemplate = Field(
         default_factory=ExecutorTemplate, description="tolerations, nodeSelector and affinity of the pods"

@@ -77,7 +77,7 @@ def spark_properties(
         "spark.kubernetes.executor.deleteOnTermination": "true",
         "spark.executor.instances": str(spec.executors),
         "spark.executor.cores": str(spec.executor_cores),
-        "spark.kubernetes.executor.request.cores": str(spec.executor_cores),
+        "spark.kubernetes.executor.request.cores": spec.executor_cpu_request or str(spec.executor_cores),
         "spark.kubernetes.executor.limit.cores": str(spec.executor_cores),
         "spark.executor.memory": f"{memory.heap // MiB}m",
         "spark.executor.memoryOverhead": f"{memory.overhead // MiB}m",
