@@ -508,7 +508,7 @@ def test_a_failed_attempt_is_retried_until_retries_run_out_then_the_process_fail
     group.complete(retry.attempt_id, "o", "boom 2", 20.0)
     [outcome] = group.take_finished()
     assert not outcome.succeeded
-    assert outcome.failures == {doomed.task_id: "boom 2"}
+    assert outcome.failures == {doomed.task_id: "boom 2 (failed 2 of 2 attempts)"}
     assert outcome.results == []
     with pytest.raises(StaleAttempt):  # the rest of the process was cancelled
         group.complete(slow.attempt_id, "o", result(slow.task_id), 30.0)
@@ -556,7 +556,9 @@ def test_an_overlong_attempt_fails_after_the_execute_timeout_and_uses_a_retry() 
     again = run_task(group, "o", 0, 601.0)
     group.expire(1202.0)
     [outcome] = group.take_finished()
-    assert outcome.failures == {again.task_id: "no completion within the execute timeout of 600s"}
+    assert outcome.failures == {
+        again.task_id: "no completion within the execute timeout of 600s (failed 2 of 2 attempts)"
+    }
     for attempt in (stuck, again):
         with pytest.raises(StaleAttempt):
             group.complete(attempt.attempt_id, "o", result(attempt.task_id), 1300.0)

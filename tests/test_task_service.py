@@ -272,7 +272,9 @@ def test_the_keeper_fails_overlong_attempts_using_retries_until_the_process_fail
     service.run_keeper()
     [outcome] = group.take_finished()
     assert not outcome.succeeded
-    assert outcome.failures == {task_id: "no completion within the execute timeout of 600s"}
+    assert outcome.failures == {
+        task_id: "no completion within the execute timeout of 600s (failed 2 of 2 attempts)"
+    }
 
 
 def test_reported_failures_use_retries(service: TaskService) -> None:
@@ -283,7 +285,7 @@ def test_reported_failures_use_retries(service: TaskService) -> None:
     assert group.stats(0.0)["t"].retries == 1
     service.complete(token, take(service, token).attempt_id, failed("out of memory again"))
     [outcome] = group.take_finished()
-    assert outcome.failures == {task_id: "out of memory again"}
+    assert outcome.failures == {task_id: "out of memory again (failed 2 of 2 attempts)"}
 
 
 def test_unregister_gives_tasks_back_without_using_retries(service: TaskService) -> None:

@@ -599,6 +599,8 @@ class GroupScheduler:
             self._poll_order_at = None
             return
         task.status = TaskStatus.FAILED
+        attempts = task.retries + 1
+        task.error = f"{error} (failed {attempts} of {attempts} attempts)" if attempts > 1 else error
         self._cancel_remaining(process, now)
         self._finish(process)
 
