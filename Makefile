@@ -19,11 +19,11 @@ export JAVA_HOME
 PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
 VENV_STAMP := $(VENV)/.floe-installed-$(PYPROJECT_HASH)
 
-LINT_DIRS := $(wildcard operator optimizer_image tests)
+LINT_DIRS := $(wildcard operator optimizer_image tests scripts)
 # mypy fails on a directory without Python files, and optimizer_image may still be empty.
 MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
 
-.PHONY: venv jars k8s-env helm-env moto-env rest-catalog-env lint test demo
+.PHONY: venv jars k8s-env helm-env moto-env rest-catalog-env host-env kind-env images lint test demo cluster cluster-catalog cluster-down
 
 venv: $(VENV_STAMP)
 
@@ -54,12 +54,39 @@ moto-env:
 rest-catalog-env:
 	scripts/rest-catalog/build.sh >/dev/null
 
+# podman (runc, the ulimits kind's nodes need) and debootstrap, installed and configured only where
+# missing; the images are built with podman, and kind runs on it where no Docker engine answers.
+host-env:
+	scripts/host/podman.sh
+
+# kind, its kubectl and the kind node image for tests/e2e, built here and cached by content.
+kind-env: host-env k8s-env
+	scripts/kind/build.sh >/dev/null
+
+# floe's operator and optimizer images, built with podman from this checkout, cached by content.
+images: host-env
+	scripts/images/build.sh >/dev/null
+
+# A local kind cluster with floe installed: `kubectl apply -f examples/kind/`, `kubectl get ot -w`.
+CLUSTER ?= floe
+cluster: kind-env helm-env
+	scripts/kind/cluster.sh up $(CLUSTER) >/dev/null
+	scripts/kind/deploy-floe.sh $(CLUSTER)
+
+# A demo REST catalog on S3 for that cluster, with tables a writer keeps adding small files to; runs
+# until Ctrl-C. Its properties go into the Secret analytics/floe-demo-catalog (examples/kind/).
+cluster-catalog: venv jars moto-env rest-catalog-env
+	$(VENV_PY) scripts/kind/demo-catalog.py --cluster $(CLUSTER)
+
+cluster-down:
+	scripts/kind/cluster.sh down $(CLUSTER)
+
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_DIRS)
 	$(VENV)/bin/ruff format --check $(LINT_DIRS)
 	$(VENV)/bin/mypy --strict $(MYPY_DIRS)
 
-test: venv jars k8s-env helm-env moto-env rest-catalog-env lint
+test: venv jars k8s-env helm-env moto-env rest-catalog-env kind-env images lint
 	@rc=0; $(VENV)/bin/pytest -q || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$rc

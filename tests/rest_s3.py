@@ -17,6 +17,7 @@ are bound to an address both reach.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -298,3 +299,21 @@ def rest_s3_stack(host: str, work_dir: Path, bucket: str = "warehouse") -> Itera
         create_bucket(moto.endpoint, bucket)
         catalog = stack.enter_context(rest_catalog_server(host, moto.endpoint, bucket, work_dir))
         yield RestS3Stack(moto, catalog, bucket)
+
+
+def kind_network_gateway() -> str:
+    """The host's IPv4 address on the network of kind's nodes: pods reach a server bound there
+    through their node, and the host reaches it directly, at the same URL."""
+    if os.environ.get("KIND_EXPERIMENTAL_PROVIDER") == "podman":
+        command = ["podman", "network", "inspect", "kind"]
+    else:
+        command = ["docker", "network", "inspect", "kind"]
+    inspected = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)[0]
+    if "subnets" in inspected:  # podman
+        gateways = [str(s.get("gateway", "")) for s in inspected.get("subnets") or []]
+    else:  # docker
+        gateways = [str(c.get("Gateway", "")) for c in inspected["IPAM"]["Config"]]
+    for gateway in gateways:
+        if gateway and ":" not in gateway:
+            return gateway
+    raise RuntimeError(f"the kind network has no IPv4 gateway: {gateways}")

@@ -1,0 +1,541 @@
+"""floe as users run it: ``helm install`` on a real cluster, a table in a REST catalog on S3,
+compacted by Spark executor pods, scaled, interrupted, and cleaned up.
+
+The tests run in file order and build on each other, as a user's session would: install,
+compact, scale, kill the driver mid-process, break things on purpose, delete the group,
+uninstall. Contents are checked with Iceberg's Java reader through the same REST catalog.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyarrow.fs import FileSelector
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import LongType, NestedField, StringType
+from rest_s3 import RestS3Stack, free_port, kind_network_gateway, s3_filesystem
+
+from floe.commit.row_delta import commit_row_delta
+from floe.local.reference_reader import ReferenceReader
+from floe.local.workload import OrderCdcStream
+from floe.maintenance.reachable import referenced_files
+from floe.tables.scan import scan_table
+from floe.tables.writer import conform, write_position_deletes
+
+from .conftest import (
+    CHART,
+    RELEASE,
+    RELEASE_NAMESPACE,
+    E2ETools,
+    Helm,
+    Kubectl,
+    image_values,
+    wait_for,
+)
+
+NAMESPACE = "analytics"
+GROUP = "e2e"
+TABLE = "e2e.orders"
+CATALOG = "e2e_rest"
+SECRET = "e2e-catalog"
+PROCESS_ID_KEY = "floe.process-id"
+GROUP_PODS = f"floe.dev/group={GROUP}"
+EXECUTOR_PODS = f"{GROUP_PODS},floe.dev/role=executor"
+TASK_LINE = re.compile(r"running task (\S+)-t\d{4} of analytics/orders")
+
+
+@pytest.fixture(scope="module")
+def release(helm: Helm, kubectl: Kubectl, e2e_tools: E2ETools) -> Iterator[None]:
+    """floe installed by its chart, serving namespace ``analytics``."""
+    kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        "--set",
+        f"watchNamespaces={{{NAMESPACE}}}",
+        *image_values(e2e_tools),
+        "--wait",
+        "--timeout",
+        "5m",
+    )
+    yield
+    if RELEASE in helm("list", "-n", RELEASE_NAMESPACE, "-q").split():
+        helm("uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait")
+
+
+@pytest.fixture(scope="module")
+def catalog(data_stack: RestS3Stack) -> RestCatalog:
+    """The REST catalog, as the tests on the host reach it (the pods use the same URLs)."""
+    client = data_stack.client(CATALOG)
+    client.create_namespace("e2e")
+    return client
+
+
+@pytest.fixture(scope="module")
+def orders(catalog: RestCatalog) -> OrderCdcStream:
+    """CDC upserts (small files, equality deletes) plus a position delete: what floe is for."""
+    stream = OrderCdcStream(catalog, TABLE, seed=17)
+    for _ in range(6):
+        stream.upsert_batch(inserts=400, updates=120)
+    _add_position_delete(stream.table)
+    return stream
+
+
+def _add_position_delete(table: Table) -> None:
+    """Delete rows 0 and 1 of one data file with a position-delete file."""
+    table.refresh()
+    scanned = scan_table(table)
+    data = scanned.files.data_files[0]
+    delete = write_position_deletes(
+        table,
+        [(data.path, 0), (data.path, 1)],
+        data.partition.spec_id,
+        scanned.partition_records[data.partition],
+    )
+    commit_row_delta(table, data_files=[], delete_files=[delete])
+
+
+@pytest.fixture(scope="module")
+def reader(reference: ReferenceReader, data_stack: RestS3Stack) -> ReferenceReader:
+    """Iceberg Java's reader, with the REST catalog registered."""
+    reference.register_catalog(CATALOG, data_stack.properties)
+    return reference
+
+
+def _catalog_secret(data_stack: RestS3Stack) -> dict[str, Any]:
+    """The Secret holding the REST catalog's properties, as the tables' catalog.secretRef names it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": SECRET, "namespace": NAMESPACE},
+        "stringData": data_stack.properties,
+    }
+
+
+def _table_status(kubectl: Kubectl) -> dict[str, Any]:
+    return dict(kubectl.json("get", "ot", "orders", "-n", NAMESPACE).get("status") or {})
+
+
+def _group_status(kubectl: Kubectl) -> dict[str, Any]:
+    return dict(kubectl.json("get", "og", GROUP, "-n", NAMESPACE).get("status") or {})
+
+
+def _pods(kubectl: Kubectl, selector: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in kubectl.json("get", "pods", "-n", NAMESPACE, "-l", selector)["items"]
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+
+
+def _driver(kubectl: Kubectl) -> dict[str, Any] | None:
+    pods = _running(_pods(kubectl, f"{GROUP_PODS},floe.dev/role=driver"))
+    return pods[0] if pods else None
+
+
+def _compacted(kubectl: Kubectl, table: Table) -> dict[str, Any] | None:
+    """The table's status once floe has optimized its current snapshot and is idle again."""
+    status = _table_status(kubectl)
+    table.refresh()
+    current = table.current_snapshot()
+    floe_made = current is not None and PROCESS_ID_KEY in current.summary.additional_properties
+    if status.get("state") == "IDLE" and floe_made and status.get("deleteFiles") == 0:
+        return status
+    return None
+
+
+def _live_files(table: Table) -> tuple[int, int]:
+    table.refresh()
+    files = scan_table(table).files
+    return len(files.data_files), len(files.delete_files)
+
+
+def _rows(reader: ReferenceReader, snapshot_id: int | None = None) -> Counter[tuple[Any, ...]]:
+    return Counter(reader.rows(CATALOG, TABLE, snapshot_id))
+
+
+def _new_process(kubectl: Kubectl, driver: str, started: set[str]) -> str | None:
+    """A process the driver has run a task of, other than those in `started`."""
+    running = set(TASK_LINE.findall(kubectl("logs", "-n", NAMESPACE, driver))) - started
+    return next(iter(running), None)
+
+
+def _floe_snapshots(table: Table) -> Counter[str]:
+    """How many snapshots each floe process committed."""
+    table.refresh()
+    return Counter(
+        s.summary.additional_properties[PROCESS_ID_KEY]
+        for s in table.snapshots()
+        if s.summary is not None and PROCESS_ID_KEY in s.summary.additional_properties
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def test_helm_install_runs_the_operator_as_a_pod(
+    release: None, kubectl: Kubectl, e2e_tools: E2ETools
+) -> None:
+    pods = kubectl.json("get", "pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/name=floe")["items"]
+    assert _running(pods), f"no operator pod is running: {[p['status'] for p in pods]}"
+    assert pods[0]["spec"]["containers"][0]["image"] == e2e_tools.operator_image
+    # The task service's Service selects the leading replica, which labels itself.
+    slices = f"kubernetes.io/service-name={RELEASE}-operator"
+    wait_for(
+        "the task service's Service to select the leader",
+        lambda: [
+            e
+            for s in kubectl.json("get", "endpointslices", "-n", RELEASE_NAMESPACE, "-l", slices)["items"]
+            for e in s.get("endpoints") or []
+            if (e.get("conditions") or {}).get("ready")
+        ],
+        timeout_s=120,
+    )
+
+
+def test_table_is_compacted_by_executor_pods(
+    release: None,
+    kubectl: Kubectl,
+    data_stack: RestS3Stack,
+    orders: OrderCdcStream,
+    reader: ReferenceReader,
+) -> None:
+    table = orders.table
+    table.refresh()
+    before_snapshot = table.current_snapshot()
+    assert before_snapshot is not None
+    before_rows = _rows(reader, before_snapshot.snapshot_id)
+    data_before, deletes_before = _live_files(table)
+    assert data_before >= 12 and deletes_before >= 10
+
+    kubectl.apply(
+        [
+            _catalog_secret(data_stack),
+            {
+                "apiVersion": "floe.dev/v1alpha1",
+                "kind": "OptimizerGroup",
+                "metadata": {"name": GROUP, "namespace": NAMESPACE},
+                "spec": {
+                    "executors": 1,
+                    "executorCores": 1,
+                    "executorCpuRequest": "200m",
+                    "executorMemory": "1536Mi",
+                    "heartbeatTimeout": "20s",
+                },
+            },
+            {
+                "apiVersion": "floe.dev/v1alpha1",
+                "kind": "OptimizedTable",
+                "metadata": {"name": "orders", "namespace": NAMESPACE},
+                "spec": {
+                    "table": TABLE,
+                    "group": GROUP,
+                    "catalog": {"name": CATALOG, "secretRef": SECRET},
+                    # Four upsert batches (four files and four equality deletes a partition) trigger.
+                    "minor": {"triggerFileCount": 6},
+                    "minPlanInterval": "5s",
+                },
+            },
+        ]
+    )
+    status = wait_for("floe to compact e2e.orders", lambda: _compacted(kubectl, table), timeout_s=480)
+
+    data_after, deletes_after = _live_files(table)
+    assert deletes_after == 0 and data_after < data_before
+    assert (status["dataFiles"], status["deleteFiles"]) == (data_after, 0)
+    assert _rows(reader) == before_rows, "Iceberg Java reads other rows after floe's commit"
+
+    # The rewrite ran in the executor pod: its JVM ran each Spark task in a Python worker and
+    # sent the result back; the driver only handed floe's tasks to Spark.
+    executors = _running(_pods(kubectl, EXECUTOR_PODS))
+    assert len(executors) == 1
+    executor_log = kubectl("logs", "-n", NAMESPACE, executors[0]["metadata"]["name"])
+    finished = re.findall(
+        r"Executor: Finished task .* \(TID \d+\)\. \d+ bytes result sent to driver", executor_log
+    )
+    assert finished and "PythonRunner" in executor_log, executor_log[-3000:]
+    driver = _driver(kubectl)
+    assert driver is not None
+    driver_log = kubectl("logs", "-n", NAMESPACE, driver["metadata"]["name"])
+    handed = re.findall(r"running task e2e\.orders-\S+ of analytics/orders", driver_log)
+    assert 0 < len(handed) <= len(finished), (handed, finished)
+
+    table_line = kubectl("get", "ot", "-n", NAMESPACE).splitlines()
+    assert re.search(
+        rf"\borders\s+{GROUP}\s+{re.escape(TABLE)}\s+IDLE\b.*\s{data_after}\s+0\s", table_line[1]
+    ), table_line
+
+
+def test_scale_brings_a_second_executor_without_restarting_the_driver(
+    release: None, kubectl: Kubectl
+) -> None:
+    driver = _driver(kubectl)
+    assert driver is not None
+    kubectl("scale", "og", GROUP, "-n", NAMESPACE, "--replicas", "2")
+    wait_for(
+        "two executors ready and two threads registered",
+        lambda: (s := _group_status(kubectl)).get("readyExecutors") == 2 and s.get("threads") == 2,
+        timeout_s=240,
+    )
+    assert len(_running(_pods(kubectl, EXECUTOR_PODS))) == 2
+    still = _driver(kubectl)
+    assert still is not None and still["metadata"]["uid"] == driver["metadata"]["uid"]
+    columns = kubectl("get", "og", GROUP, "-n", NAMESPACE).splitlines()
+    assert re.search(rf"^{GROUP}\s+quota\s+2\s+2\s+2\s+1\s", columns[1]), columns
+
+
+def test_driver_killed_mid_process_commits_once_and_loses_nothing(
+    release: None, kubectl: Kubectl, data_stack: RestS3Stack, orders: OrderCdcStream, reader: ReferenceReader
+) -> None:
+    table = orders.table
+    for _attempt in range(3):
+        # Enough rows that a task takes seconds in an executor: the kill lands while it runs.
+        for _ in range(4):
+            orders.upsert_batch(inserts=250_000, updates=2_000)
+        table.refresh()
+        start = table.current_snapshot()
+        assert start is not None
+        expected = _rows(reader, start.snapshot_id)
+        driver = _driver(kubectl)
+        assert driver is not None
+        old_uid, driver_name = driver["metadata"]["uid"], driver["metadata"]["name"]
+        started = set(TASK_LINE.findall(kubectl("logs", "-n", NAMESPACE, driver_name)))
+        # The driver logs each task it hands to Spark: kill it as soon as one of a new process runs.
+        process = wait_for(
+            "the driver to run a task of a new process",
+            functools.partial(_new_process, kubectl, driver_name, started),
+            timeout_s=240,
+            interval_s=0.5,
+        )
+        killed_at = time.time()
+        kubectl("delete", "pod", "-n", NAMESPACE, driver_name, "--grace-period=0", "--force")
+        new_driver = wait_for(
+            "a new driver pod",
+            lambda: (
+                (d := _driver(kubectl)) is not None
+                and d["metadata"]["uid"] != old_uid  # noqa: B023 (used at once)
+                and d
+            ),
+            timeout_s=180,
+        )
+        assert new_driver
+        wait_for("the process to commit after the kill", lambda: _compacted(kubectl, table), timeout_s=480)
+        committed = _floe_snapshots(table)
+        assert all(count == 1 for count in committed.values()), f"a process committed twice: {committed}"
+        mine = [
+            s for s in table.snapshots() if s.summary.additional_properties.get(PROCESS_ID_KEY) == process
+        ]
+        assert _rows(reader) == expected, "rows changed across the driver's death"
+        if mine and mine[0].timestamp_ms / 1000 > killed_at:
+            break  # the process was in flight when its driver died, and committed once, later
+    else:
+        pytest.fail("three times the process committed before its driver could be killed")
+
+    # The killed attempt's files were removed by floe: every file the process wrote is committed.
+    data_dir = f"{data_stack.bucket}/warehouse"
+    referenced = {
+        p.split("://", 1)[1]
+        for p in referenced_files(table.io, table.snapshots(), live_only=False).all_paths()
+    }
+    written = [
+        info.path
+        for info in s3_filesystem(data_stack.moto.endpoint).get_file_info(
+            FileSelector(data_dir, recursive=True)
+        )
+        if info.base_name.startswith(f"{process}-t")
+    ]
+    assert written, f"no file of {process} under {data_dir}"
+    assert set(written) <= referenced, f"left behind: {sorted(set(written) - referenced)}"
+
+
+def test_unreachable_catalog_is_a_condition_and_an_event(release: None, kubectl: Kubectl) -> None:
+    closed = f"http://{kind_network_gateway()}:{free_port(kind_network_gateway())}"
+    kubectl.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "e2e-unreachable", "namespace": NAMESPACE},
+                "stringData": {"type": "rest", "uri": closed},
+            },
+            {
+                "apiVersion": "floe.dev/v1alpha1",
+                "kind": "OptimizedTable",
+                "metadata": {"name": "unreachable", "namespace": NAMESPACE},
+                "spec": {
+                    "table": "e2e.nothing",
+                    "group": GROUP,
+                    "catalog": {"name": "x", "secretRef": "e2e-unreachable"},
+                },
+            },
+        ]
+    )
+
+    def degraded() -> dict[str, Any] | None:
+        status = kubectl.json("get", "ot", "unreachable", "-n", NAMESPACE).get("status") or {}
+        found = [c for c in status.get("conditions", []) if c["type"] == "Degraded" and c["status"] == "True"]
+        return found[0] if found else None
+
+    condition = wait_for("the table to be Degraded", degraded, timeout_s=120)
+    assert closed.split("//")[1] in condition["message"] or "connect" in condition["message"].lower(), (
+        condition
+    )
+    events = wait_for(
+        "a Warning Event on the table",
+        lambda: [
+            e for e in kubectl.events(NAMESPACE, "OptimizedTable", "unreachable") if e["type"] == "Warning"
+        ],
+        timeout_s=60,
+    )
+    assert events
+    kubectl("delete", "ot", "unreachable", "-n", NAMESPACE, "--wait=true")
+
+
+def test_missing_image_is_a_condition_and_an_event(release: None, kubectl: Kubectl) -> None:
+    image = "localhost/floe-optimizer:no-such-tag"
+    kubectl.apply(
+        {
+            "apiVersion": "floe.dev/v1alpha1",
+            "kind": "OptimizerGroup",
+            "metadata": {"name": "noimage", "namespace": NAMESPACE},
+            "spec": {"executors": 1, "image": image},
+        }
+    )
+
+    def degraded() -> dict[str, Any] | None:
+        status = kubectl.json("get", "og", "noimage", "-n", NAMESPACE).get("status") or {}
+        found = [c for c in status.get("conditions", []) if c["type"] == "Degraded" and c["status"] == "True"]
+        return found[0] if found and found[0]["reason"] == "DriverImagePullFailed" else None
+
+    condition = wait_for("the group to be Degraded by its image", degraded, timeout_s=120)
+    assert image in condition["message"], condition
+    events = wait_for(
+        "a DriverImagePullFailed Event",
+        lambda: [
+            e
+            for e in kubectl.events(NAMESPACE, "OptimizerGroup", "noimage")
+            if e["reason"] == "DriverImagePullFailed"
+        ],
+        timeout_s=60,
+    )
+    assert image in events[0]["message"]
+    kubectl("delete", "og", "noimage", "-n", NAMESPACE, "--wait=true")
+
+
+def test_deleting_the_group_removes_every_pod_it_owned(release: None, kubectl: Kubectl) -> None:
+    assert _pods(kubectl, GROUP_PODS), "the group has no pods to remove"
+    kubectl("delete", "og", GROUP, "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+    wait_for(
+        "the group's pods to go",
+        lambda: not kubectl.json("get", "pods", "-n", NAMESPACE, "-l", GROUP_PODS)["items"],
+        timeout_s=180,
+    )
+    for kind in ("service", "configmap", "serviceaccount", "role", "rolebinding"):
+        assert not kubectl.json("get", kind, "-n", NAMESPACE, "-l", GROUP_PODS)["items"], kind
+
+
+def test_executor_oom_kill_is_an_event_and_the_task_is_retried(
+    release: None, kubectl: Kubectl, data_stack: RestS3Stack, catalog: RestCatalog
+) -> None:
+    # A table with a sort order: a task sorts its rows in memory, in runs of up to 1 GiB of Arrow
+    # data, which an executor with a 1Gi limit cannot hold, as one sized too small for its table.
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "payload", StringType()))
+    wide = catalog.create_table(
+        "e2e.wide",
+        schema,
+        sort_order=SortOrder(SortField(source_id=1, transform=IdentityTransform())),
+        properties={"format-version": "2"},
+    )
+    rows = 700_000
+    for part in range(2):
+        ids = pa.array(range(part * rows, (part + 1) * rows), pa.int64())
+        wide.append(conform(wide, pa.table({"id": ids, "payload": pa.array(["x" * 1000] * rows)})))
+    kubectl.apply(_catalog_secret(data_stack))
+    kubectl.apply(
+        [
+            {
+                "apiVersion": "floe.dev/v1alpha1",
+                "kind": "OptimizerGroup",
+                "metadata": {"name": "small", "namespace": NAMESPACE},
+                "spec": {"executors": 1, "executorCpuRequest": "200m", "executorMemory": "1Gi"},
+            },
+            {
+                "apiVersion": "floe.dev/v1alpha1",
+                "kind": "OptimizedTable",
+                "metadata": {"name": "wide", "namespace": NAMESPACE},
+                "spec": {
+                    "table": "e2e.wide",
+                    "group": "small",
+                    "catalog": {"name": CATALOG, "secretRef": SECRET},
+                    "minor": {"triggerFileCount": 2},
+                    "execute": {"numRetries": 1},
+                },
+            },
+        ]
+    )
+    events = wait_for(
+        "an ExecutorOOMKilled Event on the group",
+        lambda: [
+            e
+            for e in kubectl.events(NAMESPACE, "OptimizerGroup", "small")
+            if e["reason"] == "ExecutorOOMKilled"
+        ],
+        timeout_s=480,
+    )
+    assert "1Gi" in events[0]["message"] and "executorMemory" in events[0]["message"], events[0]
+    conditions = (kubectl.json("get", "og", "small", "-n", NAMESPACE).get("status") or {}).get(
+        "conditions", []
+    )
+    assert any(c["type"] == "Degraded" and c["reason"] == "ExecutorOOMKilled" for c in conditions), conditions
+
+    def failed() -> str | None:
+        result = str(
+            (kubectl.json("get", "ot", "wide", "-n", NAMESPACE).get("status") or {}).get("lastResult") or ""
+        )
+        return result if "failed 2 of 2 attempts" in result else None
+
+    result = wait_for("the task to be retried, and the process to fail", failed, timeout_s=480)
+    assert "exit code 137" in result or "OOM" in result, result
+    assert wide.refresh().current_snapshot() is not None
+    assert PROCESS_ID_KEY not in (wide.current_snapshot().summary.additional_properties), "the table changed"
+    kubectl("delete", "ot", "wide", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+    kubectl("delete", "og", "small", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+
+
+def test_helm_uninstall_removes_the_rest(release: None, helm: Helm, kubectl: Kubectl) -> None:
+    kubectl("delete", "ot", "--all", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+    helm("uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait")
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    for namespace in (RELEASE_NAMESPACE, NAMESPACE):
+        for kind in ("deployment", "pods", "service", "secret", "role", "rolebinding", "serviceaccount"):
+            wait_for(
+                f"no {kind} of the release in {namespace}",
+                lambda kind=kind, namespace=namespace: (
+                    not kubectl.json("get", kind, "-n", namespace, "-l", selector)["items"] or None
+                ),
+                timeout_s=120,
+            )
+    # Helm never deletes CRDs; the users' resources are gone with them still installed.
+    assert kubectl("get", "crd", "optimizergroups.floe.dev", "-o", "name").strip()
+    with pytest.raises(subprocess.CalledProcessError):
+        kubectl("get", "secret", "floe-registration", "-n", NAMESPACE)
