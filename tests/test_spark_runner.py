@@ -12,8 +12,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
-from floe.optimizer.spark_runner import TaskOutcome, run_tasks_on_spark
-from floe.optimizer.task_spec import InputDataFile, RewriteTaskSpec
+from floe.optimizer.spark_runner import TaskOutcome, describe_job_failure, run_tasks_on_spark
+from floe.optimizer.task_spec import OUT_OF_MEMORY, InputDataFile, RewriteTaskSpec
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),
@@ -83,3 +83,23 @@ def test_tasks_run_on_spark_and_a_failure_stays_with_its_task(spark: SparkSessio
 
 def test_no_tasks_submit_nothing(spark: SparkSession) -> None:
     assert run_tasks_on_spark(spark, []) == []
+
+
+def test_a_job_lost_to_memory_is_named_so_without_java_frames() -> None:
+    spark_error = (
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.runJob.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 "
+        "times, most recent failure: Lost task 0.0 in stage 3.0 (TID 3) (10.244.0.30 executor 1): "
+        "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.hasNext(PythonRunner.scala:525)\n"
+        "Caused by: java.io.EOFException\n"
+        "\t... 32 more\n"
+    )
+    described = describe_job_failure(spark_error)
+    assert described.startswith(f"{OUT_OF_MEMORY}: ") and "spec.executorMemory" in described
+    assert "Python worker exited unexpectedly (crashed)" in described
+    assert "\tat " not in described and "32 more" not in described
+    lost = "ExecutorLostFailure (executor 2 exited caused by one of the running tasks) Reason: exit code 137"
+    assert describe_job_failure(lost).startswith(OUT_OF_MEMORY)
+    other = describe_job_failure("Job aborted: FileNotFoundException: s3://b/x.parquet\n\tat a.b(C.java:1)")
+    assert other == "Spark job failed: Job aborted: FileNotFoundException: s3://b/x.parquet"

@@ -22,12 +22,13 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from floe.api.models import OptimizedTable
+from floe.api.models import API_VERSION, OptimizedTable
 from floe.controller.kube import Kube, load_config
 from floe.controller.leader import CHECK_INTERVAL_S, Leadership, random_priority
-from floe.controller.pod_health import PodProblemLog
+from floe.controller.pod_health import PodProblem, PodProblemLog
 from floe.controller.secrets import RedactingFilter, Redactor, with_catalog_properties
 from floe.controller.status import TableStatusFlusher
+from floe.optimizer.task_spec import OUT_OF_MEMORY
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
@@ -231,10 +232,23 @@ class Controller:
         return 1
 
     def on_engine_event(self, event: EngineEvent) -> None:
-        """An engine event becomes a Kubernetes Event on its OptimizedTable (redacted)."""
+        """An engine event becomes a Kubernetes Event on its OptimizedTable (redacted).
+
+        A task lost to an executor's memory is the group's problem too: the Event goes to the
+        group as well, and its Degraded condition names it (`PodProblemLog`).
+        """
         involved = self.tables.get(event.table_id)
-        if involved is not None:
-            self.kube.event(involved.as_dict(), event.kind, event.reason, self.redact(event.message))
+        if involved is None:
+            return
+        message = self.redact(event.message)
+        self.kube.event(involved.as_dict(), event.kind, event.reason, message)
+        resource = self.resources.get(event.table_id)
+        if event.reason == OUT_OF_MEMORY and resource is not None:
+            group, namespace = resource.spec.group, involved.namespace
+            problem = PodProblem(group, "", f"process:{message.split(':', 1)[0]}", OUT_OF_MEMORY, message, 0)
+            self.pod_problems.record(namespace, [problem], self.engine.clock())
+            owner = InvolvedObject(API_VERSION, "OptimizerGroup", group, namespace, "")
+            self.kube.event(owner.as_dict(), event.kind, event.reason, f"table {involved.name}: {message}")
 
 
 def post_event(controller: Controller, body: kopf.Body, kind: str, reason: str, message: str) -> None:

@@ -8,6 +8,7 @@ else.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -17,7 +18,7 @@ from pyspark import RDD, SparkContext, inheritable_thread_target
 from pyspark.sql import SparkSession
 
 from floe.optimizer.rewrite import run_rewrite_task
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
+from floe.optimizer.task_spec import OUT_OF_MEMORY, RewriteTaskResult, RewriteTaskSpec
 
 MAX_ERROR_CHARS = 4000
 """Longer error texts (Spark's carry whole JVM stack traces) are cut to this length."""
@@ -76,10 +77,32 @@ def _run_job(context: SparkContext, tasks: RDD[str], index: int, task_id: str, j
     try:
         rows: list[tuple[str, str | None, str | None]] = context.runJob(tasks, _run_partition, [index])
     except Exception as exc:
-        return TaskOutcome(task_id, None, _clip(f"Spark job failed: {exc}"))
+        return TaskOutcome(task_id, None, _clip(describe_job_failure(str(exc))))
     [(_, result_json, error)] = rows
     result = RewriteTaskResult.model_validate_json(result_json) if result_json is not None else None
     return TaskOutcome(task_id, result, error)
+
+
+def describe_job_failure(message: str) -> str:
+    """A failed Spark job's error without its Java stack frames, named for what a user can do.
+
+    An executor, or the Python worker doing the rewrite inside it, killed for memory (the
+    kernel picks the worker, the largest process, when the pod's cgroup is full; Kubernetes
+    reports the whole container only when the kill takes it) becomes `OUT_OF_MEMORY`.
+    """
+    kept = [
+        line.strip()
+        for line in message.splitlines()
+        if line.strip() and not line.startswith("\tat ") and not _ELIDED_FRAMES.match(line)
+    ]
+    text = " ".join(kept)
+    if any(sign in message for sign in _KILLED_FOR_MEMORY):
+        return (
+            f"{OUT_OF_MEMORY}: the executor or its Python worker was killed while rewriting, most "
+            f"likely for using more than the executor pod's memory limit; raise spec.executorMemory. "
+            f"Spark: {text}"
+        )
+    return f"Spark job failed: {text}"
 
 
 def _run_partition(spec_jsons: Iterable[str]) -> Iterator[tuple[str, str | None, str | None]]:
@@ -92,6 +115,15 @@ def _run_partition(spec_jsons: Iterable[str]) -> Iterator[tuple[str, str | None,
             yield spec.task_id, None, _clip(f"{type(exc).__name__}: {exc}")
         else:
             yield spec.task_id, result.model_dump_json(), None
+
+
+_KILLED_FOR_MEMORY = (
+    "Python worker exited unexpectedly (crashed)",
+    "exit code 137",
+    "possible container OOM",
+    "OOMKilled",
+)
+_ELIDED_FRAMES = re.compile(r"^\s*\.\.\. \d+ more$")
 
 
 def _clip(text: str) -> str:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+OUT_OF_MEMORY = "ExecutorOutOfMemory"
+"""How a task's error starts when its executor, or the Python worker in it, was killed for memory."""
+
 
 class _Wire(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

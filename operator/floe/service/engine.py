@@ -33,6 +33,7 @@ from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.report import MaintenanceJob
 from floe.optimizer.leftovers import remove_uncommitted_outputs
 from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
+from floe.optimizer.task_spec import OUT_OF_MEMORY
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
 from floe.scheduling.queue import GroupScheduler, ProcessOutcome
@@ -568,6 +569,8 @@ class OptimizingEngine:
                 self._register_in_group(runtime, left_group=flight.group)
             self.service.metrics.commits.labels(flight.group, "failed").inc()
             self._emit(runtime.table_id, "Warning", "OptimizingFailed", f"{outcome.process_id}: {exc}")
+            if OUT_OF_MEMORY in str(exc):
+                self._emit(runtime.table_id, "Warning", OUT_OF_MEMORY, f"{outcome.process_id}: {exc}")
             return
         self._discard(outcome, flight, committed=frozenset(f.file_path for f in request.added_files))
         summary = (
