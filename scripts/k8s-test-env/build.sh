@@ -86,16 +86,6 @@ started=$SECONDS
 log "building $KEY with Go $go_version (GOPROXY=$(go env GOPROXY), go build -p=${FLOE_K8S_BUILD_JOBS:-2})"
 log "work dir $WORK_DIR; module and build caches under $CACHE_ROOT/go"
 
-# download_field MODULE@VERSION FIELD: the field (Dir, GoMod, ...) of `go mod download -json`.
-download_field() {
-    local json
-    json="$(cd "$WORK_DIR" && "${NICE[@]}" go mod download -json "$1")" || {
-        printf '%s\n' "$json" >&2
-        return 1
-    }
-    printf '%s\n' "$json" | sed -n "s/^[[:space:]]*\"$2\": \"\\(.*\\)\",\{0,1\}\$/\\1/p"
-}
-
 # fill_template TEMPLATE OUT NAME=VALUE...: replaces each @NAME@ in TEMPLATE with VALUE.
 fill_template() {
     local template="$1" out="$2" pair text

@@ -151,16 +151,6 @@ mkdir -p "$WORK_DIR"
 started=$SECONDS
 log "Go $go_version, GOPROXY=$GOPROXY, go build -p=$JOBS"
 
-# download_field MODULE@VERSION FIELD: the field (Dir, GoMod, ...) of `go mod download -json`.
-download_field() {
-    local json
-    json="$(cd "$WORK_DIR" && "${NICE[@]}" go mod download -json "$1")" || {
-        printf '%s\n' "$json" >&2
-        return 1
-    }
-    printf '%s\n' "$json" | sed -n "s/^[[:space:]]*\"$2\": \"\\(.*\\)\",\{0,1\}\$/\\1/p"
-}
-
 # podman_build TAG CONTAINERFILE CONTEXT [BUILD-ARG...]
 podman_build() {
     local tag="$1" file="$2" context="$3" arg args=()

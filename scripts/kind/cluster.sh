@@ -25,11 +25,9 @@ STATE_DIR="${FLOE_CACHE_DIR:-$HOME/.cache/floe}/kind"
 CONFIG="$SCRIPT_DIR/cluster.yaml"
 WAIT="${FLOE_KIND_WAIT:-180s}"
 
-log() { printf '[kind-cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() {
-    log "ERROR: $*"
-    exit 1
-}
+LOG_TAG=kind-cluster
+# shellcheck source=scripts/lib/cached-build.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/cached-build.sh" # log, die
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
     exit "${1:-2}"

@@ -11,11 +11,9 @@ set -euo pipefail
 
 SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops)
 
-log() { printf '[host-sysctls %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() {
-    log "ERROR: $*"
-    exit 1
-}
+LOG_TAG=host-sysctls
+# shellcheck source=scripts/lib/cached-build.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/cached-build.sh" # log, die
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
     exit "${1:-2}"

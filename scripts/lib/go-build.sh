@@ -9,6 +9,8 @@
 #   go_build_prepare JOBS NICE    check Go, take the cache's build lock (and exit if a
 #                                 concurrent run built it meanwhile), export an isolated Go
 #                                 environment, set go_version and NICE (the command prefix)
+#   download_field MOD@VER FIELD  the field (Dir, GoMod, ...) of `go mod download -json`, run in
+#                                 $WORK_DIR under $NICE
 
 # shellcheck source=scripts/lib/cached-build.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cached-build.sh"
@@ -34,4 +36,14 @@ go_build_prepare() {
     export GOFLAGS="-modcacherw -buildvcs=false -trimpath -p=$jobs"
     # shellcheck disable=SC2034 # the sourcing script runs its go commands under it
     NICE=(nice -n "$niceness")
+}
+
+# download_field MODULE@VERSION FIELD: the field (Dir, GoMod, ...) of `go mod download -json`.
+download_field() {
+    local json
+    json="$(cd "$WORK_DIR" && "${NICE[@]}" go mod download -json "$1")" || {
+        printf '%s\n' "$json" >&2
+        return 1
+    }
+    printf '%s\n' "$json" | sed -n "s/^[[:space:]]*\"$2\": \"\\(.*\\)\",\{0,1\}\$/\\1/p"
 }
