@@ -37,8 +37,8 @@ for archive in "$FLOE_OPERATOR_ARCHIVE" "$FLOE_OPTIMIZER_ARCHIVE"; do
 done
 "$helm" upgrade --install floe "$REPO/charts/floe" --kubeconfig "$kubeconfig" \
     --namespace floe-system --create-namespace \
-    --set "image.repository=${FLOE_OPERATOR_IMAGE%:*}" --set "image.tag=${FLOE_OPERATOR_IMAGE##*:}" \
+    --set "image.repository=${FLOE_OPERATOR_IMAGE%:*}" --set-string "image.tag=${FLOE_OPERATOR_IMAGE##*:}" \
     --set image.pullPolicy=Never \
-    --set "optimizerImage.repository=${FLOE_OPTIMIZER_IMAGE%:*}" --set "optimizerImage.tag=${FLOE_OPTIMIZER_IMAGE##*:}" \
+    --set "optimizerImage.repository=${FLOE_OPTIMIZER_IMAGE%:*}" --set-string "optimizerImage.tag=${FLOE_OPTIMIZER_IMAGE##*:}" \
     --wait --timeout 5m "$@" >&2
 echo "floe is installed in cluster $name: export KUBECONFIG=$kubeconfig" >&2

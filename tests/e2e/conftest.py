@@ -150,6 +150,12 @@ def kind_cluster(request: pytest.FixtureRequest, e2e_tools: E2ETools) -> Iterato
         cluster.create(config_file=KIND_CONFIG)
         cluster.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=180s")
         cluster.kubectl("-n", "kube-system", "rollout", "status", "deploy/coredns", "--timeout=180s")
+        # Pods of a namespace are refused until its default ServiceAccount exists.
+        wait_for(
+            "the default ServiceAccount",
+            lambda: cluster.kubectl("get", "serviceaccount", "default", "-o", "name").strip(),
+            timeout_s=120,
+        )
         for key in ("FLOE_OPERATOR_ARCHIVE", "FLOE_OPTIMIZER_ARCHIVE"):
             subprocess.run(
                 [str(e2e_tools.kind), "load", "image-archive", e2e_tools.images[key], "--name", name],
@@ -179,8 +185,8 @@ def data_stack(kind_cluster: KindCluster, tmp_path_factory: pytest.TempPathFacto
         yield stack
 
 
-class KubectlError(subprocess.CalledProcessError):
-    """A failed kubectl run; its message carries what kubectl said."""
+class CommandError(subprocess.CalledProcessError):
+    """A failed kubectl or helm run; its message carries what the command said."""
 
     def __str__(self) -> str:
         return f"{super().__str__()}: {self.stderr.strip()}"
@@ -203,7 +209,7 @@ class Kubectl:
             check=False,
         )
         if result.returncode != 0:
-            raise KubectlError(result.returncode, ["kubectl", *args], result.stdout, result.stderr)
+            raise CommandError(result.returncode, ["kubectl", *args], result.stdout, result.stderr)
         return result.stdout
 
     def json(self, *args: str) -> Any:
@@ -235,13 +241,16 @@ class Helm:
     kubeconfig: Path
 
     def __call__(self, *args: str) -> str:
-        """Run helm; raises CalledProcessError on failure."""
-        return subprocess.run(
+        """Run helm; raises CommandError (with what helm said) on failure."""
+        result = subprocess.run(
             [str(self.binary), "--kubeconfig", str(self.kubeconfig), *args],
             capture_output=True,
             text=True,
-            check=True,
-        ).stdout
+            check=False,
+        )
+        if result.returncode != 0:
+            raise CommandError(result.returncode, ["helm", *args], result.stdout, result.stderr)
+        return result.stdout
 
 
 @pytest.fixture(scope="session")
@@ -255,5 +264,6 @@ def image_values(tools: E2ETools) -> list[str]:
     values = []
     for key, image in (("image", tools.operator_image), ("optimizerImage", tools.optimizer_image)):
         repository, tag = image.rsplit(":", 1)
-        values += ["--set", f"{key}.repository={repository}", "--set", f"{key}.tag={tag}"]
+        # --set-string: a content key of digits only would otherwise become a number.
+        values += ["--set", f"{key}.repository={repository}", "--set-string", f"{key}.tag={tag}"]
     return [*values, "--set", "image.pullPolicy=Never"]
