@@ -308,17 +308,17 @@ def test_driver_killed_mid_process_commits_once_and_loses_nothing(
 ) -> None:
     table = orders.table
     for _attempt in range(3):
+        driver = _driver(kubectl)
+        assert driver is not None
+        old_uid, driver_name = driver["metadata"]["uid"], driver["metadata"]["name"]
+        # Before writing: floe may start the new process while the batches are still landing.
+        started = set(TASK_LINE.findall(kubectl("logs", "-n", NAMESPACE, driver_name)))
         # Enough rows that a task takes seconds in an executor: the kill lands while it runs.
         for _ in range(4):
             orders.upsert_batch(inserts=250_000, updates=2_000)
         table.refresh()
         start = table.current_snapshot()
         assert start is not None
-        expected = _rows(reader, start.snapshot_id)
-        driver = _driver(kubectl)
-        assert driver is not None
-        old_uid, driver_name = driver["metadata"]["uid"], driver["metadata"]["name"]
-        started = set(TASK_LINE.findall(kubectl("logs", "-n", NAMESPACE, driver_name)))
         # The driver logs each task it hands to Spark: kill it as soon as one of a new process runs.
         process = wait_for(
             "the driver to run a task of a new process",
@@ -338,6 +338,7 @@ def test_driver_killed_mid_process_commits_once_and_loses_nothing(
             timeout_s=180,
         )
         assert new_driver
+        expected = _rows(reader, start.snapshot_id)
         wait_for("the process to commit after the kill", lambda: _compacted(kubectl, table), timeout_s=480)
         committed = _floe_snapshots(table)
         assert all(count == 1 for count in committed.values()), f"a process committed twice: {committed}"
