@@ -120,6 +120,21 @@ def test_bad_group_policy(tmp_path: Path) -> None:
         load_manifests(path)
 
 
+@pytest.mark.parametrize("request_", ["250m", "1", "0.5"])
+def test_group_executor_cpu_request(tmp_path: Path, request_: str) -> None:
+    path = tmp_path / "g.yaml"
+    path.write_text(GOOD.replace("policy: balanced", f"policy: balanced, executorCpuRequest: '{request_}'"))
+    group = next(m for m in load_manifests(path) if m.kind == "OptimizerGroup")
+    assert group.spec.executor_cpu_request == request_
+
+
+def test_bad_group_executor_cpu_request_names_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "g.yaml"
+    path.write_text(GOOD.replace("policy: balanced", "policy: balanced, executorCpuRequest: lots"))
+    with pytest.raises(ManifestError, match=r"spec.executorCpuRequest: String should match pattern"):
+        load_manifests(path)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
