@@ -209,6 +209,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         standalone=args.standalone,
         registration_token=token,
         peering_lifetime_s=args.peering_lifetime,
+        create_peering_objects=not args.no_create_peering,
         secret_interval_s=args.secret_interval,
         liveness_endpoint=args.liveness,
     )
@@ -272,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--namespace", action="append", help="watch only this namespace (repeatable)")
     op.add_argument("--service-port", type=int, default=7070, help="task service port (default 7070)")
     op.add_argument("--standalone", action="store_true", help="no peering: this replica always leads")
+    op.add_argument(
+        "--no-create-peering",
+        action="store_true",
+        help="the peering objects are made by whoever installs floe (the Helm chart): wait for them "
+        "instead of creating them, which would race the install",
+    )
     op.add_argument(
         "--registration-token-file",
         metavar="PATH",

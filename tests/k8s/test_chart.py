@@ -283,6 +283,7 @@ def test_deployment_is_locked_down(helm_offline: Helm, tmp_path: Path) -> None:
         "--registration-token-file=/etc/floe/registration-token/token",
         "--liveness=http://0.0.0.0:8081/healthz",
         "--peering-lifetime=60",
+        "--no-create-peering",
         "--secret-interval=30",
         "--namespace=a",
     ]

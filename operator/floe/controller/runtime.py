@@ -55,6 +55,9 @@ class OperatorConfig:
     tick_interval_s: float = 1.0
     status_interval_s: float = 5.0
     refresh_interval_s: float = 10.0
+    create_peering_objects: bool = True
+    """Create the (Cluster)KopfPeering objects when missing; the Helm chart makes its own, and an
+    operator creating them too could beat `helm install` to it, which then fails."""
     peering_lifetime_s: int = 60
     """How long a replica's peering record counts without renewal: a crashed leader's successor
     takes over after at most this long (a replica that stops cleanly removes its record at once)."""
@@ -148,7 +151,8 @@ class Controller:
 
     def start(self) -> None:
         """Serve the task service and start ticking (as leader) in the background."""
-        self.leadership.ensure_peering_objects()
+        if self.config.create_peering_objects:
+            self.leadership.ensure_peering_objects()
         self.server.start()
         self._thread = threading.Thread(target=self._loop, name="floe-engine", daemon=True)
         self._thread.start()
