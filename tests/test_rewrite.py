@@ -25,7 +25,9 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import (
     DoubleType,
     IntegerType,
+    ListType,
     LongType,
+    MapType,
     NestedField,
     PrimitiveType,
     StringType,
@@ -657,3 +659,28 @@ def test_data_file_larger_than_the_delete_limit_streams(tmp_path: Path) -> None:
     assert (result.rows_read, result.rows_deleted) == (1_000_000, 1)
     assert len(result.files) > 1
     assert report["peak"] < arrow_bytes / 2, (report["peak"], arrow_bytes)
+
+
+def test_list_and_map_columns_are_rewritten(tmp_path: Path) -> None:
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "tags", ListType(3, StringType()), required=False),
+        NestedField(4, "attrs", MapType(5, StringType(), 6, LongType()), required=False),
+    )
+    columns = {
+        "id": [1, 2, 3],
+        "tags": [["a", "b"], [], None],
+        "attrs": [[("k", 1)], None, [("x", 2), ("y", 3)]],
+    }
+    path = _write(tmp_path / "nested.parquet", schema, columns)
+    size = path.stat().st_size
+    data = InputDataFile(path=str(path), record_count=3, size_bytes=size, data_sequence_number=1)
+    deletes = _position_deletes(tmp_path, "pos.parquet", [(str(path), 1)], seq=1)
+
+    result = run_rewrite_task(_spec(tmp_path, [data], [deletes], schema=schema))
+
+    assert (result.rows_read, result.rows_deleted) == (3, 1)
+    assert pq.read_table(result.files[0].path).to_pylist() == [
+        {"id": 1, "tags": ["a", "b"], "attrs": [("k", 1)]},
+        {"id": 3, "tags": None, "attrs": [("x", 2), ("y", 3)]},
+    ]

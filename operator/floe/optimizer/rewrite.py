@@ -39,7 +39,7 @@ from pyiceberg.schema import Accessor, Schema, build_position_accessors, prune_c
 from pyiceberg.table.name_mapping import NameMapping, parse_mapping_from_json
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
-from pyiceberg.types import DoubleType, FloatType
+from pyiceberg.types import DoubleType, FloatType, ListType, MapType
 
 from floe.optimizer.layout import OrderedRows
 from floe.optimizer.task_spec import (
@@ -202,7 +202,7 @@ class _SchemaResolver:
         key = (_schema_key(arrow_schema), id(requested))
         if key not in self._projections:
             projected = prune_columns(
-                self.file_schema(arrow_schema), requested.field_ids, select_full_types=False
+                self.file_schema(arrow_schema), _selectable_ids(requested), select_full_types=False
             )
             # The projection keeps a file's string/large_string flavour; one Arrow type per field
             # lets batches of different files be compared and written together.
@@ -212,6 +212,16 @@ class _SchemaResolver:
             identity = _same_fields(projected, requested) and read_types.equals(target, check_metadata=False)
             self._projections[key] = (requested, _Projection(projected, columns, target, identity))
         return self._projections[key][1]
+
+
+def _selectable_ids(schema: Schema) -> set[int]:
+    """The schema's field ids that `prune_columns` may be asked for: a list or map is selected
+    through its element, key and value ids, never by its own (pyiceberg refuses that)."""
+    return {
+        field_id
+        for field_id in schema.field_ids
+        if not isinstance(schema.find_type(field_id), ListType | MapType)
+    }
 
 
 def _schema_key(arrow_schema: pa.Schema) -> str:
