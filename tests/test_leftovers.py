@@ -48,3 +48,13 @@ def test_without_a_listing_file_io_the_reported_files_not_committed_are_removed(
     )
     assert removed == [reported]
     assert Path(kept).exists() and not Path(reported).exists()
+
+
+def test_a_reported_file_outside_the_output_dirs_or_of_another_name_is_never_removed(tmp_path: Path) -> None:
+    outside = _touch(tmp_path / "elsewhere" / f"{PROCESS}-t0000-a-00000.parquet")
+    foreign = _touch(tmp_path / "out" / "precious.parquet")
+    removed = remove_uncommitted_outputs(
+        FsspecFileIO({}), PROCESS, {str(tmp_path / "out")}, committed=[], reported=[outside, foreign]
+    )
+    assert removed == []
+    assert Path(outside).exists() and Path(foreign).exists()

@@ -298,11 +298,15 @@ def test_next_table_to_plan_marks_it_planning_until_the_engine_answers() -> None
     assert group.next_table_to_plan(0.0) == "b"
     stats = group.stats(0.0)
     assert stats["a"].planning and not stats["a"].pending
-    group.planning_failed("a")  # back to pending
+    group.planning_failed("a")  # not picked again until the engine's next round marks it pending
     group.planning_empty("b")  # idle
     stats = group.stats(0.0)
-    assert stats["a"].pending and not stats["a"].planning
+    assert not stats["a"].pending and not stats["a"].planning
     assert not stats["b"].pending and not stats["b"].planning
+    assert group.next_table_to_plan(0.0) == "c"
+    group.planning_empty("c")
+    assert group.next_table_to_plan(0.0) is None
+    group.set_pending("a", True)
     assert group.next_table_to_plan(0.0) == "a"
     group.add_process("a", "a-p", specs("a-p", 1), 0, False)
     planned = group.stats(0.0)["a"]
@@ -422,6 +426,7 @@ def test_a_policy_change_applies_on_the_next_plan_and_poll() -> None:
         group.set_pending(table_id, True)
     assert group.next_table_to_plan(3600.0) == "new"  # quota: lowest occupation
     group.planning_failed("new")
+    group.set_pending("new", True)
     group.set_policy(SchedulingPolicy.BALANCED)
     assert group.policy is SchedulingPolicy.BALANCED
     assert group.next_table_to_plan(3600.0) == "old"  # balanced: oldest optimizing

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyiceberg.exceptions import CommitFailedException
@@ -23,7 +24,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from floe.commit.retry import on_fresh_head
-from floe.commit.snapshot import SnapshotDraft, UnsupportedTableError, delete_quietly
+from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft, UnsupportedTableError, delete_quietly
 from floe.planning.files import ContentFile, DeleteIndex
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID, content_file
 
@@ -40,6 +41,12 @@ class CommitConflict(RuntimeError):
 
 class CommitAbandoned(RuntimeError):
     """The commit could not be made after all retries; nothing was committed."""
+
+
+class CommitPending(RuntimeError):
+    """The commit could not be finished now (the catalog did not answer, or answered so that
+    whether the snapshot landed is unknown): commit the same request again later, which finds
+    the snapshot if it landed. Every file the process wrote is kept."""
 
 
 @dataclass(frozen=True)
@@ -71,40 +78,123 @@ class RewriteCommitResult:
 def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4) -> RewriteCommitResult:
     """Commit `request` as one replace snapshot, retrying on catalog conflicts.
 
+    Idempotent: when main already holds the process's snapshot (a commit whose answer was
+    lost), that snapshot is the result. Before anything is written, every added file must
+    still be in storage (CommitConflict otherwise).
+
     When the commit is known not to have happened (CommitConflict, CommitAbandoned,
-    UnsupportedTableError) the added files are deleted before raising. Any other error
-    may have left the commit in an unknown state, so the files are kept for orphan
-    cleanup rather than risk deleting committed data.
+    UnsupportedTableError) the added files are deleted before raising, unless an attempt's
+    outcome was unknown: then they stay for orphan cleanup, which keeps whatever a snapshot
+    references. CommitPending when the table cannot be read or written now, or every
+    attempt's outcome was unknown: nothing is deleted, and committing the same request
+    again later finds the snapshot if it landed.
     """
+    attempts = _Attempts()
     try:
-        return _commit_with_retries(table, request, max_attempts)
+        _check_added_files_stored(table, request)
+        return _commit_with_retries(table, request, max_attempts, attempts)
+    except CommitStateUnknown as exc:
+        raise CommitPending(f"commit of {request.process_id} may not have landed: {exc}") from exc
     except (CommitConflict, CommitAbandoned, UnsupportedTableError):
-        for f in request.added_files:
-            delete_quietly(table.io, f.file_path)
+        if not attempts.outcome_unknown:
+            for f in request.added_files:
+                delete_quietly(table.io, f.file_path)
         raise
+    except Exception as exc:
+        # Reading the table or its metadata failed (the catalog or the storage is down), or
+        # writing the snapshot's metadata did: nothing is known to be wrong with the request.
+        raise CommitPending(
+            f"commit of {request.process_id} could not be made now: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
-def _commit_with_retries(table: Table, request: RewriteRequest, max_attempts: int) -> RewriteCommitResult:
-    attempts = 0
+@dataclass
+class _Attempts:
+    count: int = 0
+    outcome_unknown: bool = False
+    """An attempt's catalog call failed after it may have been applied."""
 
+
+def _check_added_files_stored(table: Table, request: RewriteRequest) -> None:
+    """Raise CommitConflict when a file the process wrote is no longer in storage."""
+    paths = [f.file_path for f in request.added_files]
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(paths)))) as pool:
+        present = list(pool.map(lambda path: table.io.new_input(path).exists(), paths))
+    missing = [path for path, there in zip(paths, present, strict=True) if not there]
+    if missing:
+        raise CommitConflict(
+            f"{len(missing)} file(s) the process wrote are gone from storage, e.g. {missing[0]}; "
+            "nothing was committed"
+        )
+
+
+def _commit_with_retries(
+    table: Table, request: RewriteRequest, max_attempts: int, attempts: _Attempts
+) -> RewriteCommitResult:
     def attempt(draft: SnapshotDraft) -> RewriteCommitResult:
-        nonlocal attempts
-        attempts += 1
+        attempts.count += 1
+        landed = committed_snapshot(table, draft.metadata, request)
+        if landed is not None:
+            log.info("%s: snapshot %d already committed it", request.process_id, landed.snapshot_id)
+            return _result_of(landed, request, attempts.count)
         validate_since_start(table, draft.metadata, request)
-        snapshot, removed_data, removed_deletes = _build_and_commit(draft, request)
+        try:
+            snapshot, removed_data, removed_deletes = _build_and_commit(draft, request)
+        except CommitStateUnknown:
+            attempts.outcome_unknown = True
+            raise
         return RewriteCommitResult(
             snapshot_id=snapshot.snapshot_id,
             sequence_number=snapshot.sequence_number or 0,
             removed_data_files=removed_data,
             removed_delete_files=removed_deletes,
             added_data_files=len(request.added_files),
-            attempts=attempts,
+            attempts=attempts.count,
         )
 
     try:
         return on_fresh_head(table, attempt, max_attempts)
     except CommitFailedException as exc:
         raise CommitAbandoned(f"commit of {request.process_id} failed {max_attempts} times: {exc}") from None
+
+
+def committed_snapshot(table: Table, metadata: TableMetadata, request: RewriteRequest) -> Snapshot | None:
+    """The snapshot on main, since the starting one, that committed `request`, if any: it carries
+    the process's id and added exactly the request's files."""
+    snapshot = metadata.snapshot_by_name("main")
+    while snapshot is not None and snapshot.snapshot_id != request.starting_snapshot_id:
+        summary = snapshot.summary
+        if summary is not None and summary.get(SUMMARY_PROCESS_ID) == request.process_id:
+            wanted = {f.file_path for f in request.added_files}
+            if _added_paths(table, snapshot) == wanted:
+                return snapshot
+        parent = snapshot.parent_snapshot_id
+        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+    return None
+
+
+def _added_paths(table: Table, snapshot: Snapshot) -> set[str]:
+    added = set()
+    for manifest in snapshot.manifests(table.io):
+        if manifest.added_snapshot_id != snapshot.snapshot_id:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot.snapshot_id:
+                added.add(entry.data_file.file_path)
+    return added
+
+
+def _result_of(snapshot: Snapshot, request: RewriteRequest, attempts: int) -> RewriteCommitResult:
+    summary = snapshot.summary
+    removed_deletes = int(summary.get("removed-delete-files", "0")) if summary is not None else 0
+    return RewriteCommitResult(
+        snapshot_id=snapshot.snapshot_id,
+        sequence_number=snapshot.sequence_number or 0,
+        removed_data_files=len(request.rewritten_data_paths),
+        removed_delete_files=removed_deletes,
+        added_data_files=len(request.added_files),
+        attempts=attempts,
+    )
 
 
 def validate_since_start(table: Table, metadata: TableMetadata, request: RewriteRequest) -> None:

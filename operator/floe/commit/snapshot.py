@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from pyiceberg.avro.codecs import AvroCompressionCodec
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DataFile,
@@ -45,6 +46,12 @@ from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
 class UnsupportedTableError(RuntimeError):
     """The table uses a feature floe's commits do not handle yet."""
+
+
+class CommitStateUnknown(RuntimeError):
+    """The catalog call that swaps main failed in a way that may have applied it (a timeout, a
+    connection lost after sending, a 5xx): whether the snapshot landed is found out by reading
+    the table again. The draft's files stay, since the snapshot may reference them."""
 
 
 _EQUALITY_IDS = NestedField(
@@ -288,18 +295,23 @@ class SnapshotDraft:
                 "schema-id": self.metadata.current_schema_id,
             }
         )
-        self.table.catalog.commit_table(
-            self.table,
-            requirements=(
-                AssertRefSnapshotId.model_validate({"snapshot-id": parent_id, "ref": MAIN_BRANCH}),
-            ),
-            updates=(
-                AddSnapshotUpdate(snapshot=snapshot),
-                SetSnapshotRefUpdate.model_validate(
-                    {"snapshot-id": self.snapshot_id, "ref-name": MAIN_BRANCH, "type": SnapshotRefType.BRANCH}
+        main = {"snapshot-id": self.snapshot_id, "ref-name": MAIN_BRANCH, "type": SnapshotRefType.BRANCH}
+        try:
+            self.table.catalog.commit_table(
+                self.table,
+                requirements=(
+                    AssertRefSnapshotId.model_validate({"snapshot-id": parent_id, "ref": MAIN_BRANCH}),
                 ),
-            ),
-        )
+                updates=(AddSnapshotUpdate(snapshot=snapshot), SetSnapshotRefUpdate.model_validate(main)),
+            )
+        except CommitFailedException:
+            raise  # the catalog refused it: main moved, nothing was applied
+        except Exception as exc:
+            # Anything else may have happened after the catalog applied the commit.
+            self.written.clear()
+            raise CommitStateUnknown(
+                f"the catalog call committing snapshot {self.snapshot_id} failed: {type(exc).__name__}: {exc}"
+            ) from exc
         return snapshot
 
     def discard(self) -> None:

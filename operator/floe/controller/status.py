@@ -145,7 +145,8 @@ def degraded_reason(runtime: TableRuntime) -> str:
     """Why the table is Degraded, as a condition reason (``Healthy`` when it is not).
 
     ``TableUnavailable``: the catalog or the table cannot be read (wrong catalog properties
-    or Secret, catalog down, table gone); ``PlanningFailed``; ``OptimizingFailed``: the last
+    or Secret, catalog down, table gone); ``PlanningFailed``; ``CommitDelayed``: the process's
+    commit could not be finished yet and is being retried; ``OptimizingFailed``: the last
     process failed or its commit was refused, and nothing was committed.
     """
     error = runtime.last_error
@@ -153,6 +154,8 @@ def degraded_reason(runtime: TableRuntime) -> str:
         return "Healthy"
     if error.startswith("planning failed"):
         return "PlanningFailed"
+    if runtime.state == TableState.COMMITTING:
+        return "CommitDelayed"
     if runtime.last_result == f"failed: {error}":
         return "OptimizingFailed"
     return "TableUnavailable"

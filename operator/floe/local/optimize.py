@@ -18,6 +18,7 @@ from floe.optimizer.process import (
     build_process,
     commit_request,
 )
+from floe.optimizer.result_check import ResultCheckFailed, check_result, is_own_file
 from floe.optimizer.spark_runner import TaskOutcome, run_tasks_on_spark
 from floe.optimizer.task_spec import RewriteTaskResult
 from floe.planning.config import OptimizingConfig
@@ -99,17 +100,28 @@ def optimize_once(
         table, table_name, scanned, plan, config, delete_memory_limit, clustering=clustering
     )
     pending = list(process.specs)
+    specs = {spec.task_id: spec for spec in process.specs}
     session = spark()
     for attempt in range(num_retries + 1):
         outcomes = run_tasks_on_spark(session, pending, on_done=on_task_done)
         failed_ids = set()
         for outcome in outcomes:
+            error = outcome.error
             if outcome.result is not None:
-                result.task_results.append(outcome.result)
-                result.task_errors.pop(outcome.task_id, None)
-            else:
-                failed_ids.add(outcome.task_id)
-                result.task_errors[outcome.task_id] = f"attempt {attempt + 1}: {outcome.error}"
+                # Held to the same checks as a remote optimizer's result.
+                try:
+                    check_result(specs[outcome.task_id], outcome.result, table.io)
+                except ResultCheckFailed as exc:
+                    for written in outcome.result.files:
+                        if is_own_file(specs[outcome.task_id], written.path):
+                            delete_quietly(table.io, written.path)
+                    error = f"result refused ({exc.check}): {exc}"
+                else:
+                    result.task_results.append(outcome.result)
+                    result.task_errors.pop(outcome.task_id, None)
+                    continue
+            failed_ids.add(outcome.task_id)
+            result.task_errors[outcome.task_id] = f"attempt {attempt + 1}: {error}"
         pending = [s for s in pending if s.task_id in failed_ids]
         if not pending:
             break

@@ -10,6 +10,7 @@ deletes what the commit did not take.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Collection
 
 from pyiceberg.io import FileIO
@@ -30,14 +31,20 @@ def remove_uncommitted_outputs(
     return their locations.
 
     `reported` are files the accepted results named: without a listing FileIO (not
-    PyArrowFileIO) only those can be found, and those not committed are deleted.
+    PyArrowFileIO) only those can be found, and those not committed are deleted. Either way
+    only names of the process's own files in `output_dirs` are ever deleted.
     """
+    prefix = f"{process_id}-t"
     if not isinstance(io, PyArrowFileIO):
-        removed = sorted(set(reported) - set(committed))
+        own_dirs = {directory.rstrip("/") for directory in output_dirs}
+        removed = sorted(
+            path
+            for path in set(reported) - set(committed)
+            if posixpath.dirname(path) in own_dirs and posixpath.basename(path).startswith(prefix)
+        )
     else:
         keep = {fs_path(io, path) for path in committed}
         directories = {fs_path(io, directory): directory for directory in output_dirs}
-        prefix = f"{process_id}-t"
         removed = sorted(
             location
             for info, location in list_files(io, directories, recursive=False).items()

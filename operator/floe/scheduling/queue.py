@@ -126,6 +126,8 @@ class _Task:
     acked_at: float = 0.0
     result: RewriteTaskResult | None = None
     error: str | None = None
+    assignment: TaskAssignment | None = None
+    """The current attempt as handed out (its spec carries the attempt's file-name prefix)."""
 
 
 @dataclass(eq=False)
@@ -317,11 +319,12 @@ class GroupScheduler:
             return chosen.table_id
 
     def planning_failed(self, table_id: str) -> None:
-        """Planning raised: the table is pending again."""
+        """Planning raised: the table waits until the engine marks it pending again (`set_pending`,
+        on its next round), so a failing table is not picked again, and again, in the same round."""
         with self._monitor.hold():
             table = self._table(table_id)
             table.planning = False
-            table.pending = True
+            table.pending = False
             self._monitor.changed()
 
     def planning_empty(self, table_id: str) -> None:
@@ -405,6 +408,13 @@ class GroupScheduler:
             task = self._current(attempt_id, optimizer_id)
             if task.status is TaskStatus.SCHEDULED:
                 self._start_running(task, now)
+
+    def assignment(self, attempt_id: str, optimizer_id: str) -> TaskAssignment:
+        """The optimizer's current attempt as it was handed out; StaleAttempt if it is not current."""
+        with self._monitor.hold():
+            task = self._current(attempt_id, optimizer_id)
+            assert task.assignment is not None, "a current attempt was handed out"
+            return task.assignment
 
     def complete(
         self, attempt_id: str, optimizer_id: str, outcome: RewriteTaskResult | str, now: float
@@ -553,13 +563,14 @@ class GroupScheduler:
         spec = task.spec.model_copy(
             update={"file_name_prefix": f"{task.spec.file_name_prefix}-a{task.attempts}"}
         )
-        return TaskAssignment(
+        task.assignment = TaskAssignment(
             attempt_id=attempt_id,
             task_id=task.spec.task_id,
             process_id=process.process_id,
             table=process.table.table_id,
             spec=spec,
         )
+        return task.assignment
 
     def _start_running(self, task: _Task, started: float) -> None:
         assert task.attempt_id is not None
@@ -572,6 +583,7 @@ class GroupScheduler:
         del self._attempts[task.attempt_id]
         task.process.in_flight.discard(task)
         task.attempt_id = None
+        task.assignment = None
         task.optimizer_id = None
         task.thread = None
 

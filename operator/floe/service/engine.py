@@ -27,7 +27,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
-from floe.commit.rewrite import CommitAbandoned, CommitConflict, commit_rewrite
+from floe.commit.rewrite import CommitAbandoned, CommitConflict, CommitPending, commit_rewrite
 from floe.commit.snapshot import UnsupportedTableError
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.report import MaintenanceJob
@@ -37,7 +37,7 @@ from floe.optimizer.task_spec import OUT_OF_MEMORY
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
 from floe.scheduling.queue import GroupScheduler, ProcessOutcome
-from floe.service.task_service import TaskService
+from floe.service.task_service import RefusedResult, TaskService
 from floe.tables.catalog import TableAccessError, load_table, open_catalog
 from floe.tables.history import optimizing_history
 from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
@@ -46,6 +46,9 @@ from floe.tables.scan import ScannedTable, scan_table
 log = logging.getLogger(__name__)
 
 MIN_DELETE_MEMORY = 64 * 1024 * 1024
+FIRST_COMMIT_RETRY_DELAY_S = 5.0
+MAX_COMMIT_RETRY_DELAY_S = 300.0
+"""A commit the catalog could not take is retried after 5 s, then ever less often, up to every 5 min."""
 DEFAULT_NAMESPACE = "default"
 
 
@@ -82,6 +85,13 @@ class TableView:
     maintaining: MaintenanceJob | None = None
 
 
+@dataclass(frozen=True)
+class _DelayedCommit:
+    outcome: ProcessOutcome
+    retry_at: float
+    delay_s: float
+
+
 @dataclass
 class _InFlight:
     process: OptimizingProcess
@@ -112,6 +122,8 @@ class OptimizingEngine:
         self._catalogs: dict[tuple[str, tuple[tuple[str, str], ...]], Catalog] = {}
         self._scans: dict[str, ScannedTable] = {}
         self._in_flight: dict[str, _InFlight] = {}
+        self._delayed_commits: dict[str, _DelayedCommit] = {}
+        """Processes whose commit could not be finished yet, by process id."""
         self._listeners: list[Callable[[EngineEvent], None]] = []
         self._lock = threading.RLock()
         self._pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="floe-refresh")
@@ -121,6 +133,7 @@ class OptimizingEngine:
             max_workers=maintenance_threads, thread_name_prefix="floe-maintenance"
         )
         service.metrics.watch_engine(self)
+        service.on_refused(self._on_refused)
 
     # -- resources -----------------------------------------------------------------------
 
@@ -168,7 +181,12 @@ class OptimizingEngine:
         with self._lock:
             if self.groups.pop(key, None) is None:
                 return
-            cancelled = [pid for pid, flight in self._in_flight.items() if flight.group == key]
+            # A process whose tasks are all done is only waiting on the catalog: it still commits.
+            cancelled = [
+                pid
+                for pid, flight in self._in_flight.items()
+                if flight.group == key and pid not in self._delayed_commits
+            ]
             for pid in cancelled:
                 del self._in_flight[pid]
             self.service.remove_group(key)
@@ -217,6 +235,8 @@ class OptimizingEngine:
             if runtime is None:
                 return
             flight = self._in_flight.pop(runtime.process_id, None) if runtime.process_id else None
+            if runtime.process_id:
+                self._delayed_commits.pop(runtime.process_id, None)
             group = flight.group if flight else self.table_group_key(runtime)
             if group in self.groups:
                 self.service.group(group).remove_table(table_id)
@@ -534,6 +554,11 @@ class OptimizingEngine:
     # -- commit --------------------------------------------------------------------------
 
     def _commit_finished(self) -> None:
+        now = self.clock()
+        with self._lock:
+            retries = [d.outcome for d in self._delayed_commits.values() if d.retry_at <= now]
+        for outcome in retries:
+            self._commit(outcome)
         for name in list(self.groups):
             with self._lock:
                 if name not in self.groups:
@@ -546,9 +571,12 @@ class OptimizingEngine:
         with self._lock:
             flight = self._in_flight.pop(outcome.process_id, None)
             runtime = self.runtimes.get(outcome.table_id)
+            delayed = self._delayed_commits.pop(outcome.process_id, None)
         if flight is None or runtime is None:
-            # The table was removed while its tasks ran: drop what they wrote.
-            self._discard(outcome, flight)
+            # The table was removed while its tasks ran: drop what they wrote, unless a commit
+            # of it may have landed (orphan cleanup then keeps what a snapshot references).
+            if delayed is None:
+                self._discard(outcome, flight)
             return
         with self._lock:
             runtime.on_committing()
@@ -561,6 +589,9 @@ class OptimizingEngine:
                 flight.process, outcome.results, outcome.failures, runtime.spec.allow_partial_commit
             )
             result = commit_rewrite(flight.table, request)
+        except CommitPending as exc:
+            self._delay_commit(outcome, flight, runtime, delayed, str(exc))
+            return
         except (ProcessFailed, CommitConflict, CommitAbandoned, UnsupportedTableError) as exc:
             if isinstance(exc, ProcessFailed):
                 self._discard(outcome, flight)
@@ -583,6 +614,33 @@ class OptimizingEngine:
             self._register_in_group(runtime, left_group=flight.group)
         self.service.metrics.commits.labels(flight.group, "committed").inc()
         self._emit(runtime.table_id, "Normal", "Committed", f"{outcome.process_id}: {summary}")
+
+    def _delay_commit(
+        self,
+        outcome: ProcessOutcome,
+        flight: _InFlight,
+        runtime: TableRuntime,
+        previous: _DelayedCommit | None,
+        error: str,
+    ) -> None:
+        """Keep the process and try its commit again later, backing off; its files stay."""
+        delay = FIRST_COMMIT_RETRY_DELAY_S
+        if previous is not None:
+            delay = min(previous.delay_s * 2, MAX_COMMIT_RETRY_DELAY_S)
+        with self._lock:
+            if outcome.table_id not in self.runtimes:
+                return  # removed meanwhile: nothing to retry for
+            self._in_flight[outcome.process_id] = flight
+            self._delayed_commits[outcome.process_id] = _DelayedCommit(outcome, self.clock() + delay, delay)
+            runtime.on_commit_delayed(error)
+        log.warning("%s: commit delayed, trying again in %.0f s: %s", outcome.process_id, delay, error)
+        if previous is None:
+            self._emit(
+                runtime.table_id,
+                "Warning",
+                "CommitDelayed",
+                f"{outcome.process_id}: {error}; its files are kept and the commit is tried again",
+            )
 
     def _discard(
         self, outcome: ProcessOutcome, flight: _InFlight | None, committed: frozenset[str] = frozenset()
@@ -637,6 +695,15 @@ class OptimizingEngine:
                     )
                 )
             return views
+
+    def _on_refused(self, refused: RefusedResult) -> None:
+        self._emit(
+            refused.table_id,
+            "Warning",
+            "TaskResultRefused",
+            f"{refused.process_id}: {refused.message}; the attempt counts as failed and its "
+            f"{refused.files_deleted} file(s) were deleted",
+        )
 
     def _emit(self, table_id: str, kind: str, reason: str, message: str) -> None:
         event = EngineEvent(table_id, kind, reason, message)

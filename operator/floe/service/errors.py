@@ -1,6 +1,7 @@
 """Errors the task service raises to optimizers; the HTTP layer maps each to one status code.
 
-Every one of them is raised before anything changes: a rejected call has no effect.
+Every one of them but `ResultRefused` is raised before anything changes: a rejected call has
+no effect. A refused result is recorded as the attempt's failure.
 """
 
 from __future__ import annotations
@@ -40,3 +41,18 @@ class UnknownGroup(Exception):
 
 class InvalidRequest(ValueError):
     """A well-formed call that contradicts what the optimizer registered or was given."""
+
+
+class ResultRefused(Exception):
+    """A completion's result failed the service's checks (rows, files, metrics): the attempt is
+    recorded as failed, using one of the task's retries, and the files it names are deleted."""
+
+    def __init__(self, attempt_id: str, check: str, message: str) -> None:
+        super().__init__(f"the result of attempt {attempt_id!r} is refused: {message}")
+        self.attempt_id = attempt_id
+        self.check = check
+
+
+class ResultUnverifiable(Exception):
+    """The result could not be checked now (its files' storage did not answer): nothing changed,
+    send the completion again later."""

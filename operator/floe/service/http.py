@@ -30,7 +30,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from floe.service.errors import InvalidRequest, StaleAttempt, Unauthorized, UnknownGroup
+from floe.service.errors import (
+    InvalidRequest,
+    ResultRefused,
+    ResultUnverifiable,
+    StaleAttempt,
+    Unauthorized,
+    UnknownGroup,
+)
 from floe.service.openapi import ROUTES, build_openapi
 from floe.service.task_service import TaskService
 from floe.service.wire import (
@@ -210,7 +217,12 @@ class _Api:
         if body.next_poll is not None and _client_gone(request):
             # Record the outcome, but a task handed to a closed connection would wait out the ack timeout.
             body = body.model_copy(update={"next_poll": None})
-        task = self.service.complete(token, request.match_info["attempt_id"], body)
+        attempt_id = request.match_info["attempt_id"]
+        if body.result is not None and body.result.files:
+            # Checking the files reads their footers from storage: not on the event loop.
+            task = await asyncio.to_thread(self.service.complete, token, attempt_id, body)
+        else:
+            task = self.service.complete(token, attempt_id, body)
         # Only a client that asked for its next task gets the field: v1 clients that never
         # ask parse the answer as Accepted, which admits no other field.
         return _json(CompleteResponse(task=task)) if body.next_poll is not None else _accepted()
@@ -258,6 +270,10 @@ async def _error_responses(request: web.Request, handler: _Handler) -> web.Strea
         return _error(422, "invalid_request", _describe(exc))
     except InvalidRequest as exc:
         return _error(422, "invalid_request", str(exc))
+    except ResultRefused as exc:
+        return _error(422, "result_refused", str(exc))
+    except ResultUnverifiable as exc:
+        return _error(503, "result_unverifiable", str(exc))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

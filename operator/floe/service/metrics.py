@@ -35,6 +35,13 @@ class ServiceMetrics:
             ["group", "outcome"],
             registry=self.registry,
         )
+        self.results_refused = Counter(
+            "floe_task_results_refused",
+            "Task results the service refused before they could reach a commit, by group and by the "
+            "check they failed (rows, location, missing, size, footer, schema, metrics).",
+            ["group", "check"],
+            registry=self.registry,
+        )
         self.registrations = Counter(
             "floe_optimizer_registrations",
             "Registrations, by result (accepted, or refused for a missing or wrong registration token).",

@@ -138,10 +138,24 @@ ROUTES: tuple[Route, ...] = (
         "Report the outcome of an attempt: the files it wrote, or the error that stopped it. With "
         "`next_poll` the same call also asks for that thread's next task, without waiting: the answer "
         "then carries `task` (null when none is ready: poll as usual), saving a poll's round trip. A "
-        "refused completion (401, 409, 422) hands out nothing.",
+        "refused completion (401, 409, 422) hands out nothing.\n\n"
+        "A result is checked before it is accepted: the rows read must be the input files' record "
+        "counts, the rows written the rows read minus the rows deleted, and every file must lie in the "
+        "task's `output_dir`, be named with its `file_name_prefix`, exist with the claimed size, and "
+        "carry in its Parquet footer the claimed row count, the table's field ids and types and the "
+        "claimed column metrics. A result that fails is refused with 422 `result_refused`: unlike "
+        "other refusals, the attempt is then recorded as failed (using one of the task's retries) and "
+        "the files it wrote are deleted.",
         CompleteResponse,
         request=CompleteRequest,
-        errors=(400, 401, 409, 422),
+        errors=(400, 401, 409, 422, 503),
+        error_meanings=(
+            (
+                503,
+                "The result's files could not be read from storage to check them: nothing changed; "
+                "send the completion again.",
+            ),
+        ),
     ),
     Route(
         "GET",

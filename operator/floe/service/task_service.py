@@ -17,6 +17,7 @@ groups, because the HTTP layer and the engine call in from different threads.
 from __future__ import annotations
 
 import hmac
+import logging
 import secrets
 import time
 import uuid
@@ -24,9 +25,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from floe.api.models import SchedulingPolicy
+from floe.optimizer.result_check import ResultChecker, ResultCheckFailed
+from floe.optimizer.task_spec import RewriteTaskResult
 from floe.scheduling.monitor import ChangeMonitor
 from floe.scheduling.queue import GroupScheduler, GroupSchedulingStats
-from floe.service.errors import InvalidRequest, Unauthorized, UnknownGroup
+from floe.service.errors import InvalidRequest, ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
 from floe.service.metrics import ServiceMetrics
 from floe.service.wire import (
     CompleteRequest,
@@ -35,6 +38,21 @@ from floe.service.wire import (
     RegisterResponse,
     TaskAssignment,
 )
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RefusedResult:
+    """A task result the service refused, for Events and logs."""
+
+    table_id: str
+    process_id: str
+    task_id: str
+    attempt_id: str
+    check: str
+    message: str
+    files_deleted: int
 
 
 @dataclass(frozen=True)
@@ -75,8 +93,11 @@ class TaskService:
         clock: Callable[[], float],
         heartbeat_interval_s: float = 10.0,
         registration_token: str | None = None,
+        result_checker: ResultChecker | None = None,
     ) -> None:
-        """``registration_token``: the shared secret register must present; None admits anyone."""
+        """``registration_token``: the shared secret register must present; None admits anyone.
+        ``result_checker`` checks every result before it is accepted (one on the task's storage
+        by default)."""
         if registration_token is not None and not registration_token:
             raise ValueError("the registration token must not be empty")
         self.metrics = ServiceMetrics()
@@ -87,6 +108,8 @@ class TaskService:
         self._monitor = ChangeMonitor()
         self._groups: dict[str, _Group] = {}
         self._optimizers: dict[str, _Optimizer] = {}
+        self._results = result_checker or ResultChecker()
+        self._refusal_listeners: list[Callable[[RefusedResult], None]] = []
 
     # -- groups --------------------------------------------------------------------------
 
@@ -231,25 +254,84 @@ class TaskService:
     def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> TaskAssignment | None:
         """The attempt's result or error; StaleAttempt if it is not the optimizer's current one.
 
+        A result is first checked against the attempt's spec and its files in storage
+        (`ResultChecker`), outside the lock: one that fails is recorded as the attempt's failure
+        (using a retry), the files it names that the attempt may have written are deleted, the
+        refusal listeners hear of it, and ResultRefused is raised. ResultUnverifiable when the
+        storage did not answer: nothing changed.
+
         With ``request.next_poll``, then a poll for that thread (which never waits), under the
         same lock: its task, or None. Without, always None. A refused completion (stale,
-        invalid, a thread out of range) changes nothing and hands out nothing.
+        invalid, a thread out of range) changes nothing and hands out nothing; a refused result
+        hands out nothing either.
         """
-        outcome = request.result if request.result is not None else request.error
+        outcome: RewriteTaskResult | str | None = request.result or request.error
         assert outcome is not None, "CompleteRequest validates that exactly one is set"
+        refusal = assignment = None
+        if request.result is not None:
+            with self._monitor.hold():
+                optimizer = self._authenticate(token, self._clock())
+                assignment = self._groups[optimizer.group].scheduler.assignment(
+                    attempt_id, optimizer.optimizer_id
+                )
+            # A result for another task is the scheduler's InvalidRequest, not a refusal.
+            if request.result.task_id == assignment.task_id:
+                refusal = self._check_result(assignment, request.result)
+            if refusal is not None:
+                outcome = f"result refused ({refusal.check}): {refusal}"
         now = self._clock()
         task = None
         with self._monitor.hold():
             optimizer = self._authenticate(token, now)
-            if request.next_poll is not None:
+            if request.next_poll is not None and refusal is None:
                 self._check_thread(optimizer, request.next_poll.thread)
             scheduler = self._groups[optimizer.group].scheduler
             scheduler.complete(attempt_id, optimizer.optimizer_id, outcome, now)
-            if request.next_poll is not None:
+            if request.next_poll is not None and refusal is None:
                 task = scheduler.poll(optimizer.optimizer_id, request.next_poll.thread, now)
-        succeeded = request.result is not None
+        succeeded = isinstance(outcome, RewriteTaskResult)
         self.metrics.tasks_completed.labels(optimizer.group, "success" if succeeded else "failure").inc()
+        if refusal is not None:
+            assert assignment is not None and request.result is not None
+            self._refuse(optimizer.group, assignment, request.result, refusal)
         return task
+
+    def on_refused(self, listener: Callable[[RefusedResult], None]) -> None:
+        """Call `listener` with every refused result (the engine posts an Event)."""
+        self._refusal_listeners.append(listener)
+
+    def _check_result(
+        self, assignment: TaskAssignment, result: RewriteTaskResult
+    ) -> ResultCheckFailed | None:
+        try:
+            self._results.check(assignment.spec, result)
+        except ResultCheckFailed as exc:
+            return exc
+        except OSError as exc:
+            raise ResultUnverifiable(
+                f"could not check the result of attempt {assignment.attempt_id!r} against storage: {exc}; "
+                "nothing changed, send the completion again"
+            ) from None
+        return None
+
+    def _refuse(
+        self, group: str, assignment: TaskAssignment, result: RewriteTaskResult, refusal: ResultCheckFailed
+    ) -> None:
+        self.metrics.results_refused.labels(group, refusal.check).inc()
+        deleted = self._results.delete_own_files(assignment.spec, result)
+        refused = RefusedResult(
+            table_id=assignment.table,
+            process_id=assignment.process_id,
+            task_id=assignment.task_id,
+            attempt_id=assignment.attempt_id,
+            check=refusal.check,
+            message=str(refusal),
+            files_deleted=len(deleted),
+        )
+        log.warning("%s: refused the result of %s: %s", refused.table_id, refused.attempt_id, refused.message)
+        for listener in self._refusal_listeners:
+            listener(refused)
+        raise ResultRefused(assignment.attempt_id, refusal.check, str(refusal))
 
     def unregister(self, token: str) -> None:
         """Graceful leave: the optimizer's unfinished tasks go back to PLANNED without using retries."""

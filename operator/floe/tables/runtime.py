@@ -171,6 +171,7 @@ class TableRuntime:
         self.state = _OPTIMIZING[plan.optimizing_type]
         self.process_id = process_id
         self.pending_reason = ""
+        self.last_error = ""
 
     def on_planning_failed(self, error: str) -> None:
         """Planning raised: back to PENDING, the error shown."""
@@ -179,10 +180,16 @@ class TableRuntime:
         self.last_error = f"planning failed: {error}"
 
     def on_committing(self) -> None:
-        """All tasks are done; the commit starts."""
-        if self.state not in _OPTIMIZING.values():
+        """All tasks are done; the commit starts (or starts again, after `on_commit_delayed`)."""
+        if self.state not in (*_OPTIMIZING.values(), TableState.COMMITTING):
             raise IllegalTransition(f"{self.table_id}: commit in state {self.state}")
         self.state = TableState.COMMITTING
+
+    def on_commit_delayed(self, error: str) -> None:
+        """The commit could not be finished now (the catalog is unreachable, or whether it
+        landed is unknown); it is tried again, the table staying COMMITTING, the error shown."""
+        self._expect(TableState.COMMITTING)
+        self.last_error = error
 
     def on_committed(self, kind: OptimizingType, snapshot_id: int, summary: str, now_s: float) -> None:
         """The process committed `snapshot_id`."""
@@ -193,6 +200,7 @@ class TableRuntime:
             self.last_major_s = now_s
         if kind == OptimizingType.FULL:
             self.last_full_s = now_s
+        self.last_error = ""
         self._finish(f"{kind.label} committed snapshot {snapshot_id}: {summary}")
 
     def on_process_failed(self, error: str) -> None:

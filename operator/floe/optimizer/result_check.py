@@ -1,0 +1,300 @@
+"""Trust no task result: what an optimizer reports is checked against the plan and the files.
+
+A completion names the files a task wrote and counts the rows it read and deleted; the
+commit would take those files into the table as they are described. Before a result is
+accepted, `check_result` holds it to:
+
+- **its own files**: every file lies in the task's output directory and is named with the
+  attempt's prefix, and no file is listed twice;
+- **row conservation**: the task read exactly the rows its input data files hold (their
+  record counts come from the manifests, through the plan), wrote exactly the rows it read
+  minus the rows it deleted, and deleted no more than its delete files can remove;
+- **the files as stored**: each exists, has the size the result claims, and its Parquet
+  footer holds the claimed row count, the table's field ids with their types, and the very
+  column metrics (value and null counts, bounds, sizes, split offsets) the result carries,
+  which readers use to skip files. Only the footer is read, never the data.
+
+A failed check raises `ResultCheckFailed`, whose `check` names which rule was broken (for
+metrics) and whose message names the numbers or the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+    pyarrow_to_schema,
+)
+from pyiceberg.schema import Schema, sanitize_column_names
+from pyiceberg.types import FixedType, IcebergType, ListType, MapType, NestedField, StructType, UUIDType
+
+from floe.commit.snapshot import delete_quietly
+from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTaskSpec, WrittenFile
+
+log = logging.getLogger(__name__)
+
+POSITION_DELETES = 1
+EQUALITY_DELETES = 2
+
+
+class ResultCheckFailed(ValueError):
+    """A task result failed a check; nothing of it may be committed.
+
+    ``check`` is one of ``rows``, ``location``, ``missing``, ``size``, ``footer``,
+    ``schema`` and ``metrics``.
+    """
+
+    def __init__(self, check: str, message: str) -> None:
+        super().__init__(message)
+        self.check = check
+
+
+def check_result(spec: RewriteTaskSpec, result: RewriteTaskResult, io: FileIO) -> None:
+    """Raise ResultCheckFailed unless `result` is exactly what `spec`'s attempt may produce."""
+    check_locations(spec, result)
+    check_row_accounting(spec, result)
+    schema = sanitize_column_names(Schema.model_validate_json(spec.table_schema_json))
+    for written in result.files:
+        check_stored_file(written, io, schema)
+
+
+def check_row_accounting(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
+    """Rows read = the inputs' record counts; rows written = read - deleted; deleted <= removable."""
+    planned = sum(f.record_count for f in spec.data_files)
+    if result.rows_read != planned:
+        raise ResultCheckFailed(
+            "rows",
+            f"task {spec.task_id} reports {result.rows_read} rows read, but its {len(spec.data_files)} "
+            f"data files hold {planned} rows",
+        )
+    removable = removable_rows(spec)
+    if not 0 <= result.rows_deleted <= removable:
+        raise ResultCheckFailed(
+            "rows",
+            f"task {spec.task_id} reports {result.rows_deleted} rows deleted, but its delete files can "
+            f"remove at most {removable}",
+        )
+    written = sum(f.record_count for f in result.files)
+    expected = result.rows_read - result.rows_deleted
+    if written != expected:
+        raise ResultCheckFailed(
+            "rows",
+            f"task {spec.task_id} wrote {written} rows, but read {result.rows_read} and deleted "
+            f"{result.rows_deleted}, which leaves {expected}",
+        )
+
+
+def removable_rows(spec: RewriteTaskSpec) -> int:
+    """The most rows the task's delete files can remove from its data files.
+
+    An equality delete may match every row of a data file it applies to (a strictly
+    smaller data sequence number). A position delete removes at most one row per record,
+    and only from data files with a data sequence number not above its own.
+    """
+    equality = [d for d in spec.delete_files if d.kind == EQUALITY_DELETES]
+    positions = [d for d in spec.delete_files if d.kind == POSITION_DELETES]
+
+    def has_equality_delete(data: InputDataFile) -> bool:
+        return any(d.data_sequence_number > data.data_sequence_number for d in equality)
+
+    def has_position_delete(data: InputDataFile) -> bool:
+        return any(d.data_sequence_number >= data.data_sequence_number for d in positions)
+
+    wholly = sum(f.record_count for f in spec.data_files if has_equality_delete(f))
+    by_position = sum(
+        f.record_count for f in spec.data_files if not has_equality_delete(f) and has_position_delete(f)
+    )
+    return wholly + min(by_position, sum(d.record_count for d in positions))
+
+
+def check_locations(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
+    """Every file is directly in the task's output directory, named with the attempt's prefix."""
+    seen: set[str] = set()
+    for written in result.files:
+        if not is_own_file(spec, written.path):
+            raise ResultCheckFailed(
+                "location",
+                f"task {spec.task_id} names {written.path}, which is not a file of this attempt "
+                f"(expected {spec.output_dir.rstrip('/')}/{spec.file_name_prefix}-*.parquet)",
+            )
+        if written.path in seen:
+            raise ResultCheckFailed("location", f"task {spec.task_id} names {written.path} twice")
+        seen.add(written.path)
+
+
+def is_own_file(spec: RewriteTaskSpec, path: str) -> bool:
+    """Whether `path` is a name the attempt of `spec` may have written: only those are ever deleted."""
+    directory, name = posixpath.split(path)
+    return (
+        directory == spec.output_dir.rstrip("/")
+        and name.startswith(f"{spec.file_name_prefix}-")
+        and name.endswith(".parquet")
+        and "/" not in name
+        and ".." not in name
+    )
+
+
+def check_stored_file(written: WrittenFile, io: FileIO, schema: Schema) -> None:
+    """The stored file is what `written` says: size, row count, field ids and types, metrics."""
+    metadata = _read_footer(written, io)
+    if metadata.num_rows != written.record_count:
+        raise ResultCheckFailed(
+            "footer",
+            f"{written.path} holds {metadata.num_rows} rows, but the result claims {written.record_count}",
+        )
+    _check_schema(written.path, metadata.schema.to_arrow_schema(), schema)
+    stats = data_file_statistics_from_parquet_metadata(
+        metadata, compute_statistics_plan(schema, {}), parquet_path_to_id_mapping(schema)
+    )
+    serialized = stats.to_serialized_dict()
+    actual: dict[str, Any] = {
+        "column_sizes": stats.column_sizes,
+        "value_counts": stats.value_counts,
+        "null_value_counts": stats.null_value_counts,
+        "lower_bounds": {k: v.hex() for k, v in serialized["lower_bounds"].items()},
+        "upper_bounds": {k: v.hex() for k, v in serialized["upper_bounds"].items()},
+        "split_offsets": list(stats.split_offsets),
+    }
+    for name, value in actual.items():
+        claimed = getattr(written, name)
+        if claimed != value:
+            raise ResultCheckFailed("metrics", f"{written.path}: {_difference(name, claimed, value)}")
+    for field_id, nans in written.nan_value_counts.items():
+        # NaN counts are not in the footer; they cannot exceed the column's values.
+        if not 0 <= nans <= stats.value_counts.get(field_id, 0):
+            raise ResultCheckFailed(
+                "metrics", f"{written.path}: {nans} NaN values claimed for field {field_id}"
+            )
+
+
+def _read_footer(written: WrittenFile, io: FileIO) -> pq.FileMetaData:
+    source = io.new_input(written.path)
+    try:
+        size = len(source)
+    except FileNotFoundError:
+        raise ResultCheckFailed("missing", f"{written.path} does not exist") from None
+    except OSError as exc:
+        if "not found" in str(exc).lower() or "no such file" in str(exc).lower():
+            raise ResultCheckFailed("missing", f"{written.path} does not exist") from None
+        raise
+    if size != written.size_bytes:
+        raise ResultCheckFailed(
+            "size", f"{written.path} is {size} bytes, but the result claims {written.size_bytes}"
+        )
+    try:
+        with source.open(seekable=True) as stream:
+            return pq.read_metadata(stream)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ResultCheckFailed("footer", f"{written.path} has no readable Parquet footer: {exc}") from None
+
+
+def _check_schema(path: str, arrow_schema: pa.Schema, schema: Schema) -> None:
+    """The file's columns are the table schema's, by field id and type."""
+    try:
+        file_schema = pyarrow_to_schema(arrow_schema)
+    except ValueError as exc:
+        raise ResultCheckFailed("schema", f"{path} lacks Iceberg field ids: {exc}") from None
+    expected = dict(_leaf_types(schema.as_struct()))
+    found = dict(_leaf_types(file_schema.as_struct()))
+    for field_id, iceberg_type in expected.items():
+        if field_id not in found:
+            raise ResultCheckFailed(
+                "schema", f"{path} has no column with field id {field_id} ({iceberg_type})"
+            )
+        if not _same_type(found[field_id], iceberg_type):
+            raise ResultCheckFailed(
+                "schema",
+                f"{path}: field id {field_id} is {found[field_id]} in the file, {iceberg_type} in the table",
+            )
+    extra = sorted(set(found) - set(expected))
+    if extra:
+        raise ResultCheckFailed("schema", f"{path} has columns the table schema does not: field ids {extra}")
+
+
+def _leaf_types(struct: StructType) -> Iterator[tuple[int, IcebergType | str]]:
+    """(field id, type) of every field, nested ones included; containers by their kind only."""
+    for field in struct.fields:
+        yield from _field_types(field)
+
+
+def _field_types(field: NestedField) -> Iterator[tuple[int, IcebergType | str]]:
+    field_type = field.field_type
+    if isinstance(field_type, StructType):
+        yield field.field_id, "struct"
+        yield from _leaf_types(field_type)
+    elif isinstance(field_type, ListType):
+        yield field.field_id, "list"
+        yield from _field_types(field_type.element_field)
+    elif isinstance(field_type, MapType):
+        yield field.field_id, "map"
+        yield from _field_types(field_type.key_field)
+        yield from _field_types(field_type.value_field)
+    else:
+        yield field.field_id, field_type
+
+
+def _same_type(found: IcebergType | str, expected: IcebergType | str) -> bool:
+    # A UUID column reads back from Parquet as fixed[16] where no Arrow extension type survives.
+    if isinstance(expected, UUIDType) and found == FixedType(16):
+        return True
+    return found == expected
+
+
+def _difference(name: str, claimed: Any, actual: Any) -> str:
+    """Where the result's metric `name` departs from the footer's, e.g. one field's bound."""
+    if isinstance(claimed, Mapping) and isinstance(actual, Mapping):
+        for field_id in sorted(set(claimed) | set(actual)):
+            if claimed.get(field_id) != actual.get(field_id):
+                return (
+                    f"the result's {name} of field {field_id} is {claimed.get(field_id)}, "
+                    f"the footer's {actual.get(field_id)}"
+                )
+    return f"the result's {name} are {claimed}, the footer's {actual}"
+
+
+class ResultChecker:
+    """`check_result` against storage, with one FileIO per distinct set of IO properties."""
+
+    def __init__(self) -> None:
+        self._ios: dict[tuple[tuple[str, str], ...], FileIO] = {}
+        self._lock = threading.Lock()
+
+    def check(self, spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
+        """Raise ResultCheckFailed unless `result` is what `spec`'s attempt may produce; OSError when
+        the storage does not answer."""
+        check_result(spec, result, self.io(spec))
+
+    def delete_own_files(self, spec: RewriteTaskSpec, result: RewriteTaskResult) -> list[str]:
+        """Delete the files `result` names that the attempt may have written (`is_own_file`);
+        a file named elsewhere is never touched. Returns the paths deleted or already gone."""
+        io = self.io(spec)
+        deleted = []
+        for written in result.files:
+            if is_own_file(spec, written.path):
+                try:
+                    delete_quietly(io, written.path)
+                except OSError as exc:
+                    log.warning("could not delete %s (left for orphan cleanup): %s", written.path, exc)
+                    continue
+                deleted.append(written.path)
+        return deleted
+
+    def io(self, spec: RewriteTaskSpec) -> FileIO:
+        """The FileIO for the task's storage."""
+        key = tuple(sorted(spec.io_properties.items()))
+        with self._lock:
+            io = self._ios.get(key)
+            if io is None:
+                io = load_file_io(dict(spec.io_properties), location=spec.output_dir)
+                self._ios[key] = io
+            return io

@@ -1,0 +1,306 @@
+"""The engine under faults, on the real stack: a REST catalog on S3 behind `FaultProxy`, the
+task service over HTTP, an optimizer on local Spark, ticks driven by the test.
+
+Each test breaks one thing at one step of a process (a forged completion, the catalog gone
+while planning or committing, a written file deleted before the commit), then checks that
+no row was lost or duplicated (Iceberg Java's reader, on the catalog directly), that no
+process committed twice, that the user heard of it (Events, the table's state and error),
+and that the process's uncommitted files are gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import count
+from typing import Any
+
+import pytest
+from fault_proxy import FaultProxy, fault_proxy
+from pyarrow.fs import FileSelector
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+from pyspark.sql import SparkSession
+from rest_s3 import RestS3Stack, rest_s3_stack, s3_filesystem
+from test_correctness import LAYOUTS, MOR, SCHEMA, Writer
+
+from floe.api.models import OptimizedTable, OptimizerGroup
+from floe.commit.rewrite import SUMMARY_PROCESS_ID
+from floe.controller.status import degraded_reason
+from floe.local.reference_reader import ReferenceReader
+from floe.maintenance.reachable import referenced_files
+from floe.optimizer.rewrite import run_rewrite_task
+from floe.service.client import RequestFailed, TaskServiceClient
+from floe.service.engine import EngineEvent, OptimizingEngine
+from floe.service.http import TaskServiceServer
+from floe.service.task_service import TaskService
+from floe.service.wire import CompleteRequest, RegisterRequest
+from floe.tables.runtime import TableRuntime, TableState
+from floe_optimizer.app import Optimizer
+
+CATALOG = "fault_engine"
+GROUP = "g"
+TABLE_ID = "default/t"
+_names = count()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestS3Stack]:
+    with rest_s3_stack("127.0.0.1", tmp_path_factory.mktemp("fault-engine")) as running:
+        yield running
+
+
+@dataclass
+class Stack:
+    data: RestS3Stack
+    proxy: FaultProxy
+    service: TaskService
+    server: TaskServiceServer
+    engine: OptimizingEngine
+    events: list[EngineEvent]
+    optimizers: list[Optimizer]
+    table_name: str = ""
+
+    def reasons(self) -> list[str]:
+        return [e.reason for e in self.events]
+
+    def table(self) -> Table:
+        """The table as the catalog holds it now, read directly (not through the proxy)."""
+        return self.data.client(CATALOG).load_table(self.table_name)
+
+
+@pytest.fixture
+def stack(data: RestS3Stack, reference: ReferenceReader) -> Iterator[Stack]:
+    reference.register_catalog(CATALOG, data.properties)
+    with fault_proxy(data.catalog.uri) as proxy:
+        service = TaskService(clock=time.time, heartbeat_interval_s=0.5)
+        server = TaskServiceServer(service)
+        server.start()
+        # No refresh between the test's steps unless it asks: faults hit the step they aim at.
+        engine = OptimizingEngine(service, refresh_interval_s=3600)
+        events: list[EngineEvent] = []
+        engine.subscribe(events.append)
+        built = Stack(data, proxy, service, server, engine, events, [])
+        yield built
+        for optimizer in built.optimizers:
+            optimizer.stop(grace_s=10)
+        server.stop()
+        engine.close()
+
+
+def _make_table(stack: Stack) -> Table:
+    """Small files, equality deletes and re-inserts: a minor optimizing of two or more tasks."""
+    catalog = stack.data.client(CATALOG)
+    if ("db",) not in catalog.list_namespaces():
+        catalog.create_namespace("db")
+    stack.table_name = f"db.e{next(_names)}"
+    table = catalog.create_table(stack.table_name, SCHEMA, partition_spec=LAYOUTS["identity"], properties=MOR)
+    writer = Writer(table)
+    for _ in range(14):
+        writer.append(12)
+    writer.upsert([3, 40, 100])
+    return table
+
+
+def _register(stack: Stack) -> TableRuntime:
+    group = OptimizerGroup.model_validate(
+        {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizerGroup", "metadata": {"name": GROUP}, "spec": {}}
+    )
+    stack.engine.apply_group(group)
+    properties = {**stack.data.properties, "uri": stack.proxy.url}
+    resource = OptimizedTable.model_validate(
+        {
+            "apiVersion": "floe.dev/v1alpha1",
+            "kind": "OptimizedTable",
+            "metadata": {"name": "t"},
+            "spec": {
+                "table": stack.table_name,
+                "catalog": {"name": CATALOG, "properties": properties},
+                "group": GROUP,
+                "targetSize": "16Ki",
+                "maxTaskSize": "16Ki",
+                "minPlanInterval": "0s",
+                "execute": {"numRetries": 2},
+            },
+        }
+    )
+    return stack.engine.apply_table(resource)
+
+
+def _start_optimizer(stack: Stack, spark: SparkSession) -> None:
+    optimizer = Optimizer(
+        stack.server.url, group=GROUP, threads=2, spark=spark, name="fault-test", poll_wait_s=1
+    )
+    optimizer.start()
+    stack.optimizers.append(optimizer)
+    _wait(lambda: stack.service.group(GROUP).threads == 2, "the optimizer registered")
+
+
+def _wait(done: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.1)
+
+
+def _tick_until(stack: Stack, done: Callable[[], bool], what: str, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}: {stack.engine.table_views()}"
+        stack.engine.tick()
+        time.sleep(0.2)
+
+
+def _tasks_done(stack: Stack) -> bool:
+    """Every task of the table's process succeeded; the engine has not taken the outcome yet."""
+    stats = stack.service.group(GROUP).stats(time.time()).get(TABLE_ID)
+    return stats is not None and stats.process_id is not None and stats.running == stats.planned == 0
+
+
+def _committed(runtime: TableRuntime) -> bool:
+    return runtime.state == TableState.IDLE and "committed snapshot" in runtime.last_result
+
+
+def _process_snapshots(table: Table) -> dict[str, int]:
+    """Process id → how many snapshots carry it."""
+    seen: dict[str, int] = {}
+    for snapshot in table.metadata.snapshots:
+        process = (snapshot.summary or {}).get(SUMMARY_PROCESS_ID) if snapshot.summary else None
+        if process:
+            seen[process] = seen.get(process, 0) + 1
+    return seen
+
+
+def _data_files(stack: Stack, table: Table) -> list[str]:
+    """Every file stored under the table's data directory."""
+    root = f"{table.metadata.location.removeprefix('s3://')}/data"
+    infos = s3_filesystem(stack.data.moto.endpoint).get_file_info(FileSelector(root, recursive=True))
+    return sorted(f"s3://{info.path}" for info in infos if info.is_file)
+
+
+def _unreferenced_data_files(stack: Stack, table: Table) -> list[str]:
+    """Files under the table's data directory that no snapshot references: leftovers."""
+    referenced = referenced_files(table.io, table.snapshots(), live_only=False).content_files
+    return sorted(set(_data_files(stack, table)) - set(referenced))
+
+
+def _settle(stack: Stack, runtime: TableRuntime, reference: ReferenceReader, before: Any) -> Table:
+    """Commit, then check: rows kept, one snapshot per process, no leftover files."""
+    _tick_until(stack, lambda: _committed(runtime), "the table committed")
+    table = stack.table()
+    assert reference.rows(CATALOG, stack.table_name) == before
+    assert all(n == 1 for n in _process_snapshots(table).values()), _process_snapshots(table)
+    assert _unreferenced_data_files(stack, table) == []
+    return table
+
+
+def _run_to_the_commit(
+    stack: Stack, reference: ReferenceReader, spark: SparkSession
+) -> tuple[Any, Snapshot | None, TableRuntime, str]:
+    """A new table, planned and its tasks all done, the engine not yet told: its rows at the
+    start, its starting snapshot, its runtime and the process id."""
+    _make_table(stack)
+    before = reference.rows(CATALOG, stack.table_name)
+    start = stack.table().current_snapshot()
+    runtime = _register(stack)
+    _start_optimizer(stack, spark)
+    _tick_until(stack, lambda: runtime.process_id is not None, "the table was planned")
+    assert runtime.process_id is not None
+    _wait(lambda: _tasks_done(stack), "every task succeeded")
+    return before, start, runtime, runtime.process_id
+
+
+def test_forged_completions_are_refused_and_the_process_commits_honest_results(
+    stack: Stack, reference: ReferenceReader, spark: SparkSession
+) -> None:
+    _make_table(stack)
+    before = reference.rows(CATALOG, stack.table_name)
+    runtime = _register(stack)
+    forger = TaskServiceClient(stack.server.url)
+    session = forger.register(RegisterRequest(group=GROUP, threads=2, memory_bytes=0, name="forger"))
+    _tick_until(stack, lambda: runtime.process_id is not None, "the table was planned")
+
+    outside = f"{stack.data.bucket}/precious.parquet"
+    fs = s3_filesystem(stack.data.moto.endpoint)
+    with fs.open_output_stream(outside) as out:
+        out.write(b"not floe's")
+    forgeries = [
+        lambda r: r.model_copy(update={"rows_read": r.rows_read + 1, "rows_deleted": r.rows_deleted + 1}),
+        lambda r: r.model_copy(
+            update={"files": [r.files[0].model_copy(update={"path": f"s3://{outside}"}), *r.files[1:]]}
+        ),
+    ]
+    for thread, forge in enumerate(forgeries):
+        assignment = forger.poll(session.token, thread, wait_s=5)
+        assert assignment is not None
+        forger.ack(session.token, assignment.attempt_id)
+        honest = run_rewrite_task(assignment.spec)
+        with pytest.raises(RequestFailed, match="result_refused"):
+            forger.complete(session.token, assignment.attempt_id, CompleteRequest(result=forge(honest)))
+    forger.unregister(session.token)
+    forger.close()
+
+    _start_optimizer(stack, spark)
+    table = _settle(stack, runtime, reference, before)
+
+    refused = [e for e in stack.events if e.reason == "TaskResultRefused"]
+    assert len(refused) == 2 and all(e.kind == "Warning" for e in refused)
+    assert "rows read" in refused[0].message and "precious.parquet" in refused[1].message
+    assert fs.get_file_info(outside).size == len(b"not floe's"), "a file outside the table was touched"
+    assert len(_process_snapshots(table)) == 1
+
+
+def test_a_catalog_gone_while_planning_leaves_the_table_pending_until_it_answers(
+    stack: Stack, reference: ReferenceReader, spark: SparkSession
+) -> None:
+    _make_table(stack)
+    before = reference.rows(CATALOG, stack.table_name)
+    runtime = _register(stack)
+    stack.engine.tick()  # evaluated: pending, but no optimizer yet to plan for
+    assert runtime.state == TableState.PENDING
+    _start_optimizer(stack, spark)
+
+    stack.proxy.down()
+    _tick_until(stack, lambda: "PlanningFailed" in stack.reasons(), "planning failed")
+
+    assert runtime.state == TableState.PENDING and runtime.process_id is None
+    assert runtime.last_error.startswith("planning failed") and degraded_reason(runtime) == "PlanningFailed"
+    stack.proxy.up()
+    _settle(stack, runtime, reference, before)
+    assert runtime.last_error == "" and degraded_reason(runtime) == "Healthy"
+
+
+def test_a_catalog_gone_at_commit_time_delays_the_commit_and_loses_nothing(
+    stack: Stack, reference: ReferenceReader, spark: SparkSession
+) -> None:
+    before, start, runtime, process = _run_to_the_commit(stack, reference, spark)
+
+    stack.proxy.down()
+    stack.engine.tick()
+    stack.engine.tick()
+
+    assert runtime.state == TableState.COMMITTING and degraded_reason(runtime) == "CommitDelayed"
+    assert stack.reasons().count("CommitDelayed") == 1
+    assert stack.table().current_snapshot() == start
+    stack.proxy.up()
+    table = _settle(stack, runtime, reference, before)
+    assert _process_snapshots(table) == {process: 1}
+
+
+def test_a_written_file_deleted_before_the_commit_fails_the_process_cleanly_and_the_next_commits(
+    stack: Stack, reference: ReferenceReader, spark: SparkSession
+) -> None:
+    before, start, runtime, first = _run_to_the_commit(stack, reference, spark)
+    written = [path for path in _data_files(stack, stack.table()) if f"/{first}-t" in path]
+    assert written
+    s3_filesystem(stack.data.moto.endpoint).delete_file(written[0].removeprefix("s3://"))
+
+    _tick_until(stack, lambda: "OptimizingFailed" in stack.reasons(), "the process failed")
+
+    failure = next(e for e in stack.events if e.reason == "OptimizingFailed")
+    assert "gone from storage" in failure.message
+    assert stack.table().current_snapshot() == start
+    assert reference.rows(CATALOG, stack.table_name) == before
+    table = _settle(stack, runtime, reference, before)
+    assert first not in _process_snapshots(table) and len(_process_snapshots(table)) == 1
