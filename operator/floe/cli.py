@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from floe.api.manifests import ManifestError
-from floe.commit.rewrite import CommitAbandoned, CommitConflict
+from floe.commit.rewrite import CommitAbandoned, CommitConflict, CommitPending
 from floe.commit.snapshot import UnsupportedTableError
 from floe.optimizer.process import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
@@ -324,6 +324,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except (CommitConflict, CommitAbandoned, ProcessFailed, UnsupportedTableError) as exc:
         message = f"[red]optimizing failed, nothing committed:[/red] {escape(str(exc))}"
+        _console(stderr=True).print(message, highlight=False)
+        return 1
+    except CommitPending as exc:
+        message = (
+            f"[red]the commit's outcome is unknown:[/red] {escape(str(exc))}. If it landed, the table's "
+            "history shows a snapshot with its floe.process-id; if not, orphan cleanup removes its files."
+        )
         _console(stderr=True).print(message, highlight=False)
         return 1
 

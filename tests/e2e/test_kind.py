@@ -12,7 +12,7 @@ import functools
 import re
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +29,7 @@ from rest_s3 import RestS3Stack, free_port, kind_network_gateway, s3_filesystem
 from floe.commit.row_delta import commit_row_delta
 from floe.local.reference_reader import ReferenceReader
 from floe.local.workload import OrderCdcStream
+from floe.maintenance.orphans import remove_orphan_files
 from floe.maintenance.reachable import referenced_files
 from floe.tables.scan import scan_table
 from floe.tables.writer import conform, write_position_deletes
@@ -303,55 +304,52 @@ def test_scale_brings_a_second_executor_without_restarting_the_driver(
     assert re.search(rf"^{GROUP}\s+quota\s+2\s+2\s+2\s+1\s", columns[1]), columns
 
 
-def test_driver_killed_mid_process_commits_once_and_loses_nothing(
-    release: None, kubectl: Kubectl, data_stack: RestS3Stack, orders: OrderCdcStream, reader: ReferenceReader
-) -> None:
+def _interrupt_a_process(
+    kubectl: Kubectl, orders: OrderCdcStream, reader: ReferenceReader, interrupt: Callable[[str], None]
+) -> str:
+    """Start a new process on e2e.orders and call `interrupt` (with the driver pod's name) as soon
+    as one of its tasks runs; wait until the table is compacted again. Rows must be unchanged and
+    no process may commit twice. Tried up to three times, as the process may commit before it
+    could be interrupted; returns the interrupted process's id."""
     table = orders.table
     for _attempt in range(3):
         driver = _driver(kubectl)
         assert driver is not None
-        old_uid, driver_name = driver["metadata"]["uid"], driver["metadata"]["name"]
+        driver_name = driver["metadata"]["name"]
         # Before writing: floe may start the new process while the batches are still landing.
         started = set(TASK_LINE.findall(kubectl("logs", "-n", NAMESPACE, driver_name)))
-        # Enough rows that a task takes seconds in an executor: the kill lands while it runs.
+        # Enough rows that a task takes seconds in an executor: the interruption lands while it runs.
         for _ in range(4):
             orders.upsert_batch(inserts=250_000, updates=2_000)
         table.refresh()
         start = table.current_snapshot()
         assert start is not None
-        # The driver logs each task it hands to Spark: kill it as soon as one of a new process runs.
+        # The driver logs each task it hands to Spark: interrupt as soon as one of a new process runs.
         process = wait_for(
             "the driver to run a task of a new process",
             functools.partial(_new_process, kubectl, driver_name, started),
             timeout_s=240,
             interval_s=0.5,
         )
-        killed_at = time.time()
-        kubectl("delete", "pod", "-n", NAMESPACE, driver_name, "--grace-period=0", "--force")
-        new_driver = wait_for(
-            "a new driver pod",
-            lambda: (
-                (d := _driver(kubectl)) is not None
-                and d["metadata"]["uid"] != old_uid  # noqa: B023 (used at once)
-                and d
-            ),
-            timeout_s=180,
-        )
-        assert new_driver
+        interrupted_at = time.time()
+        interrupt(driver_name)
         expected = _rows(reader, start.snapshot_id)
-        wait_for("the process to commit after the kill", lambda: _compacted(kubectl, table), timeout_s=480)
+        wait_for("the table to be compacted after it", lambda: _compacted(kubectl, table), timeout_s=600)
         committed = _floe_snapshots(table)
         assert all(count == 1 for count in committed.values()), f"a process committed twice: {committed}"
+        assert _rows(reader) == expected, "rows changed across the interruption"
         mine = [
             s for s in table.snapshots() if s.summary.additional_properties.get(PROCESS_ID_KEY) == process
         ]
-        assert _rows(reader) == expected, "rows changed across the driver's death"
-        if mine and mine[0].timestamp_ms / 1000 > killed_at:
-            break  # the process was in flight when its driver died, and committed once, later
-    else:
-        pytest.fail("three times the process committed before its driver could be killed")
+        if not mine or mine[0].timestamp_ms / 1000 > interrupted_at:
+            return process  # in flight when interrupted: committed once later, or never
+    pytest.fail("three times the process committed before it could be interrupted")
 
-    # The killed attempt's files were removed by floe: every file the process wrote is committed.
+
+def _unreferenced_files_of(
+    data_stack: RestS3Stack, table: Table, process: str
+) -> tuple[list[str], list[str]]:
+    """The files `process` wrote under the warehouse, and those of them no snapshot references."""
     data_dir = f"{data_stack.bucket}/warehouse"
     referenced = {
         p.split("://", 1)[1]
@@ -364,8 +362,76 @@ def test_driver_killed_mid_process_commits_once_and_loses_nothing(
         )
         if info.base_name.startswith(f"{process}-t")
     ]
-    assert written, f"no file of {process} under {data_dir}"
-    assert set(written) <= referenced, f"left behind: {sorted(set(written) - referenced)}"
+    return written, sorted(set(written) - referenced)
+
+
+def test_driver_killed_mid_process_commits_once_and_loses_nothing(
+    release: None, kubectl: Kubectl, data_stack: RestS3Stack, orders: OrderCdcStream, reader: ReferenceReader
+) -> None:
+    def kill_the_driver(driver_name: str) -> None:
+        old_uid = kubectl.json("get", "pod", "-n", NAMESPACE, driver_name)["metadata"]["uid"]
+        kubectl("delete", "pod", "-n", NAMESPACE, driver_name, "--grace-period=0", "--force")
+        wait_for(
+            "a new driver pod",
+            lambda: (d := _driver(kubectl)) is not None and d["metadata"]["uid"] != old_uid,
+            timeout_s=180,
+        )
+
+    process = _interrupt_a_process(kubectl, orders, reader, kill_the_driver)
+
+    # The killed attempt's files were removed by floe: every file the process wrote is committed.
+    written, left = _unreferenced_files_of(data_stack, orders.table, process)
+    assert written and left == [], f"left behind: {left}"
+
+
+def test_executors_killed_mid_task_commit_once_and_lose_nothing(
+    release: None, kubectl: Kubectl, data_stack: RestS3Stack, orders: OrderCdcStream, reader: ReferenceReader
+) -> None:
+    def kill_the_executors(_: str) -> None:
+        names = [p["metadata"]["name"] for p in _pods(kubectl, EXECUTOR_PODS)]
+        assert names
+        kubectl("delete", "pod", "-n", NAMESPACE, *names, "--grace-period=0", "--force")
+
+    process = _interrupt_a_process(kubectl, orders, reader, kill_the_executors)
+
+    # Spark asks for executors again; the task lost with its executor was retried by floe.
+    wait_for("executors again", lambda: _group_status(kubectl).get("readyExecutors") == 2, timeout_s=240)
+    _, left = _unreferenced_files_of(data_stack, orders.table, process)
+    assert left == [], f"left behind: {left}"
+
+
+def test_operator_restarted_mid_process_commits_once_and_loses_nothing(
+    release: None, kubectl: Kubectl, data_stack: RestS3Stack, orders: OrderCdcStream, reader: ReferenceReader
+) -> None:
+    def operator_pods() -> list[dict[str, Any]]:
+        selector = "app.kubernetes.io/name=floe"
+        return [
+            p
+            for p in kubectl.json("get", "pods", "-n", RELEASE_NAMESPACE, "-l", selector)["items"]
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+
+    def crash_the_operator(_: str) -> None:
+        (old,) = operator_pods()
+        kubectl(
+            "delete", "pod", "-n", RELEASE_NAMESPACE, old["metadata"]["name"], "--grace-period=0", "--force"
+        )
+        wait_for(
+            "a new operator pod",
+            lambda: [p for p in _running(operator_pods()) if p["metadata"]["uid"] != old["metadata"]["uid"]],
+            timeout_s=180,
+        )
+
+    process = _interrupt_a_process(kubectl, orders, reader, crash_the_operator)
+
+    # The new operator never heard of the interrupted process: its files are orphans, which orphan
+    # cleanup removes (a table's files are never orphans: only those no snapshot references).
+    table = orders.table
+    remove_orphan_files(table, older_than_s=3600, now_s=time.time() + 7200)
+    _, left = _unreferenced_files_of(data_stack, table, process)
+    assert left == [], f"left behind: {left}"
+    # The driver outlived the operator and registered with the new one.
+    assert _group_status(kubectl).get("threads") == 2
 
 
 def test_unreachable_catalog_is_a_condition_and_an_event(release: None, kubectl: Kubectl) -> None:

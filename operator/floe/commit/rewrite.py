@@ -44,9 +44,16 @@ class CommitAbandoned(RuntimeError):
 
 
 class CommitPending(RuntimeError):
-    """The commit could not be finished now (the catalog did not answer, or answered so that
-    whether the snapshot landed is unknown): commit the same request again later, which finds
-    the snapshot if it landed. Every file the process wrote is kept."""
+    """The commit could not be finished now (the catalog or the storage did not answer, or
+    answered so that whether the snapshot landed is unknown): commit the same request again
+    later, which finds the snapshot if it landed. Every file the process wrote is kept.
+
+    ``outcome_unknown`` says whether a catalog call may have applied the commit; when it is
+    False, nothing was committed, and a caller that gives up may delete the files."""
+
+    def __init__(self, message: str, outcome_unknown: bool) -> None:
+        super().__init__(message)
+        self.outcome_unknown = outcome_unknown
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,7 @@ def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4)
         _check_added_files_stored(table, request)
         return _commit_with_retries(table, request, max_attempts, attempts)
     except CommitStateUnknown as exc:
-        raise CommitPending(f"commit of {request.process_id} may not have landed: {exc}") from exc
+        raise CommitPending(f"commit of {request.process_id} may not have landed: {exc}", True) from exc
     except (CommitConflict, CommitAbandoned, UnsupportedTableError):
         if not attempts.outcome_unknown:
             for f in request.added_files:
@@ -104,7 +111,8 @@ def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4)
         # Reading the table or its metadata failed (the catalog or the storage is down), or
         # writing the snapshot's metadata did: nothing is known to be wrong with the request.
         raise CommitPending(
-            f"commit of {request.process_id} could not be made now: {type(exc).__name__}: {exc}"
+            f"commit of {request.process_id} could not be made now: {type(exc).__name__}: {exc}",
+            attempts.outcome_unknown,
         ) from exc
 
 

@@ -10,7 +10,7 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from floe.api.models import ClusteringSpec
-from floe.commit.rewrite import RewriteCommitResult, commit_rewrite
+from floe.commit.rewrite import CommitPending, RewriteCommitResult, commit_rewrite
 from floe.commit.snapshot import delete_quietly
 from floe.optimizer.process import (
     DEFAULT_DELETE_MEMORY_LIMIT,
@@ -39,6 +39,8 @@ class OptimizeResult:
     task_results: list[RewriteTaskResult] = field(default_factory=list)
     task_errors: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    check_seconds: float = 0.0
+    """Time spent checking the tasks' results (`check_result`), footers read included."""
 
     @property
     def bytes_read(self) -> int:
@@ -84,7 +86,9 @@ def optimize_once(
     """Plan the table and, if there is work, rewrite on Spark and commit one replace snapshot.
 
     Failed tasks are retried up to `num_retries` times each; then the process fails
-    (ProcessFailed) unless partial commit is allowed. Spark is only started when the
+    (ProcessFailed) unless partial commit is allowed. A commit that cannot be made (the
+    catalog or the storage failing) is ProcessFailed too, its files deleted, unless it may
+    have landed: then CommitPending, and the files stay for orphan cleanup. Spark is only started when the
     plan has tasks. Rows are z-ordered by `clustering` when set, else written in the
     table's sort order, if it has one.
     """
@@ -109,6 +113,7 @@ def optimize_once(
             error = outcome.error
             if outcome.result is not None:
                 # Held to the same checks as a remote optimizer's result.
+                checking = time.perf_counter()
                 try:
                     check_result(specs[outcome.task_id], outcome.result, table.io)
                 except ResultCheckFailed as exc:
@@ -117,6 +122,7 @@ def optimize_once(
                             delete_quietly(table.io, written.path)
                     error = f"result refused ({exc.check}): {exc}"
                 else:
+                    result.check_seconds += time.perf_counter() - checking
                     result.task_results.append(outcome.result)
                     result.task_errors.pop(outcome.task_id, None)
                     continue
@@ -138,6 +144,14 @@ def optimize_once(
             for written in task_result.files:
                 delete_quietly(table.io, written.path)
         raise
-    result.commit = commit_rewrite(table, request)
+    try:
+        result.commit = commit_rewrite(table, request)
+    except CommitPending as exc:
+        # One shot: nothing retries this commit later.
+        if exc.outcome_unknown:
+            raise
+        for added in request.added_files:
+            delete_quietly(table.io, added.file_path)
+        raise ProcessFailed(f"the commit failed: {exc}") from exc
     result.seconds = time.monotonic() - started
     return result
