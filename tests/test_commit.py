@@ -164,7 +164,7 @@ def test_concurrent_append_is_kept(sql_catalog: SqlCatalog, reference: Reference
     assert _read(reference, sql_catalog) == before + appended
 
 
-def test_concurrent_removal_of_a_rewritten_file_fails_and_cleans_up(
+def test_concurrent_removal_of_a_rewritten_file_fails_and_changes_nothing(
     sql_catalog: SqlCatalog, reference: ReferenceReader
 ) -> None:
     table = _table(sql_catalog)
@@ -173,12 +173,14 @@ def test_concurrent_removal_of_a_rewritten_file_fails_and_cleans_up(
     commit_rewrite(table, other)  # another optimizer got there first
     snapshot_before = table.current_snapshot()
 
-    with pytest.raises(CommitConflict, match="was removed by snapshot"):
+    with pytest.raises(CommitConflict, match="was removed by snapshot") as conflict:
         commit_rewrite(table, request)
     table.refresh()
     assert table.current_snapshot() == snapshot_before
+    assert not conflict.value.outcome_unknown
+    # The commit deletes nothing: the process's owner removes its files by name.
     for f in request.added_files:
-        assert not Path(f.file_path.removeprefix("file://")).exists()
+        assert Path(f.file_path.removeprefix("file://")).exists()
 
 
 def test_concurrent_position_delete_on_rewritten_file_fails(

@@ -7,7 +7,8 @@ The rules (DESIGN.md, "Commit rules that keep data safe"):
   or a new position delete may target one (appends and equality deletes are fine);
 - a delete file is removed only when no live data file it can apply to remains;
 - on catalog conflicts the commit is rebuilt on the new head and retried; when it is
-  abandoned, every file the process wrote is deleted.
+  abandoned, the caller deletes every file the process wrote (by name, in its output
+  directories), unless the catalog may have applied an attempt after all.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from floe.commit.retry import on_fresh_head
-from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft, UnsupportedTableError, delete_quietly
+from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft, UnsupportedTableError
 from floe.planning.files import ContentFile, DeleteIndex
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID, content_file
 
@@ -35,11 +36,22 @@ SUMMARY_PROCESS_ID = "floe.process-id"
 SUMMARY_DEFERRED_PARTITIONS = "floe.deferred-partitions"
 
 
-class CommitConflict(RuntimeError):
+class CommitFailed(RuntimeError):
+    """Nothing was committed, and this request never will be.
+
+    ``outcome_unknown``: an earlier attempt's catalog call failed after it may have been
+    applied, and was not found since; a catalog that applies requests late could still land
+    it, so the process's files stay for orphan cleanup (which keeps what a snapshot references)
+    instead of being deleted."""
+
+    outcome_unknown: bool = False
+
+
+class CommitConflict(CommitFailed):
     """A concurrent commit makes this process's result unsafe; nothing was committed."""
 
 
-class CommitAbandoned(RuntimeError):
+class CommitAbandoned(CommitFailed):
     """The commit could not be made after all retries; nothing was committed."""
 
 
@@ -89,12 +101,11 @@ def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4)
     lost), that snapshot is the result. Before anything is written, every added file must
     still be in storage (CommitConflict otherwise).
 
-    When the commit is known not to have happened (CommitConflict, CommitAbandoned,
-    UnsupportedTableError) the added files are deleted before raising, unless an attempt's
-    outcome was unknown: then they stay for orphan cleanup, which keeps whatever a snapshot
-    references. CommitPending when the table cannot be read or written now, or every
-    attempt's outcome was unknown: nothing is deleted, and committing the same request
-    again later finds the snapshot if it landed.
+    It deletes none of the process's files, whatever happens: its caller, which knows where
+    the process wrote and under which names, removes them (`remove_uncommitted_outputs`) when
+    the commit failed (CommitFailed without ``outcome_unknown``, UnsupportedTableError).
+    CommitPending when the table cannot be read or written now, or every attempt's outcome
+    was unknown: committing the same request again later finds the snapshot if it landed.
     """
     attempts = _Attempts()
     try:
@@ -102,10 +113,10 @@ def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4)
         return _commit_with_retries(table, request, max_attempts, attempts)
     except CommitStateUnknown as exc:
         raise CommitPending(f"commit of {request.process_id} may not have landed: {exc}", True) from exc
-    except (CommitConflict, CommitAbandoned, UnsupportedTableError):
-        if not attempts.outcome_unknown:
-            for f in request.added_files:
-                delete_quietly(table.io, f.file_path)
+    except CommitFailed as exc:
+        exc.outcome_unknown = attempts.outcome_unknown
+        raise
+    except UnsupportedTableError:
         raise
     except Exception as exc:
         # Reading the table or its metadata failed (the catalog or the storage is down), or

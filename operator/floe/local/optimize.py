@@ -10,15 +10,17 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from floe.api.models import ClusteringSpec
-from floe.commit.rewrite import CommitPending, RewriteCommitResult, commit_rewrite
-from floe.commit.snapshot import delete_quietly
+from floe.commit.rewrite import CommitFailed, CommitPending, RewriteCommitResult, commit_rewrite
+from floe.commit.snapshot import UnsupportedTableError
+from floe.optimizer.leftovers import remove_uncommitted_outputs
 from floe.optimizer.process import (
     DEFAULT_DELETE_MEMORY_LIMIT,
+    OptimizingProcess,
     ProcessFailed,
     build_process,
     commit_request,
 )
-from floe.optimizer.result_check import ResultCheckFailed, check_result, is_own_file
+from floe.optimizer.result_check import ResultCheckFailed, check_result
 from floe.optimizer.spark_runner import TaskOutcome, run_tasks_on_spark
 from floe.optimizer.task_spec import RewriteTaskResult
 from floe.planning.config import OptimizingConfig
@@ -117,9 +119,8 @@ def optimize_once(
                 try:
                     check_result(specs[outcome.task_id], outcome.result, table.io)
                 except ResultCheckFailed as exc:
-                    for written in outcome.result.files:
-                        if is_own_file(specs[outcome.task_id], written.path):
-                            delete_quietly(table.io, written.path)
+                    # The retry writes the same names: the refused files go now.
+                    _remove_outputs(table, process, [outcome.result])
                     error = f"result refused ({exc.check}): {exc}"
                 else:
                     result.check_seconds += time.perf_counter() - checking
@@ -139,10 +140,8 @@ def optimize_once(
             allow_partial_commit=allow_partial_commit,
         )
     except ProcessFailed:
-        # Nothing will reference what the succeeded tasks wrote.
-        for task_result in result.task_results:
-            for written in task_result.files:
-                delete_quietly(table.io, written.path)
+        # Nothing will reference what the tasks wrote.
+        _remove_outputs(table, process, result.task_results)
         raise
     try:
         result.commit = commit_rewrite(table, request)
@@ -150,8 +149,22 @@ def optimize_once(
         # One shot: nothing retries this commit later.
         if exc.outcome_unknown:
             raise
-        for added in request.added_files:
-            delete_quietly(table.io, added.file_path)
+        _remove_outputs(table, process, result.task_results)
         raise ProcessFailed(f"the commit failed: {exc}") from exc
+    except (CommitFailed, UnsupportedTableError) as exc:
+        if not (isinstance(exc, CommitFailed) and exc.outcome_unknown):
+            _remove_outputs(table, process, result.task_results)
+        raise
     result.seconds = time.monotonic() - started
     return result
+
+
+def _remove_outputs(table: Table, process: OptimizingProcess, results: list[RewriteTaskResult]) -> None:
+    """Delete what the process wrote: its own names in its output directories, nothing else."""
+    remove_uncommitted_outputs(
+        table.io,
+        process.process_id,
+        {spec.output_dir for spec in process.specs},
+        committed=(),
+        reported=[written.path for r in results for written in r.files],
+    )

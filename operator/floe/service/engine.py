@@ -27,7 +27,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
-from floe.commit.rewrite import CommitAbandoned, CommitConflict, CommitPending, commit_rewrite
+from floe.commit.rewrite import CommitFailed, CommitPending, commit_rewrite
 from floe.commit.snapshot import UnsupportedTableError
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.report import MaintenanceJob
@@ -592,8 +592,9 @@ class OptimizingEngine:
         except CommitPending as exc:
             self._delay_commit(outcome, flight, runtime, delayed, str(exc))
             return
-        except (ProcessFailed, CommitConflict, CommitAbandoned, UnsupportedTableError) as exc:
-            if isinstance(exc, ProcessFailed):
+        except (ProcessFailed, CommitFailed, UnsupportedTableError) as exc:
+            # Unless the catalog may still apply an earlier attempt: then orphan cleanup's.
+            if not (isinstance(exc, CommitFailed) and exc.outcome_unknown):
                 self._discard(outcome, flight)
             with self._lock:
                 runtime.on_process_failed(str(exc))

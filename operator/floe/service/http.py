@@ -52,8 +52,16 @@ from floe.service.wire import (
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 64 * 1024 * 1024
-"""Completions carry per-column metrics of every written file; wide tables make them large."""
+COMPLETE_MAX_BYTES = 16 * 1024 * 1024
+"""A completion carries per-column metrics of every file its task wrote: 64 files of a 1,000-column
+table with 16-byte bounds come to about 8 MiB of JSON (`tests/test_service_limits.py` builds it)."""
+SMALL_MAX_BYTES = 16 * 1024
+"""Register and poll bodies are a few fields."""
+BODY_LIMITS = {"register": SMALL_MAX_BYTES, "poll": SMALL_MAX_BYTES, "complete": COMPLETE_MAX_BYTES}
+"""Per operation, the largest body read; a larger one is refused with 413 before it is read."""
+LINGER_S = 1.0
+BODY_TIMEOUT_S = 30.0
+"""A body not fully received within this long is refused (408): a slow sender holds no handler."""
 
 _Model = TypeVar("_Model", bound=BaseModel)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -111,9 +119,10 @@ class _Wakeup:
 class _Api:
     """The request handlers, one per operation id of `ROUTES`."""
 
-    def __init__(self, service: TaskService, keeper_interval_s: float) -> None:
+    def __init__(self, service: TaskService, keeper_interval_s: float, body_timeout_s: float) -> None:
         self.service = service
         self.keeper_interval_s = keeper_interval_s
+        self.body_timeout_s = body_timeout_s
         self._wakeup: _Wakeup | None = None
         self._keeper: asyncio.Task[None] | None = None
         self._openapi = build_openapi()
@@ -162,15 +171,15 @@ class _Api:
                 )
 
     async def register(self, request: web.Request) -> web.Response:
-        body = await _body(request, RegisterRequest)
         try:
-            response = await asyncio.to_thread(self.service.register, body, _bearer(request))
+            # Before the body: a caller without the registration token makes the service read nothing.
+            self.service.check_registration_token(_bearer(request))
         except Unauthorized as exc:
             # Who knocked, never what they sent: a near-miss token is still a secret.
-            log.warning(
-                "refused to register %r in group %s from %s: %s", body.name, body.group, request.remote, exc
-            )
+            log.warning("refused a registration from %s: %s", request.remote, exc)
             raise
+        body = await _body(request, RegisterRequest, "register", self.body_timeout_s)
+        response = await asyncio.to_thread(self.service.register, body, _bearer(request))
         log.info(
             "optimizer %s (%s) joined group %s with %d threads",
             response.optimizer_id,
@@ -192,7 +201,8 @@ class _Api:
 
     async def poll(self, request: web.Request) -> web.Response:
         token = _token(request)
-        body = await _body(request, PollRequest)
+        self.service.check_token(token)
+        body = await _body(request, PollRequest, "poll", self.body_timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + body.wait_s
         while True:
@@ -213,7 +223,8 @@ class _Api:
 
     async def complete(self, request: web.Request) -> web.Response:
         token = _token(request)
-        body = await _body(request, CompleteRequest)
+        self.service.check_token(token)
+        body = await _body(request, CompleteRequest, "complete", self.body_timeout_s)
         if body.next_poll is not None and _client_gone(request):
             # Record the outcome, but a task handed to a closed connection would wait out the ack timeout.
             body = body.model_copy(update={"next_poll": None})
@@ -239,10 +250,13 @@ class _Api:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def create_app(service: TaskService, keeper_interval_s: float = 1.0) -> web.Application:
-    """The v1 HTTP app over `service`; its keeper runs ``service.run_keeper()`` every interval."""
-    api = _Api(service, keeper_interval_s)
-    app = web.Application(middlewares=[_error_responses], client_max_size=MAX_BODY_BYTES)
+def create_app(
+    service: TaskService, keeper_interval_s: float = 1.0, body_timeout_s: float = BODY_TIMEOUT_S
+) -> web.Application:
+    """The v1 HTTP app over `service`; its keeper runs ``service.run_keeper()`` every interval.
+    A request body must arrive within `body_timeout_s`."""
+    api = _Api(service, keeper_interval_s, body_timeout_s)
+    app = web.Application(middlewares=[_error_responses], client_max_size=max(BODY_LIMITS.values()))
     handlers = api.handlers()
     for route in ROUTES:
         app.router.add_route(route.method, route.path, handlers[route.operation_id])
@@ -258,14 +272,16 @@ async def _error_responses(request: web.Request, handler: _Handler) -> web.Strea
     try:
         return await handler(request)
     except Unauthorized as exc:
-        return _error(401, "unauthorized", str(exc), headers={"WWW-Authenticate": "Bearer"})
+        # A stranger's body is not read: end the connection rather than drain it.
+        return _error(401, "unauthorized", str(exc), headers={"WWW-Authenticate": "Bearer"}, close=True)
     except StaleAttempt as exc:
         return _error(409, "stale_attempt", str(exc))
     except UnknownGroup as exc:
         return _error(404, "unknown_group", str(exc))
     except _Rejected as exc:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return _error(exc.status, exc.error, str(exc), headers)
+        # The rest of the body is not wanted: end the connection rather than drain it.
+        return _error(exc.status, exc.error, str(exc), headers, close=exc.status in (401, 408, 413))
     except ValidationError as exc:
         return _error(422, "invalid_request", _describe(exc))
     except InvalidRequest as exc:
@@ -300,14 +316,42 @@ def _token(request: web.Request) -> str:
     return token
 
 
-async def _body(request: web.Request, model: type[_Model]) -> _Model:
-    raw = await request.read()
+async def _body(request: web.Request, model: type[_Model], operation: str, timeout_s: float) -> _Model:
+    raw = await _read_limited(request, BODY_LIMITS[operation], timeout_s)
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
         if any(error["type"] == "json_invalid" for error in exc.errors()):
             raise _Rejected(400, "invalid_json", f"the body is not JSON: {exc.errors()[0]['msg']}") from exc
         raise
+
+
+async def _read_limited(request: web.Request, limit: int, timeout_s: float) -> bytes:
+    """The body, refused with 413 when it is (or declares itself) over `limit` bytes and with 408
+    when it does not arrive within `timeout_s`; a refused body is never read whole."""
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise _Rejected(
+            413, "payload_too_large", f"the body is {declared} bytes; this call takes at most {limit}"
+        )
+    chunks: list[bytes] = []
+    size = 0
+
+    async def read() -> None:
+        nonlocal size
+        while chunk := await request.content.read(64 * 1024):
+            size += len(chunk)
+            if size > limit:
+                raise _Rejected(
+                    413, "payload_too_large", f"the body is over the {limit} bytes this call takes"
+                )
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), timeout_s)
+    except TimeoutError:
+        raise _Rejected(408, "request_timeout", f"the body did not arrive within {timeout_s:g} s") from None
+    return b"".join(chunks)
 
 
 def _describe(exc: ValidationError) -> str:
@@ -332,8 +376,13 @@ def _accepted() -> web.Response:
     return _json(Accepted())
 
 
-def _error(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> web.Response:
-    return _json(ErrorResponse(error=error, detail=detail), status, headers)
+def _error(
+    status: int, error: str, detail: str, headers: dict[str, str] | None = None, close: bool = False
+) -> web.Response:
+    response = _json(ErrorResponse(error=error, detail=detail), status, headers)
+    if close:
+        response.force_close()
+    return response
 
 
 class TaskServiceServer:
@@ -348,11 +397,13 @@ class TaskServiceServer:
         host: str = "127.0.0.1",
         port: int = 0,
         keeper_interval_s: float = 1.0,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.service = service
         self.host = host
         self.port = port
         self.keeper_interval_s = keeper_interval_s
+        self.body_timeout_s = body_timeout_s
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -400,7 +451,12 @@ class TaskServiceServer:
 
     async def _serve(self, sock: socket.socket) -> None:
         runner = web.AppRunner(
-            create_app(self.service, self.keeper_interval_s), access_log=None, shutdown_timeout=5.0
+            create_app(self.service, self.keeper_interval_s, self.body_timeout_s),
+            access_log=None,
+            shutdown_timeout=5.0,
+            # After refusing a body unread, drain it for a second so the answer is not lost to a
+            # reset, then close: a stranger's 64 MiB holds the connection one second, not ten.
+            lingering_time=LINGER_S,
         )
         try:
             await runner.setup()

@@ -33,11 +33,14 @@ REGISTRATION = "registrationToken"
 
 ERROR_MEANINGS = {
     400: "The body is not JSON.",
-    401: "The bearer token is missing, wrong or expired (the optimizer was dropped): nothing changed. "
-    "Register again.",
+    401: "The bearer token is missing, wrong or expired (the optimizer was dropped): nothing changed, "
+    "and the body was not read. Register again.",
     404: "No such optimizer group.",
+    408: "The body did not arrive within 30 s: nothing changed.",
     409: "The attempt is stale (superseded by another attempt, or already finished): "
     "the call was ignored and nothing changed.",
+    413: "The body is larger than this call takes (16 KiB; a completion 16 MiB), or declares itself "
+    "so: it was not read and nothing changed.",
     422: "The body does not match the schema, or contradicts what the optimizer registered or was "
     "handed (a thread beyond its threads, a result for another task); `detail` names the offending field.",
 }
@@ -87,7 +90,7 @@ ROUTES: tuple[Route, ...] = (
         RegisterResponse,
         request=RegisterRequest,
         security=REGISTRATION,
-        errors=(400, 401, 404, 422),
+        errors=(400, 401, 404, 408, 413, 422),
         error_meanings=((401, REGISTER_401),),
     ),
     Route(
@@ -118,7 +121,7 @@ ROUTES: tuple[Route, ...] = (
         'until one becomes available or `wait_s` passes, then answers `{"task": null}`.',
         PollResponse,
         request=PollRequest,
-        errors=(400, 401, 422),
+        errors=(400, 401, 408, 413, 422),
     ),
     Route(
         "POST",
@@ -148,7 +151,7 @@ ROUTES: tuple[Route, ...] = (
         "the files it wrote are deleted.",
         CompleteResponse,
         request=CompleteRequest,
-        errors=(400, 401, 409, 422, 503),
+        errors=(400, 401, 408, 409, 413, 422, 503),
         error_meanings=(
             (
                 503,

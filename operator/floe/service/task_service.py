@@ -192,17 +192,28 @@ class TaskService:
         """Whether register must present the registration token."""
         return self._registration_token is not None
 
+    def check_registration_token(self, registration_token: str | None) -> None:
+        """Unauthorized unless `registration_token` may register (the service's token, if it has
+        one); counted as a refused registration. The HTTP layer calls it before reading a body."""
+        try:
+            self._check_registration_token(registration_token)
+        except Unauthorized:
+            self.metrics.registrations.labels("refused").inc()
+            raise
+
+    def check_token(self, token: str) -> None:
+        """Unauthorized unless `token` is a registered optimizer's; a sign of life otherwise. The
+        HTTP layer calls it before reading a body, so strangers cannot make the service read one."""
+        with self._monitor.hold():
+            self._authenticate(token, self._clock())
+
     def register(self, request: RegisterRequest, registration_token: str | None = None) -> RegisterResponse:
         """Admit an optimizer into its group.
 
         Unauthorized if the service has a registration token and ``registration_token`` is
         not it; UnknownGroup if the group does not exist.
         """
-        try:
-            self._check_registration_token(registration_token)
-        except Unauthorized:
-            self.metrics.registrations.labels("refused").inc()
-            raise
+        self.check_registration_token(registration_token)
         now = self._clock()
         with self._monitor.hold():
             group = self._group(request.group)
