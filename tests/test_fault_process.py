@@ -475,3 +475,67 @@ def test_a_full_disk_fails_the_process_cleanly_and_it_commits_once_there_is_room
     assert result.commit is not None
     _check(table, reference, name, before, _data_files(table))
     catalog.engine.dispose()
+
+
+# -- stopped by a signal ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_floe_optimize_stopped_mid_task_abandons_the_process_and_says_so(
+    signum: int,
+    code: int,
+    sql_catalog: SqlCatalog,
+    reference: ReferenceReader,
+    children: Callable[[list[str], Path], Child],
+    tmp_path: Path,
+) -> None:
+    table = _small_files_table(sql_catalog, "db.t")
+    before = reference.rows(sql_catalog.name, "db.t")
+    start = table.current_snapshot()
+    properties = {k: str(v) for k, v in sql_catalog.properties.items()}
+    config = tmp_path / "catalog.yaml"
+    config.write_text(yaml.safe_dump({"name": sql_catalog.name, "type": "sql", **properties}))
+    command = [str(BIN / "floe"), "optimize", "--catalog-config", str(config), "db.t", "--type", "full"]
+    optimize = children([*command, "--target-size", "16Ki", "--cores", "1"], tmp_path / "optimize.log")
+    _wait(lambda: bool(_written_by_floe(_data_files(table), "db.t")), "a task wrote a file", child=optimize)
+
+    optimize.process.send_signal(signum)
+
+    assert optimize.wait(120) == code, optimize.output()
+    last = optimize.output().strip().splitlines()[-1]
+    name = signal.Signals(signum).name
+    assert last.startswith(f"interrupted by {name}: optimizing of db.t abandoned, nothing committed;"), last
+    assert "Traceback" not in optimize.output()
+    table.refresh()
+    assert table.current_snapshot() == start
+    assert _written_by_floe(_data_files(table), "db.t") == []
+    _check(table, reference, sql_catalog.name, before, _data_files(table))
+
+
+def test_floe_run_stopped_mid_process_abandons_it_and_says_so(
+    sql_catalog: SqlCatalog,
+    reference: ReferenceReader,
+    children: Callable[[list[str], Path], Child],
+    tmp_path: Path,
+) -> None:
+    table = _small_files_table(sql_catalog, "db.t")
+    before = reference.rows(sql_catalog.name, "db.t")
+    start = table.current_snapshot()
+    properties = {k: str(v) for k, v in sql_catalog.properties.items()}
+    config = tmp_path / "catalog.yaml"
+    config.write_text(yaml.safe_dump({"name": sql_catalog.name, "type": "sql", **properties}))
+    manifests = _manifests(tmp_path / "manifests", "db.t", sql_catalog.name)
+    run = children(_floe_run(manifests, "--catalog-config", str(config)), tmp_path / "run.log")
+    _wait(lambda: bool(_written_by_floe(_data_files(table), "db.t")), "a task wrote a file", child=run)
+
+    run.process.send_signal(signal.SIGTERM)
+
+    assert run.wait(120) == 143, run.output()
+    last = run.output().strip().splitlines()[-1]
+    assert last.startswith("interrupted by SIGTERM: 1 optimizing process(es) abandoned, nothing committed"), (
+        last
+    )
+    table.refresh()
+    assert table.current_snapshot() == start
+    assert _written_by_floe(_data_files(table), "db.t") == []
+    _check(table, reference, sql_catalog.name, before, _data_files(table))

@@ -348,7 +348,7 @@ def test_floe_optimizer_help() -> None:
         assert option in done.stdout
 
 
-def test_floe_optimizer_keeps_retrying_an_unreachable_service_and_exits_0_on_sigterm() -> None:
+def test_floe_optimizer_keeps_retrying_an_unreachable_service_and_exits_143_on_sigterm() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
@@ -385,7 +385,7 @@ def test_floe_optimizer_keeps_retrying_an_unreachable_service_and_exits_0_on_sig
 
         process.send_signal(signal.SIGTERM)
 
-        assert process.wait(timeout=60) == 0
+        assert process.wait(timeout=60) == 143
     finally:
         if process.poll() is None:
             process.kill()

@@ -17,12 +17,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from floe.api.manifests import ManifestError
 from floe.commit.rewrite import CommitAbandoned, CommitConflict, CommitPending
 from floe.commit.snapshot import UnsupportedTableError
+from floe.local.interrupt import Interrupted, reinstall, stop_on_signals
 from floe.optimizer.process import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_table, open_catalog
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+    from pyspark.sql import SparkSession
 
     from floe.controller.runtime import OperatorConfig
 
@@ -70,8 +72,6 @@ def _optimize(args: argparse.Namespace) -> int:
             out.print(render_plan(plan, scanned, table.metadata))
         return 0
 
-    from floe.optimizer.spark_session import get_spark
-
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -88,7 +88,7 @@ def _optimize(args: argparse.Namespace) -> int:
             table,
             args.table,
             config,
-            spark=lambda: get_spark(master=f"local[{args.cores}]"),
+            spark=lambda: _local_spark(args.cores),
             forced=forced,
             on_plan=on_plan,
             on_task_done=lambda _outcome: progress.advance(bar),
@@ -104,6 +104,26 @@ def _optimize(args: argparse.Namespace) -> int:
         f"{c.added_data_files} files; read {human_bytes(result.bytes_read)} in {result.seconds:.1f}s"
     )
     return 0
+
+
+def _local_spark(cores: int) -> SparkSession:
+    """Local Spark for one command; SIGINT back to floe's handler, which SparkContext took."""
+    from floe.optimizer.spark_session import get_spark
+
+    session = get_spark(master=f"local[{cores}]")
+    reinstall()
+    return session
+
+
+def _stop_local_spark() -> None:
+    """Stop the local Spark the command started, if any, so its last log lines come before floe's."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is not None:
+        context.stop()
 
 
 def _maintenance_spec(args: argparse.Namespace) -> dict[str, Any]:
@@ -317,8 +337,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
     try:
-        code: int = args.handler(args)
+        if args.handler is _operator:
+            code: int = args.handler(args)  # kopf stops on SIGTERM and SIGINT by itself
+            return code
+        with stop_on_signals():
+            code = args.handler(args)
         return code
+    except Interrupted as exc:
+        _stop_local_spark()
+        outcome = exc.outcome or "stopped before anything was written"
+        _console(stderr=True).print(f"interrupted by {exc.signal_name}: {escape(outcome)}", highlight=False)
+        return exc.exit_code
+    except KeyboardInterrupt:  # SIGINT taken by Spark's handler before floe's came back
+        _console(stderr=True).print("interrupted by SIGINT", highlight=False)
+        return 130
     except (TableAccessError, ManifestError, UsageError) as exc:
         _console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2

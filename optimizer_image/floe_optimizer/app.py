@@ -146,7 +146,14 @@ class Optimizer:
             self._finished = True
             self._cond.notify_all()
         self.client.close()
-        log.info("stopped")
+        if in_time:
+            log.info("stopped: every running task finished and was reported")
+        else:
+            log.info(
+                "stopped: %d task(s) abandoned; they go back to the queue, and the task service removes "
+                "their files when their process ends",
+                running,
+            )
 
     def kill(self) -> None:
         """Abandon everything at once, as a crash would: cancel running tasks, complete nothing,

@@ -28,7 +28,7 @@ from floe.api.units import parse_quantity
 from floe.controller.spark_conf import parse_properties
 from floe.service.client import RegistrationToken, registration_token_from_env
 from floe_optimizer.app import Optimizer
-from floe_optimizer.lifecycle import configure_logging, serve_until_signalled, stop_spark
+from floe_optimizer.lifecycle import configure_logging, exit_code, serve_until_signalled, stop_spark
 
 log = logging.getLogger("floe.driver")
 
@@ -182,7 +182,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run until SIGTERM or SIGINT; returns 0 after a graceful stop."""
+    """Run until SIGTERM or SIGINT; returns 143 or 130 after a graceful stop."""
     args = parser().parse_args(argv)
     configure_logging(logging.INFO)
     properties = parse_properties(args.properties_file.read_text())
@@ -222,10 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.exception("scaling failed; retrying")
             scaler.executors = None
 
-    serve_until_signalled(follow_scale_file)
+    signum = serve_until_signalled(follow_scale_file)
     scaler.stop()
     stop_spark(spark)
-    return 0
+    return exit_code(signum)
 
 
 if __name__ == "__main__":

@@ -24,15 +24,18 @@ def configure_logging(level: int | str) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def serve_until_signalled(tick: Callable[[], None] | None = None) -> None:
-    """Block until SIGTERM or SIGINT, calling ``tick`` every `CHECK_S` seconds meanwhile.
+def serve_until_signalled(tick: Callable[[], None] | None = None) -> int:
+    """Block until SIGTERM or SIGINT, calling ``tick`` every `CHECK_S` seconds meanwhile; return
+    the signal's number.
 
     Call it once Spark runs: creating the SparkContext replaces the SIGINT handler.
     """
     shutdown = threading.Event()
+    received: list[int] = []
 
     def request_shutdown(signum: int, _: FrameType | None) -> None:
         log.info("received %s: shutting down", signal.Signals(signum).name)
+        received.append(signum)
         shutdown.set()
 
     signal.signal(signal.SIGTERM, request_shutdown)
@@ -43,6 +46,12 @@ def serve_until_signalled(tick: Callable[[], None] | None = None) -> None:
         if tick is not None:
             tick()
         time.sleep(CHECK_S)
+    return received[0]
+
+
+def exit_code(signum: int) -> int:
+    """How a process a signal stopped exits, as shells report it: 130 for SIGINT, 143 for SIGTERM."""
+    return 128 + signum
 
 
 def stop_spark(spark: SparkSession) -> None:

@@ -2,9 +2,10 @@
 
 It starts Spark, then serves its group until SIGTERM or SIGINT, when it stops gracefully
 (running tasks finish and are completed within ``--grace-period``, then it unregisters)
-and exits 0. The registration token comes from the environment, never the command line
-(which any process on the host can read): ``FLOE_REGISTRATION_TOKEN``, or the file named
-by ``FLOE_REGISTRATION_TOKEN_FILE``, read at each registration.
+and exits 143 (SIGTERM) or 130 (SIGINT). The registration token comes from the
+environment, never the command line (which any process on the host can read):
+``FLOE_REGISTRATION_TOKEN``, or the file named by ``FLOE_REGISTRATION_TOKEN_FILE``, read at
+each registration.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from floe.api.units import parse_quantity
 from floe.service.client import TaskServiceClient, registration_token_from_env
 from floe_optimizer.app import Optimizer
-from floe_optimizer.lifecycle import configure_logging, serve_until_signalled, stop_spark
+from floe_optimizer.lifecycle import configure_logging, exit_code, serve_until_signalled, stop_spark
 from floe_optimizer.runner import start_spark
 
 log = logging.getLogger("floe_optimizer")
@@ -87,7 +88,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the optimizer until SIGTERM or SIGINT; returns the exit code (0 after a graceful stop)."""
+    """Run the optimizer until SIGTERM or SIGINT; returns 143 or 130 after stopping gracefully
+    (running tasks finish within the grace period; those that do not are cancelled, and the task
+    service removes their files when their process ends)."""
     cli = parser()
     args = cli.parse_args(argv)
     try:
@@ -107,12 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         poll_wait_s=args.poll_wait,
     )
     optimizer.start()
-    serve_until_signalled()
+    signum = serve_until_signalled()
     optimizer.stop(args.grace_period)
     if not optimizer.join(timeout=10.0):
         log.warning("some optimizer threads did not end; exiting anyway")
     stop_spark(spark)
-    return 0
+    return exit_code(signum)
 
 
 if __name__ == "__main__":

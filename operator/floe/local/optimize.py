@@ -10,8 +10,15 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from floe.api.models import ClusteringSpec
-from floe.commit.rewrite import CommitFailed, CommitPending, RewriteCommitResult, commit_rewrite
+from floe.commit.rewrite import (
+    CommitFailed,
+    CommitPending,
+    RewriteCommitResult,
+    RewriteRequest,
+    commit_rewrite,
+)
 from floe.commit.snapshot import UnsupportedTableError
+from floe.local.interrupt import Interrupted, deferred_interrupts
 from floe.optimizer.leftovers import remove_uncommitted_outputs
 from floe.optimizer.process import (
     DEFAULT_DELETE_MEMORY_LIMIT,
@@ -21,8 +28,8 @@ from floe.optimizer.process import (
     commit_request,
 )
 from floe.optimizer.result_check import ResultCheckFailed, check_result
-from floe.optimizer.spark_runner import TaskOutcome, run_tasks_on_spark
-from floe.optimizer.task_spec import RewriteTaskResult
+from floe.optimizer.spark_runner import TaskOutcome, run_tasks_on_spark, wait_for_idle_executors
+from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.planning.planner import plan_optimizing
@@ -108,6 +115,51 @@ def optimize_once(
     pending = list(process.specs)
     specs = {spec.task_id: spec for spec in process.specs}
     session = spark()
+    try:
+        _run_tasks(table, process, session, num_retries, result, specs, pending, on_task_done)
+    except Interrupted as stop:
+        # The jobs are cancelled; once their tasks stopped writing, nothing of the process stays.
+        wait_for_idle_executors(session)
+        removed = _remove_outputs(table, process, result.task_results)
+        stop.outcome = (
+            f"optimizing of {table_name} abandoned, nothing committed; {len(removed)} files it wrote deleted"
+        )
+        raise
+    try:
+        request = commit_request(
+            process,
+            result.task_results,
+            result.task_errors,
+            allow_partial_commit=allow_partial_commit,
+        )
+    except ProcessFailed:
+        # Nothing will reference what the tasks wrote.
+        _remove_outputs(table, process, result.task_results)
+        raise
+    try:
+        # A signal now waits for the commit's end: it is never cut in half.
+        with deferred_interrupts():
+            result.commit = _commit(table, process, request, result.task_results)
+    except Interrupted as stop:
+        # Raised only once the commit is done: a failed commit raises its own error instead.
+        committed = result.commit.snapshot_id if result.commit else "?"
+        stop.outcome = f"stopped after committing snapshot {committed} to {table_name}"
+        raise
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _run_tasks(
+    table: Table,
+    process: OptimizingProcess,
+    session: SparkSession,
+    num_retries: int,
+    result: OptimizeResult,
+    specs: dict[str, RewriteTaskSpec],
+    pending: list[RewriteTaskSpec],
+    on_task_done: Callable[[TaskOutcome], None] | None,
+) -> None:
+    """Run the tasks, retrying failed ones; results and errors land in `result`."""
     for attempt in range(num_retries + 1):
         outcomes = run_tasks_on_spark(session, pending, on_done=on_task_done)
         failed_ids = set()
@@ -132,36 +184,29 @@ def optimize_once(
         pending = [s for s in pending if s.task_id in failed_ids]
         if not pending:
             break
+
+
+def _commit(
+    table: Table, process: OptimizingProcess, request: RewriteRequest, results: list[RewriteTaskResult]
+) -> RewriteCommitResult:
+    """Commit once; when it fails, delete the process's files unless the commit may have landed."""
     try:
-        request = commit_request(
-            process,
-            result.task_results,
-            result.task_errors,
-            allow_partial_commit=allow_partial_commit,
-        )
-    except ProcessFailed:
-        # Nothing will reference what the tasks wrote.
-        _remove_outputs(table, process, result.task_results)
-        raise
-    try:
-        result.commit = commit_rewrite(table, request)
+        return commit_rewrite(table, request)
     except CommitPending as exc:
         # One shot: nothing retries this commit later.
         if exc.outcome_unknown:
             raise
-        _remove_outputs(table, process, result.task_results)
+        _remove_outputs(table, process, results)
         raise ProcessFailed(f"the commit failed: {exc}") from exc
     except (CommitFailed, UnsupportedTableError) as exc:
         if not (isinstance(exc, CommitFailed) and exc.outcome_unknown):
-            _remove_outputs(table, process, result.task_results)
+            _remove_outputs(table, process, results)
         raise
-    result.seconds = time.monotonic() - started
-    return result
 
 
-def _remove_outputs(table: Table, process: OptimizingProcess, results: list[RewriteTaskResult]) -> None:
+def _remove_outputs(table: Table, process: OptimizingProcess, results: list[RewriteTaskResult]) -> list[str]:
     """Delete what the process wrote: its own names in its output directories, nothing else."""
-    remove_uncommitted_outputs(
+    return remove_uncommitted_outputs(
         table.io,
         process.process_id,
         {spec.output_dir for spec in process.specs},

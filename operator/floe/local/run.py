@@ -8,7 +8,6 @@ table is settled (idle on its current snapshot) or stuck (reported, exit code 1)
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,8 @@ from rich.table import Table as RichTable
 
 from floe.api.manifests import load_manifests
 from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
+from floe.local.interrupt import Interrupted, deferred_interrupts, reinstall
+from floe.optimizer.spark_runner import wait_for_idle_executors
 from floe.optimizer.spark_session import get_spark
 from floe.service.engine import EngineEvent, OptimizingEngine, TableView
 from floe.service.http import TaskServiceServer
@@ -129,14 +130,17 @@ def run_engine(
     server = TaskServiceServer(service)
     server.start()
     spark = get_spark(master=f"local[{cores}]")
+    reinstall()  # SparkContext took SIGINT
     optimizers: dict[str, Optimizer] = {}
-    stop = threading.Event()
     started = time.monotonic()
+    interrupted: Interrupted | None = None
     try:
         _apply(engine, groups, tables, optimizers, server.url, token, spark)
         with Live(render(engine.table_views(), events[-5:]), console=console, auto_refresh=False) as live:
-            while not stop.is_set():
-                engine.tick()
+            while True:
+                # A signal takes effect between ticks: a commit in flight is never cut in half.
+                with deferred_interrupts():
+                    engine.tick()
                 if watcher.changed():
                     groups, tables = watcher.load()
                     _apply(engine, groups, tables, optimizers, server.url, token, spark)
@@ -146,14 +150,24 @@ def run_engine(
                 if timeout_s is not None and time.monotonic() - started > timeout_s:
                     console.print(f"[red]not converged after {timeout_s:g}s[/red]")
                     return 1
-                stop.wait(0.5)
-    except KeyboardInterrupt:
-        pass
+                time.sleep(0.5)
+    except Interrupted as exc:
+        interrupted = exc
     finally:
+        # Interrupted: the running tasks are cancelled at once, their processes abandoned.
         for optimizer in optimizers.values():
-            optimizer.stop(grace_s=30)
+            optimizer.stop(grace_s=0 if interrupted else 30)
         server.stop()
+        if interrupted is not None:
+            wait_for_idle_executors(spark)
+            processes, removed = engine.abandon_in_flight()
+            interrupted.outcome = (
+                f"{processes} optimizing process(es) abandoned, nothing committed by them; "
+                f"{removed} files they wrote deleted"
+            )
         engine.close()
+    if interrupted is not None:
+        raise interrupted
     stuck = engine.stuck_tables()
     for table_id, reason in stuck.items():
         console.print(f"[yellow]{table_id}[/yellow]: {reason}")

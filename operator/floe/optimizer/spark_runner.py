@@ -9,6 +9,7 @@ else.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -70,6 +71,19 @@ def run_tasks_on_spark(
             context.cancelJobGroup(job_group)
             raise
     return [outcomes[index] for index in range(len(specs))]
+
+
+def wait_for_idle_executors(spark: SparkSession, timeout_s: float = 30.0) -> bool:
+    """Wait until no executor runs a task (cancelled ones included, which Spark stops with
+    their Python workers); False if some still run after `timeout_s`. Files a cancelled task
+    wrote can only be removed for good once it has stopped writing."""
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while sum(info.numRunningTasks() for info in tracker.getExecutorInfos()) > 0:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _run_job(context: SparkContext, tasks: RDD[str], index: int, task_id: str, job_group: str) -> TaskOutcome:

@@ -272,6 +272,26 @@ class OptimizingEngine:
                 log.exception("engine tick failed")
             stop.wait(interval_s)
 
+    def abandon_in_flight(self) -> tuple[int, int]:
+        """Stop for good: forget every process in flight, deleting the files it wrote (by name, in
+        its output directories), but for those whose commit is pending, which may have landed
+        (orphan cleanup's). Call once its tasks stopped writing. Returns (processes, files deleted)."""
+        with self._lock:
+            flights = [(pid, f) for pid, f in self._in_flight.items() if pid not in self._delayed_commits]
+            for pid, _ in flights:
+                del self._in_flight[pid]
+        removed = 0
+        for pid, flight in flights:
+            try:
+                removed += len(
+                    remove_uncommitted_outputs(
+                        flight.table.io, pid, {spec.output_dir for spec in flight.process.specs}, committed=()
+                    )
+                )
+            except OSError as exc:
+                log.warning("%s: could not remove its files: %s", pid, exc)
+        return len(flights), removed
+
     def close(self) -> None:
         """Stop the refresh threads, after the maintenance jobs running now finish."""
         self._pool.shutdown(wait=True)
