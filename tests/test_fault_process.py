@@ -311,6 +311,15 @@ def _manifests(
     return directory
 
 
+def _catalog_config(catalog: SqlCatalog, directory: Path) -> Path:
+    """A catalog config file for `catalog`, under its own name: a SQL catalog keys its tables by
+    the catalog's name, so floe must open it under the same one."""
+    config = directory / "catalog.yaml"
+    properties = {k: str(v) for k, v in catalog.properties.items()}
+    config.write_text(yaml.safe_dump({"name": catalog.name, "type": "sql", **properties}))
+    return config
+
+
 def _floe_run(manifests: Path, *extra: str) -> list[str]:
     return [str(BIN / "floe"), "run", "-f", str(manifests), "--cores", "1", "--refresh-interval", "1", *extra]
 
@@ -324,10 +333,7 @@ def test_floe_run_killed_mid_process_then_restarted_loses_nothing(
     table = _small_files_table(sql_catalog, "db.t")
     before = reference.rows(sql_catalog.name, "db.t")
     start = table.current_snapshot()
-    config = tmp_path / "catalog.yaml"
-    # A SQL catalog keys its tables by the catalog's name: floe must open it under the same one.
-    properties = {k: str(v) for k, v in sql_catalog.properties.items()}
-    config.write_text(yaml.safe_dump({"name": sql_catalog.name, "type": "sql", **properties}))
+    config = _catalog_config(sql_catalog, tmp_path)
     manifests = _manifests(tmp_path / "manifests", "db.t", sql_catalog.name)
 
     first = children([*_floe_run(manifests, "--catalog-config", str(config))], tmp_path / "run-1.log")
@@ -492,9 +498,7 @@ def test_floe_optimize_stopped_mid_task_abandons_the_process_and_says_so(
     table = _small_files_table(sql_catalog, "db.t")
     before = reference.rows(sql_catalog.name, "db.t")
     start = table.current_snapshot()
-    properties = {k: str(v) for k, v in sql_catalog.properties.items()}
-    config = tmp_path / "catalog.yaml"
-    config.write_text(yaml.safe_dump({"name": sql_catalog.name, "type": "sql", **properties}))
+    config = _catalog_config(sql_catalog, tmp_path)
     command = [str(BIN / "floe"), "optimize", "--catalog-config", str(config), "db.t", "--type", "full"]
     optimize = children([*command, "--target-size", "16Ki", "--cores", "1"], tmp_path / "optimize.log")
     _wait(lambda: bool(_written_by_floe(_data_files(table), "db.t")), "a task wrote a file", child=optimize)
@@ -521,9 +525,7 @@ def test_floe_run_stopped_mid_process_abandons_it_and_says_so(
     table = _small_files_table(sql_catalog, "db.t")
     before = reference.rows(sql_catalog.name, "db.t")
     start = table.current_snapshot()
-    properties = {k: str(v) for k, v in sql_catalog.properties.items()}
-    config = tmp_path / "catalog.yaml"
-    config.write_text(yaml.safe_dump({"name": sql_catalog.name, "type": "sql", **properties}))
+    config = _catalog_config(sql_catalog, tmp_path)
     manifests = _manifests(tmp_path / "manifests", "db.t", sql_catalog.name)
     run = children(_floe_run(manifests, "--catalog-config", str(config)), tmp_path / "run.log")
     _wait(lambda: bool(_written_by_floe(_data_files(table), "db.t")), "a task wrote a file", child=run)
