@@ -48,6 +48,18 @@ def test_unreachable_catalog(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "catalog 'prod' is unreachable" in capsys.readouterr().err
 
 
+def test_credentials_never_reach_the_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    port = _closed_port()
+    config = tmp_path / "rest.yaml"
+    properties = {"type": "rest", "uri": f"http://floe:hunter2@127.0.0.1:{port}", "token": "tok-s3cr3t-value"}
+    config.write_text(yaml.safe_dump({"catalog": {"prod": properties}}))
+    assert main(["-v", "optimize", "--catalog-config", str(config), "db.t"]) == 2
+    captured = capsys.readouterr()
+    printed = captured.out + captured.err
+    assert "catalog 'prod' is unreachable" in printed
+    assert "hunter2" not in printed and "tok-s3cr3t-value" not in printed
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

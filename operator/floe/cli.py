@@ -21,12 +21,17 @@ from floe.local.interrupt import Interrupted, reinstall, stop_on_signals
 from floe.optimizer.process import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_table, open_catalog
+from floe.tables.credentials import RedactingFilter, Redactor
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import SparkSession
 
     from floe.controller.runtime import OperatorConfig
+
+
+_REDACT = Redactor()
+"""Masks the credentials of the catalog configs this command read, in everything it prints."""
 
 
 def _console(stderr: bool) -> Console:
@@ -51,6 +56,7 @@ def _optimize(args: argparse.Namespace) -> int:
     from floe.local.report import plan_table as render_plan
 
     ref = catalog_ref_from_file(Path(args.catalog_config))
+    _REDACT.add(ref.properties)
     catalog = open_catalog(ref)
     table = load_table(catalog, args.table)
     if args.type in _MAINTENANCE_TYPES:
@@ -195,6 +201,8 @@ def _run(args: argparse.Namespace) -> int:
     from floe.local.run import run_engine
 
     catalog = catalog_ref_from_file(Path(args.catalog_config)) if args.catalog_config else None
+    if catalog is not None:
+        _REDACT.add(catalog.properties)
     return run_engine(
         Path(args.file),
         catalog,
@@ -336,6 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter(_REDACT))
     try:
         if args.handler is _operator:
             code: int = args.handler(args)  # kopf stops on SIGTERM and SIGINT by itself
@@ -352,16 +362,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         _console(stderr=True).print("interrupted by SIGINT", highlight=False)
         return 130
     except (TableAccessError, ManifestError, UsageError) as exc:
-        _console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        _console(stderr=True).print(f"[red]error:[/red] {escape(_REDACT(str(exc)))}", highlight=False)
         return 2
     except (CommitConflict, CommitAbandoned, ProcessFailed, UnsupportedTableError) as exc:
-        message = f"[red]optimizing failed, nothing committed:[/red] {escape(str(exc))}"
+        message = f"[red]optimizing failed, nothing committed:[/red] {escape(_REDACT(str(exc)))}"
         _console(stderr=True).print(message, highlight=False)
         return 1
     except CommitPending as exc:
         message = (
-            f"[red]the commit's outcome is unknown:[/red] {escape(str(exc))}. If it landed, the table's "
-            "history shows a snapshot with its floe.process-id; if not, orphan cleanup removes its files."
+            f"[red]the commit's outcome is unknown:[/red] {escape(_REDACT(str(exc)))}. If it landed, the "
+            "table's history shows a snapshot with its floe.process-id; if not, orphan cleanup removes its "
+            "files."
         )
         _console(stderr=True).print(message, highlight=False)
         return 1

@@ -592,7 +592,8 @@ def test_fixing_the_catalog_secret_heals_the_table(
 ) -> None:
     ns = _namespace(k8s, "secret")
     _small_files(sql_catalog)
-    good = _catalog_properties(sql_catalog)
+    # A credential among the properties: masked wherever floe writes; the rest stays readable.
+    good = {**_catalog_properties(sql_catalog), "credential": "client-id:hunter2-secret"}
     missing = str(sql_catalog.properties["uri"]).replace("catalog.db", "missing-dir/catalog.db")
     wrong = {**good, "uri": missing}
 
@@ -618,8 +619,7 @@ def test_fixing_the_catalog_secret_heals_the_table(
     assert degraded["reason"] == "TableUnavailable"
     assert f"catalog {sql_catalog.name!r} is unreachable" in degraded["message"]
     everything = k8s.kubectl("get", "ot,og,events", "-n", ns, "-o", "yaml").stdout
-    for value in (missing, good["uri"], good["warehouse"]):
-        assert value not in everything
+    assert "hunter2" not in everything
 
     _apply(k8s, secret(good))
     k8s.wait_for(
@@ -635,4 +635,4 @@ def test_fixing_the_catalog_secret_heals_the_table(
     assert status["state"] == "PENDING"  # read and evaluated; its group has no executors
     assert "CatalogSecretChanged" in {e["reason"] for e in _events(k8s, ns, "t")}
     everything = k8s.kubectl("get", "ot,og,events", "-n", ns, "-o", "yaml").stdout
-    assert good["uri"] not in everything and missing not in everything
+    assert "hunter2" not in everything

@@ -26,12 +26,13 @@ from floe.api.models import API_VERSION, OptimizedTable
 from floe.controller.kube import Kube, load_config
 from floe.controller.leader import CHECK_INTERVAL_S, Leadership, random_priority
 from floe.controller.pod_health import PodProblem, PodProblemLog
-from floe.controller.secrets import RedactingFilter, Redactor, with_catalog_properties
+from floe.controller.secrets import with_catalog_properties
 from floe.controller.status import TableStatusFlusher
 from floe.optimizer.task_spec import OUT_OF_MEMORY
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
+from floe.tables.credentials import RedactingFilter, Redactor
 
 log = logging.getLogger(__name__)
 

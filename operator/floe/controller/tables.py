@@ -71,6 +71,7 @@ def reconcile_table(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, **_: 
             raise kopf.TemporaryError(message, delay=SECRET_RETRY_S) from None
         controller.redact.add(properties)
         resource = with_catalog_properties(resource, properties)
+    controller.redact.add(resource.spec.catalog.properties)  # inline credentials too
     with controller.apply_lock:  # against a concurrent Secret refresh applying an older spec
         controller.resources[table_id] = table_model(body)
         known = table_id in controller.engine.runtimes
