@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from floe.commit.snapshot import delete_quietly
 from floe.optimizer.spark_runner import TaskOutcome, run_tasks_on_spark
 from floe.optimizer.spark_session import get_spark
+from floe.optimizer.storage_credentials import executor_io_properties
 from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 
 APP_NAME = "floe-optimizer"
@@ -70,7 +71,7 @@ def start_spark(master: str | None, threads: int) -> SparkSession:
 
 def discard_written_files(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
     """Delete the files a task wrote whose outcome the service refused: nothing will commit them."""
-    io = load_file_io(dict(spec.io_properties), location=spec.output_dir)
+    io = load_file_io(executor_io_properties(spec), location=spec.output_dir)
     for written in result.files:
         try:
             delete_quietly(io, written.path)

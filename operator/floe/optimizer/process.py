@@ -19,6 +19,7 @@ from floe.api.models import ClusteringSpec
 from floe.commit.rewrite import RewriteRequest
 from floe.optimizer.layout import output_order, output_sort_order_id
 from floe.optimizer.rewrite import written_file_to_data_file
+from floe.optimizer.storage_credentials import task_io_properties
 from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingPlan, PlannedTask
@@ -65,12 +66,16 @@ def build_process(
     delete_memory_limit: int = DEFAULT_DELETE_MEMORY_LIMIT,
     process_id: str | None = None,
     clustering: ClusteringSpec | None = None,
+    storage_secret: str | None = None,
+    secret_properties: Mapping[str, str] | None = None,
 ) -> OptimizingProcess:
     """Turn each planned task into a self-contained spec an executor can run.
 
     The tasks write their rows z-ordered by `clustering` when it is set, else in the
     table's sort order, if any. Raises ValueError when the clustering names a column
-    the table lacks, or the sort order cannot be applied.
+    the table lacks, or the sort order cannot be applied. The tasks never carry the
+    catalog's own authentication; with a `storage_secret`, the storage credentials among
+    its `secret_properties` stay out of them too (`floe.optimizer.storage_credentials`).
     """
     metadata = table.metadata
     process_id = process_id or new_process_id(table_name)
@@ -80,6 +85,7 @@ def build_process(
     name_mapping = metadata.name_mapping()
     name_mapping_json = name_mapping.model_dump_json() if name_mapping is not None else None
     order = output_order(metadata, clustering)
+    io_properties, secret = task_io_properties(table.io.properties, storage_secret, secret_properties or {})
     specs: list[RewriteTaskSpec] = []
     tasks: dict[str, PlannedTask] = {}
     for index, task in enumerate(plan.tasks):
@@ -89,7 +95,8 @@ def build_process(
         specs.append(
             RewriteTaskSpec(
                 task_id=task_id,
-                io_properties={k: str(v) for k, v in table.io.properties.items()},
+                io_properties=io_properties,
+                storage_secret=secret,
                 table_schema_json=schema_json,
                 name_mapping_json=name_mapping_json,
                 partition_spec_json=metadata.specs()[task.partition.spec_id].model_dump_json(),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -263,21 +263,32 @@ def _difference(name: str, claimed: Any, actual: Any) -> str:
 
 
 class ResultChecker:
-    """`check_result` against storage, with one FileIO per distinct set of IO properties."""
+    """`check_result` against storage, with one FileIO per distinct set of IO properties.
+
+    A task whose storage credentials stay in a mounted Secret (``storage_secret``) is checked
+    with its process's own FileIO properties, which `use_storage` tells how to find.
+    """
 
     def __init__(self) -> None:
         self._ios: dict[tuple[tuple[str, str], ...], FileIO] = {}
         self._lock = threading.Lock()
+        self._storage: Callable[[str], Mapping[str, str] | None] = lambda _: None
 
-    def check(self, spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
+    def use_storage(self, properties_of: Callable[[str], Mapping[str, str] | None]) -> None:
+        """`properties_of(process_id)`: the FileIO properties of the process's table, if known."""
+        self._storage = properties_of
+
+    def check(self, spec: RewriteTaskSpec, result: RewriteTaskResult, process_id: str = "") -> None:
         """Raise ResultCheckFailed unless `result` is what `spec`'s attempt may produce; OSError when
         the storage does not answer."""
-        check_result(spec, result, self.io(spec))
+        check_result(spec, result, self.io(spec, process_id))
 
-    def delete_own_files(self, spec: RewriteTaskSpec, result: RewriteTaskResult) -> list[str]:
+    def delete_own_files(
+        self, spec: RewriteTaskSpec, result: RewriteTaskResult, process_id: str = ""
+    ) -> list[str]:
         """Delete the files `result` names that the attempt may have written (`is_own_file`);
         a file named elsewhere is never touched. Returns the paths deleted or already gone."""
-        io = self.io(spec)
+        io = self.io(spec, process_id)
         deleted = []
         for written in result.files:
             if is_own_file(spec, written.path):
@@ -289,12 +300,15 @@ class ResultChecker:
                 deleted.append(written.path)
         return deleted
 
-    def io(self, spec: RewriteTaskSpec) -> FileIO:
+    def io(self, spec: RewriteTaskSpec, process_id: str = "") -> FileIO:
         """The FileIO for the task's storage."""
-        key = tuple(sorted(spec.io_properties.items()))
+        properties = dict(spec.io_properties)
+        if spec.storage_secret is not None:
+            properties = dict(self._storage(process_id) or properties)
+        key = tuple(sorted(properties.items()))
         with self._lock:
             io = self._ios.get(key)
             if io is None:
-                io = load_file_io(dict(spec.io_properties), location=spec.output_dir)
+                io = load_file_io(properties, location=spec.output_dir)
                 self._ios[key] = io
             return io

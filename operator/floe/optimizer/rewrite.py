@@ -42,6 +42,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import DoubleType, FloatType, ListType, MapType
 
 from floe.optimizer.layout import OrderedRows
+from floe.optimizer.storage_credentials import executor_io_properties
 from floe.optimizer.task_spec import (
     InputDataFile,
     InputDeleteFile,
@@ -99,7 +100,7 @@ def run_rewrite_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
     sets exceed the task's memory budget and `RewriteError` when the inputs cannot be
     read consistently with the table schema.
     """
-    io = load_file_io(spec.io_properties, location=spec.output_dir)
+    io = load_file_io(executor_io_properties(spec), location=spec.output_dir)
     # Parquet column names must be the sanitized ones, as pyiceberg and Iceberg Java write them.
     schema = sanitize_column_names(Schema.model_validate_json(spec.table_schema_json))
     context = _Context(

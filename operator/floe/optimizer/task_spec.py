@@ -68,7 +68,10 @@ class RewriteTaskSpec(_Wire):
     """One bin of files of one partition to rewrite into target-sized files."""
 
     task_id: str
-    io_properties: dict[str, str] = Field(description="pyiceberg FileIO properties")
+    io_properties: dict[str, str] = Field(
+        description="pyiceberg FileIO properties; never the catalog's own authentication, and no "
+        "storage credential that `storage_secret` names"
+    )
     table_schema_json: str = Field(description="Iceberg JSON of the table's current schema")
     partition_spec_json: str = Field(description="Iceberg JSON of the spec the files belong to")
     name_mapping_json: str | None = Field(
@@ -89,6 +92,14 @@ class RewriteTaskSpec(_Wire):
         default=None,
         exclude_if=lambda order: order is None,
         description="order of the output rows; unset: input order",
+    )
+    storage_secret: str | None = Field(
+        default=None,
+        exclude_if=lambda name: name is None,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="the catalog Secret, mounted in the optimizer's pods, whose storage credentials "
+        "complete `io_properties`; unset: `io_properties` are complete",
     )
 
 

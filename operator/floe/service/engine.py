@@ -134,6 +134,10 @@ class OptimizingEngine:
         )
         service.metrics.watch_engine(self)
         service.on_refused(self._on_refused)
+        service.results.use_storage(self._process_io_properties)
+        self._secret_properties: dict[str, dict[str, str]] = {}
+        """Per table: the properties its catalog Secret holds, whose storage credentials tasks
+        leave to the optimizer's mounted copy of the Secret (Kubernetes)."""
 
     # -- resources -----------------------------------------------------------------------
 
@@ -204,11 +208,21 @@ class OptimizingEngine:
                 f"{process_id}: group {name!r} was deleted; nothing was committed",
             )
 
-    def apply_table(self, resource: OptimizedTable) -> TableRuntime:
-        """Create or update a table's runtime from its manifest (quota, thresholds, group, enabled)."""
+    def apply_table(
+        self, resource: OptimizedTable, secret_properties: dict[str, str] | None = None
+    ) -> TableRuntime:
+        """Create or update a table's runtime from its manifest (quota, thresholds, group, enabled).
+
+        `secret_properties`: what the catalog Secret the manifest names holds, when the
+        optimizers have that Secret mounted: its storage credentials then stay out of the tasks.
+        """
         table_id = f"{resource.metadata.namespace}/{resource.metadata.name}"
         spec = resource.spec
         with self._lock:
+            if secret_properties is not None and spec.catalog.secret_ref:
+                self._secret_properties[table_id] = dict(secret_properties)
+            else:
+                self._secret_properties.pop(table_id, None)
             runtime = self.runtimes.get(table_id)
             if runtime is None:
                 runtime = TableRuntime(table_id=table_id, spec=spec)
@@ -232,6 +246,7 @@ class OptimizingEngine:
         """
         with self._lock:
             runtime = self.runtimes.pop(table_id, None)
+            self._secret_properties.pop(table_id, None)
             if runtime is None:
                 return
             flight = self._in_flight.pop(runtime.process_id, None) if runtime.process_id else None
@@ -531,6 +546,7 @@ class OptimizingEngine:
                     scheduler.planning_empty(runtime.table_id)
                 return
             memory = max(MIN_DELETE_MEMORY, group.executor_memory // group.executor_cores // 2)
+            secret_properties = self._secret_properties.get(runtime.table_id)
             process = build_process(
                 table,
                 runtime.spec.table,
@@ -539,6 +555,8 @@ class OptimizingEngine:
                 config,
                 delete_memory_limit=memory,
                 clustering=runtime.spec.clustering,
+                storage_secret=runtime.spec.catalog.secret_ref if secret_properties is not None else None,
+                secret_properties=secret_properties,
             )
         except (TableAccessError, OSError, ValueError) as exc:
             with self._lock:
@@ -716,6 +734,12 @@ class OptimizingEngine:
                     )
                 )
             return views
+
+    def _process_io_properties(self, process_id: str) -> dict[str, str] | None:
+        """The FileIO properties of the table a process in flight rewrites, credentials included."""
+        with self._lock:
+            flight = self._in_flight.get(process_id)
+        return {k: str(v) for k, v in flight.table.io.properties.items()} if flight else None
 
     def _on_refused(self, refused: RefusedResult) -> None:
         self._emit(

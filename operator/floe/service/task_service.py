@@ -108,7 +108,8 @@ class TaskService:
         self._monitor = ChangeMonitor()
         self._groups: dict[str, _Group] = {}
         self._optimizers: dict[str, _Optimizer] = {}
-        self._results = result_checker or ResultChecker()
+        self.results = result_checker or ResultChecker()
+        """Checks every result before it is accepted."""
         self._refusal_listeners: list[Callable[[RefusedResult], None]] = []
 
     # -- groups --------------------------------------------------------------------------
@@ -315,7 +316,7 @@ class TaskService:
         self, assignment: TaskAssignment, result: RewriteTaskResult
     ) -> ResultCheckFailed | None:
         try:
-            self._results.check(assignment.spec, result)
+            self.results.check(assignment.spec, result, assignment.process_id)
         except ResultCheckFailed as exc:
             return exc
         except OSError as exc:
@@ -329,7 +330,7 @@ class TaskService:
         self, group: str, assignment: TaskAssignment, result: RewriteTaskResult, refusal: ResultCheckFailed
     ) -> None:
         self.metrics.results_refused.labels(group, refusal.check).inc()
-        deleted = self._results.delete_own_files(assignment.spec, result)
+        deleted = self.results.delete_own_files(assignment.spec, result, assignment.process_id)
         refused = RefusedResult(
             table_id=assignment.table,
             process_id=assignment.process_id,
