@@ -134,6 +134,7 @@ def test_helm_lint(helm_offline: Helm) -> None:
             {"defaultGroup": {"enabled": True, "namespace": "b"}},
             ['defaultGroup.namespace "b" is not among the watched namespaces [default]'],
         ),
+        ({"image": {"digest": "sha256:abc"}}, ["/image/digest", "does not match pattern"]),
         ({"registrationToken": {"existingSecret": "My_Secret"}}, ["/registrationToken/existingSecret"]),
         ({"livenessPort": 80}, ["/livenessPort", "minimum"]),
         ({"peeringLifetimeSeconds": 1}, ["/peeringLifetimeSeconds", "minimum"]),
@@ -149,6 +150,7 @@ def test_helm_lint(helm_offline: Helm) -> None:
         "executors",
         "group-ns",
         "group-ns-default",
+        "digest",
         "token-secret",
         "liveness-port",
         "peering",
@@ -293,6 +295,18 @@ def test_network_policies_admit_only_the_groups_pods(helm_offline: Helm) -> None
         "values"
     ]
     assert values_in == ["ops"]
+    # The uninstall hook's pod, with the default group: no ingress at all.
+    hook = next(
+        d["spec"]
+        for d in helm_offline.render("ops", {"defaultGroup": {"enabled": True}})
+        if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "floe-cleanup"
+    )
+    assert hook == {
+        "podSelector": {
+            "matchLabels": {"app.kubernetes.io/instance": "floe", "app.kubernetes.io/component": "cleanup"}
+        },
+        "policyTypes": ["Ingress"],
+    }
     assert "NetworkPolicy" not in {
         d["kind"] for d in helm_offline.render("ops", {"networkPolicy": {"enabled": False}})
     }
@@ -311,7 +325,10 @@ def test_deployment_is_locked_down(helm_offline: Helm) -> None:
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
     assert {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}} in pod["volumes"]
-    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert container["resources"]["requests"] and container["resources"]["limits"] == {
+        "cpu": "2",
+        "memory": "1Gi",
+    }
     for probe in ("startupProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -339,6 +356,15 @@ def test_deployment_is_locked_down(helm_offline: Helm) -> None:
     assert service["spec"]["ports"] == [
         {"name": "http", "port": 7070, "targetPort": "http", "protocol": "TCP"}
     ]
+    # Pinned by digest when one is given, for both images.
+    digest = "sha256:" + "ab" * 32
+    docs = helm_offline.render("ops", {"image": {"digest": digest}, "optimizerImage": {"digest": digest}})
+    container = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    assert container["image"] == f"ghcr.io/floe-dev/floe-operator@{digest}"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["FLOE_OPTIMIZER_IMAGE"] == f"ghcr.io/floe-dev/floe-optimizer@{digest}"
 
 
 # --------------------------------------------------------------------------------------------------

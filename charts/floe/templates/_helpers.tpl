@@ -54,12 +54,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: floe
 {{- end -}}
 
+{{/*
+An image reference from a values block (repository, tag, digest): by digest when one is given,
+which pins the exact image; else by tag, the chart's appVersion when empty.
+*/}}
+{{- define "floe.imageRef" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .appVersion .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "floe.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "floe.imageRef" (dict "image" .Values.image "appVersion" .Chart.AppVersion) -}}
 {{- end -}}
 
 {{- define "floe.optimizerImage" -}}
-{{- printf "%s:%s" .Values.optimizerImage.repository (default .Chart.AppVersion .Values.optimizerImage.tag) -}}
+{{- include "floe.imageRef" (dict "image" .Values.optimizerImage "appVersion" .Chart.AppVersion) -}}
 {{- end -}}
 
 {{/* The task service's in-cluster URL, which the operator hands to the driver pods. */}}
