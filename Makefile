@@ -23,7 +23,7 @@ LINT_DIRS := $(wildcard operator optimizer_image tests scripts)
 # mypy fails on a directory without Python files, and optimizer_image may still be empty.
 MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
 
-.PHONY: venv jars k8s-env helm-env moto-env rest-catalog-env host-env kind-env images lint test demo cluster cluster-catalog cluster-down
+.PHONY: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env host-env kind-env images lint test demo cluster cluster-catalog cluster-down
 
 venv: $(VENV_STAMP)
 
@@ -44,6 +44,11 @@ k8s-env:
 # helm for tests/k8s/test_chart.py, built from the Go module proxy and cached by version.
 helm-env:
 	scripts/helm/build.sh >/dev/null
+
+# checkov for tests/k8s/test_chart_checkov.py (a scan of the rendered chart), in a virtualenv of its
+# own: its exact pins clash with floe's dependencies (see the script).
+checkov-env:
+	scripts/checkov/build.sh >/dev/null
 
 # moto's S3 server for tests/test_maintenance_s3.py, in a virtualenv of its own (see the script).
 moto-env:
@@ -86,7 +91,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check $(LINT_DIRS)
 	$(VENV)/bin/mypy --strict $(MYPY_DIRS)
 
-test: venv jars k8s-env helm-env moto-env rest-catalog-env kind-env images lint
+test: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env kind-env images lint
 	@rc=0; $(VENV)/bin/pytest -q || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$rc

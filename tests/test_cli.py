@@ -210,6 +210,7 @@ def test_operator_flags_reach_its_configuration(tmp_path: Path, monkeypatch: pyt
             "--peering-lifetime=15",
             "--secret-interval=2.5",
             "--liveness=http://0.0.0.0:8081/healthz",
+            "--driver-service-account=team-driver",
         ]
     )
 
@@ -219,12 +220,15 @@ def test_operator_flags_reach_its_configuration(tmp_path: Path, monkeypatch: pyt
     assert config.registration_token == "chart-generated-token"
     assert (config.peering_lifetime_s, config.secret_interval_s) == (15, 2.5)
     assert config.liveness_endpoint == "http://0.0.0.0:8081/healthz"
+    assert config.driver_service_account == "team-driver"
     defaults = operator_config(build_parser().parse_args(["operator"]))
     assert (defaults.peering_lifetime_s, defaults.secret_interval_s, defaults.liveness_endpoint) == (
         60,
         30.0,
         None,
     )
+    # Without the chart's flag, the drivers run as the account the chart makes for release "floe".
+    assert defaults.driver_service_account == "floe-driver"
     # Without a token given, each process makes its own: never an open registration.
     assert defaults.registration_token and defaults.registration_token != config.registration_token
     monkeypatch.setenv("FLOE_REGISTRATION_TOKEN", "from-the-environment")

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from floe.api.manifests import ManifestError
 from floe.commit.rewrite import CommitAbandoned, CommitConflict, CommitPending
 from floe.commit.snapshot import UnsupportedTableError
+from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.local.interrupt import Interrupted, reinstall, stop_on_signals
 from floe.optimizer.process import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
@@ -240,6 +241,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         create_peering_objects=not args.no_create_peering,
         secret_interval_s=args.secret_interval,
         liveness_endpoint=args.liveness,
+        driver_service_account=args.driver_service_account,
     )
 
 
@@ -327,6 +329,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         metavar="SECONDS",
         help="how often the catalog Secrets of tables are re-read (default 30)",
+    )
+    op.add_argument(
+        "--driver-service-account",
+        default=DRIVER_SERVICE_ACCOUNT,
+        metavar="NAME",
+        help="the ServiceAccount the groups' driver pods run as, in each served namespace; it must "
+        "exist there with a Role for Spark's executor pods, as the Helm chart makes it "
+        f"(default {DRIVER_SERVICE_ACCOUNT})",
     )
     op.add_argument(
         "--liveness",

@@ -4,9 +4,12 @@
 # cluster's node with `kind load image-archive`, and installs or upgrades the Helm chart
 # (charts/floe) with them, as release "floe" in namespace floe-system, waiting until the
 # operator is Ready. The CRDs are applied first: Helm installs a chart's CRDs once and never
-# upgrades them, so a checkout with changed CRDs would otherwise meet the old ones.
+# upgrades them, so a checkout with changed CRDs would otherwise meet the old ones. The operator
+# serves namespace analytics, the demo's (examples/kind/, make cluster-catalog), which is made
+# first: the chart puts the operator's Role and the drivers' ServiceAccount there.
 #
-# Usage: deploy-floe.sh NAME [HELM ARGS...]   e.g. deploy-floe.sh floe --set 'watchNamespaces={analytics}'
+# Usage: deploy-floe.sh NAME [HELM ARGS...]   e.g. deploy-floe.sh floe --set 'watchNamespaces={analytics,team-b}'
+# (a namespace named in HELM ARGS must exist already).
 # Progress and errors go to stderr; the kubeconfig is ${FLOE_CACHE_DIR:-$HOME/.cache/floe}/kind/NAME.kubeconfig.
 set -euo pipefail
 
@@ -32,6 +35,8 @@ eval "$("$REPO/scripts/images/build.sh")"
 helm="$("$REPO/scripts/helm/build.sh")"
 "$FLOE_KIND_KUBECTL" --kubeconfig "$kubeconfig" apply --server-side --force-conflicts \
     -f "$REPO/charts/floe/crds/" >&2
+"$FLOE_KIND_KUBECTL" --kubeconfig "$kubeconfig" create namespace analytics --dry-run=client -o yaml |
+    "$FLOE_KIND_KUBECTL" --kubeconfig "$kubeconfig" apply -f - >&2
 for archive in "$FLOE_OPERATOR_ARCHIVE" "$FLOE_OPTIMIZER_ARCHIVE"; do
     "$FLOE_KIND_BIN" load image-archive "$archive" --name "$name" >&2
 done
@@ -40,5 +45,6 @@ done
     --set "image.repository=${FLOE_OPERATOR_IMAGE%:*}" --set-string "image.tag=${FLOE_OPERATOR_IMAGE##*:}" \
     --set image.pullPolicy=Never \
     --set "optimizerImage.repository=${FLOE_OPTIMIZER_IMAGE%:*}" --set-string "optimizerImage.tag=${FLOE_OPTIMIZER_IMAGE##*:}" \
+    --set 'watchNamespaces={analytics}' \
     --wait --timeout 5m "$@" >&2
 echo "floe is installed in cluster $name: export KUBECONFIG=$kubeconfig" >&2

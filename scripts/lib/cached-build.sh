@@ -11,6 +11,9 @@
 #   cached_build_use_cache        exit 0, printing RESULT, if it is built
 #   cached_build_lock             take the cache's build lock, waiting for a concurrent build,
 #                                 and exit 0 if that build made RESULT meanwhile
+#   cached_build_venv VENV PYTHON REQUIREMENT
+#                                 make a virtualenv of its own for a Python tool and pip-install
+#                                 the pinned REQUIREMENT into it
 
 log() { printf '[%s %s] %s\n' "$LOG_TAG" "$(date +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -53,4 +56,13 @@ cached_build_lock() {
         flock 9
     fi
     cached_build_use_cache "built by a concurrent run"
+}
+
+cached_build_venv() {
+    local venv="$1" python="$2" requirement="$3"
+    command -v "$python" >/dev/null || die "$python is not on PATH"
+    log "installing $requirement into $venv"
+    # Low priority: the machine's other work goes first.
+    nice -n 10 "$python" -m venv "$venv"
+    nice -n 10 "$venv/bin/python" -m pip install -q --disable-pip-version-check "$requirement" >&2
 }

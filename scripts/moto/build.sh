@@ -36,13 +36,9 @@ cached_build_cli "$@"
 cached_build_use_cache
 cached_build_lock
 
-base_python="${FLOE_MOTO_PYTHON:-python3.11}"
-command -v "$base_python" >/dev/null || die "$base_python is not on PATH"
 rm -rf "$TARGET_DIR"
 mkdir -p "$TARGET_DIR"
-log "installing moto[server]==$MOTO_VERSION into $TARGET_DIR/venv"
-nice -n 10 "$base_python" -m venv "$TARGET_DIR/venv"
-nice -n 10 "$PYTHON" -m pip install -q --disable-pip-version-check "moto[server]==$MOTO_VERSION" >&2
+cached_build_venv "$TARGET_DIR/venv" "${FLOE_MOTO_PYTHON:-python3.11}" "moto[server]==$MOTO_VERSION"
 "$PYTHON" -c 'import moto.server' || die "moto.server does not import after the install"
 echo "recipe $RECIPE_REVISION" >"$TARGET_DIR/.complete"
 log "done: $PYTHON"

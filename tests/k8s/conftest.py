@@ -13,13 +13,15 @@ The session fixture ``k8s`` builds (once, cached) or finds the binaries of
   pods to Running.
 
 It yields a :class:`K8sCluster` with an admin kubeconfig and a ``kubectl`` helper, and stops every
-process at the end of the session. Each process logs to ``<tmp>/logs``; a failing ``k8s`` test gets the
-tails of those logs in its report.
+process at the end of the session. Each process logs to ``<tmp>/logs``; a failing ``k8s`` test gets
+the tails of those logs in its report. The session fixture ``helm_binary`` is the helm of
+``scripts/helm/build.sh`` (cached, or built once), which ``tests/k8s/helm.py`` runs.
 
 Environment:
   FLOE_K8S_BIN_DIR  use the binaries in this directory instead of running build.sh
   FLOE_CACHE_DIR    the cache root build.sh uses (default ~/.cache/floe)
   FLOE_KUBECTL      the kubectl to run (default: ``kubectl`` on PATH)
+  FLOE_HELM         the helm v3 binary to run instead of scripts/helm/build.sh's
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "k8s-test-env" / "build.sh"
+HELM_BUILD = REPO_ROOT / "scripts" / "helm" / "build.sh"
 K8S_TESTS_DIR = Path(__file__).resolve().parent
 
 #: The fake node that kwok manages, and how pods are steered onto it.
@@ -163,6 +166,21 @@ class K8sCluster:
         """``kubectl ARGS -o json``, parsed."""
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
 
+    def service_account_kubeconfig(self, name: str, namespace: str, duration: str = "1h") -> Path:
+        """A kubeconfig that authenticates as ServiceAccount NAMESPACE/NAME, as its pods would.
+
+        The token comes from the TokenRequest API (``kubectl create token``); the file is the admin
+        kubeconfig with that token as its only user, readable by this user only.
+        """
+        token = self.kubectl("create", "token", name, "-n", namespace, f"--duration={duration}").stdout
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        config["users"] = [{"name": name, "user": {"token": token.strip()}}]
+        config["contexts"][0]["context"]["user"] = name
+        path = self.work_dir / f"{namespace}-{name}-{secrets.token_hex(3)}.kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
+
     def wait_for(
         self, what: str, condition: Callable[[], bool], timeout: float = 60.0, interval: float = 0.5
     ) -> None:
@@ -222,18 +240,32 @@ def _find_or_build_binaries(config: pytest.Config) -> Path:
     override = os.environ.get("FLOE_K8S_BIN_DIR")
     if override:
         return Path(override)
-    check = subprocess.run([str(BUILD_SCRIPT), "--check"], capture_output=True, text=True, check=False)
+    return Path(cached_tool(config, BUILD_SCRIPT, "the test control plane"))
+
+
+def cached_tool(config: pytest.Config, script: Path, what: str) -> str:
+    """What a cached-build script of scripts/ prints last: ``SCRIPT --check`` when built, else a build.
+
+    A cold build can take minutes: its progress goes through pytest's output capture. Raises
+    K8sError when the build fails.
+    """
+    check = subprocess.run([str(script), "--check"], capture_output=True, text=True, check=False)
     if check.returncode == 0:
-        return Path(check.stdout.strip().splitlines()[-1])
-    # A cold build takes many minutes: let its progress through pytest's output capture.
+        return check.stdout.strip().splitlines()[-1]
     capture: Any = config.pluginmanager.getplugin("capturemanager")
     suspended = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
     with suspended:
-        print(f"\n[k8s] building the test control plane with {BUILD_SCRIPT} (cached afterwards)", flush=True)
-        build = subprocess.run([str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
+        print(f"\n[k8s] building {what} with {script} (cached afterwards)", flush=True)
+        build = subprocess.run([str(script)], stdout=subprocess.PIPE, text=True, check=False)
     if build.returncode != 0:
-        raise K8sError(f"{BUILD_SCRIPT} failed with exit code {build.returncode}; its output is above")
-    return Path(build.stdout.strip().splitlines()[-1])
+        raise K8sError(f"{script} failed with exit code {build.returncode}; its output is above")
+    return build.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def helm_binary(request: pytest.FixtureRequest) -> str:
+    """``$FLOE_HELM``, else scripts/helm/build.sh's helm: cached, or built now (minutes, progress shown)."""
+    return os.environ.get("FLOE_HELM") or cached_tool(request.config, HELM_BUILD, "helm")
 
 
 def _start_cluster(bin_dir: Path, work_dir: Path, kubectl: str) -> K8sCluster:

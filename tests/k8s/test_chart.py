@@ -3,18 +3,23 @@
 * Static: the chart's CRDs are byte-identical to the generated ones and to kopf's peering CRDs; the
   values reference in the chart's README is what scripts/docs/values_reference.py generates.
 * helm: ``helm lint --strict``; bad values fail ``helm template`` / ``helm install`` with the key
-  named; ``helm template`` output passes ``kubectl apply --dry-run=server``.
+  named; ``helm template`` output passes ``kubectl apply --dry-run=server``; the default serves the
+  release namespace only, with no ClusterRole but read-only discovery.
 * A namespaced install: ``helm install --wait`` (kwok runs the operator pod), a ``kubectl auth
   can-i --as=system:serviceaccount:NS:floe`` matrix (what the operator needs: yes; Secrets
-  elsewhere, nodes, cluster RBAC, escalation: no); then the operator runs in-process with the
-  chart's ServiceAccount token and the Deployment's own arguments and environment: it leads
-  (labels the Deployment's pod, which the Service then selects), creates the default group's
-  driver pod, Service and RBAC, which kwok runs, and follows a ``helm upgrade``; finally
-  ``helm uninstall`` leaves no object with the release's labels (the CRDs stay, by Helm's rule).
-* A cluster-wide install: the ClusterRole's matrix.
+  elsewhere, nodes, RBAC, escalation: no); then the operator runs in-process with the chart's
+  ServiceAccount token and the Deployment's own arguments and environment: it leads (labels the
+  Deployment's pod, which the Service then selects), creates the default group's driver pod (running
+  as the chart's driver ServiceAccount), Service and ConfigMaps, which kwok runs, and follows a
+  ``helm upgrade`` that adds a namespace; finally ``helm uninstall`` leaves no object with the
+  release's labels (the CRDs stay, by Helm's rule).
+* A release that served the whole cluster (before watchNamespaces defaulted to the release
+  namespace) cannot be upgraded without naming its namespaces.
 
-helm is built once from the Go module proxy by scripts/helm/build.sh and cached (``FLOE_HELM``
-names another helm v3 binary to use instead).
+The exact effective permissions of the operator and the drivers are checked in test_rbac.py, and
+checkov's scan of the rendered chart in test_chart_checkov.py. helm is built once from the Go module
+proxy by scripts/helm/build.sh and cached (``FLOE_HELM`` names another helm v3 binary to use
+instead).
 """
 
 from __future__ import annotations
@@ -45,15 +50,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from floe.service.client import TaskServiceClient, Unauthorized
 from floe.service.wire import RegisterRequest
 
-from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster, K8sError
+from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster
+from .helm import CHART, RELEASE, Helm
 
 pytestmark = pytest.mark.k8s
 
-CHART = REPO_ROOT / "charts" / "floe"
-HELM_BUILD = REPO_ROOT / "scripts" / "helm" / "build.sh"
 VALUES_REFERENCE = REPO_ROOT / "scripts" / "docs" / "values_reference.py"
 PEERING_CRDS = REPO_ROOT / "operator" / "floe" / "controller" / "peering-crds.yaml"
-RELEASE = "floe"
 KWOK_TOLERATIONS = [{"key": FAKE_NODE_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
 KWOK_PLACEMENT = {"nodeSelector": {"type": "kwok"}, "tolerations": KWOK_TOLERATIONS}
 RELEASE_SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/part-of=floe"
@@ -90,55 +93,6 @@ def test_values_reference_is_up_to_date() -> None:
 # helm
 
 
-class Helm:
-    """The helm binary, with its config, cache and data dirs kept under the test's tmp dir."""
-
-    def __init__(self, binary: str, home: Path, kubeconfig: Path | None = None) -> None:
-        self.binary = binary
-        self.kubeconfig = kubeconfig
-        self.env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(home),
-            "HELM_CACHE_HOME": str(home / "cache"),
-            "HELM_CONFIG_HOME": str(home / "config"),
-            "HELM_DATA_HOME": str(home / "data"),
-        }
-
-    def __call__(
-        self, *args: str, check: bool = True, timeout: float = 120.0
-    ) -> subprocess.CompletedProcess[str]:
-        command = [self.binary, *args]
-        if self.kubeconfig is not None:
-            command += ["--kubeconfig", str(self.kubeconfig)]
-        result = subprocess.run(
-            command, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(
-                f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
-            )
-        return result
-
-
-@pytest.fixture(scope="session")
-def helm_binary(request: pytest.FixtureRequest) -> str:
-    """``$FLOE_HELM``, else scripts/helm/build.sh's helm: cached, or built now (minutes, progress shown)."""
-    override = os.environ.get("FLOE_HELM")
-    if override:
-        return override
-    check = subprocess.run([str(HELM_BUILD), "--check"], capture_output=True, text=True, check=False)
-    if check.returncode == 0:
-        return check.stdout.strip().splitlines()[-1]
-    capture: Any = request.config.pluginmanager.getplugin("capturemanager")
-    suspended = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
-    with suspended:
-        print(f"\n[helm] building helm with {HELM_BUILD} (cached afterwards)", flush=True)
-        build = subprocess.run([str(HELM_BUILD)], stdout=subprocess.PIPE, text=True, check=False)
-    if build.returncode != 0:
-        raise K8sError(f"{HELM_BUILD} failed with exit code {build.returncode}; its output is above")
-    return build.stdout.strip().splitlines()[-1]
-
-
 @pytest.fixture(scope="module")
 def helm_offline(helm_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Helm:
     """helm for commands that need no cluster (lint, template)."""
@@ -151,21 +105,10 @@ def helm(helm_binary: str, k8s: K8sCluster, tmp_path_factory: pytest.TempPathFac
     return Helm(helm_binary, tmp_path_factory.mktemp("helm-home"), k8s.kubeconfig)
 
 
-def _values_file(tmp: Path, values: dict[str, Any]) -> str:
-    path = tmp / f"values-{uuid.uuid4().hex[:6]}.yaml"
-    path.write_text(yaml.safe_dump(values))
-    return str(path)
-
-
-def _render(helm: Helm, tmp: Path, namespace: str, values: dict[str, Any]) -> list[dict[str, Any]]:
-    out = helm("template", RELEASE, str(CHART), "--namespace", namespace, "-f", _values_file(tmp, values))
-    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
-
-
-def test_helm_lint(helm_offline: Helm, tmp_path: Path) -> None:
+def test_helm_lint(helm_offline: Helm) -> None:
     helm_offline("lint", "--strict", str(CHART))
     namespaced = {"watchNamespaces": ["a", "b"], "defaultGroup": {"enabled": True, "namespace": "a"}}
-    helm_offline("lint", "--strict", str(CHART), "-f", _values_file(tmp_path, namespaced))
+    helm_offline("lint", "--strict", str(CHART), "-f", helm_offline.values_file(namespaced))
 
 
 @pytest.mark.parametrize(
@@ -184,8 +127,14 @@ def test_helm_lint(helm_offline: Helm, tmp_path: Path) -> None:
         ({"defaultGroup": {"spec": {"executors": -1}}}, ["/defaultGroup/spec/executors", "minimum"]),
         (
             {"watchNamespaces": ["a"], "defaultGroup": {"enabled": True, "namespace": "b"}},
-            ['defaultGroup.namespace "b" is not among watchNamespaces'],
+            ['defaultGroup.namespace "b" is not among the watched namespaces [a]'],
         ),
+        # The default serves the release namespace only: a default group elsewhere would go unserved.
+        (
+            {"defaultGroup": {"enabled": True, "namespace": "b"}},
+            ['defaultGroup.namespace "b" is not among the watched namespaces [default]'],
+        ),
+        ({"image": {"digest": "sha256:abc"}}, ["/image/digest", "does not match pattern"]),
         ({"registrationToken": {"existingSecret": "My_Secret"}}, ["/registrationToken/existingSecret"]),
         ({"livenessPort": 80}, ["/livenessPort", "minimum"]),
         ({"peeringLifetimeSeconds": 1}, ["/peeringLifetimeSeconds", "minimum"]),
@@ -200,39 +149,51 @@ def test_helm_lint(helm_offline: Helm, tmp_path: Path) -> None:
         "quantity",
         "executors",
         "group-ns",
+        "group-ns-default",
+        "digest",
         "token-secret",
         "liveness-port",
         "peering",
     ],
 )
 def test_bad_values_fail_with_the_key_named(
-    helm_offline: Helm, tmp_path: Path, values: dict[str, Any], expected: list[str]
+    helm_offline: Helm, values: dict[str, Any], expected: list[str]
 ) -> None:
-    result = helm_offline("template", RELEASE, str(CHART), "-f", _values_file(tmp_path, values), check=False)
+    result = helm_offline(
+        "template", RELEASE, str(CHART), "-f", helm_offline.values_file(values), check=False
+    )
     assert result.returncode != 0
     for text in expected:
         assert text in result.stderr, result.stderr
 
 
-def test_optional_objects_render_only_when_enabled(helm_offline: Helm, tmp_path: Path) -> None:
-    kinds = [d["kind"] for d in _render(helm_offline, tmp_path, "ops", {})]
+def test_optional_objects_render_only_when_enabled(helm_offline: Helm) -> None:
+    defaults = helm_offline.render("ops", {})
+    kinds = [d["kind"] for d in defaults]
     assert "ServiceMonitor" not in kinds and "OptimizerGroup" not in kinds
-    assert {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"} <= set(kinds)
-    secrets = [d for d in _render(helm_offline, tmp_path, "ops", {}) if d["kind"] == "Secret"]
+    # By default the release namespace alone is served: its Roles, its peering object, its driver
+    # ServiceAccount; cluster-wide only the read-only discovery role, and no ClusterKopfPeering.
+    assert "ClusterKopfPeering" not in kinds
+    assert _names(defaults, "Role") == [("ops", "floe"), ("ops", "floe-driver"), ("ops", "floe-leader")]
+    assert _names(defaults, "ServiceAccount") == [("ops", "floe"), ("ops", "floe-driver")]
+    assert _names(defaults, "KopfPeering") == [("ops", "floe")]
+    assert _names(defaults, "ClusterRole") == [("", "floe-ops-discovery")]
+    deployment = next(d for d in defaults if d["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--namespace")] == ["--namespace=ops"]
+    secrets = [d for d in defaults if d["kind"] == "Secret"]
     assert [s["metadata"]["name"] for s in secrets] == ["floe-registration-token"]
     assert len(base64.b64decode(secrets[0]["data"]["token"])) == 48
     # A Secret of the user's instead: the chart makes none and the operator mounts that one.
     own = {"registrationToken": {"existingSecret": "mine", "existingSecretKey": "secret"}}
-    docs = _render(helm_offline, tmp_path, "ops", own)
+    docs = helm_offline.render("ops", own)
     assert "Secret" not in [d["kind"] for d in docs]
     pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "registration-token")
     assert volume["secret"] == {"secretName": "mine", "items": [{"key": "secret", "path": "token"}]}
     assert "Job" not in kinds  # the pre-delete hook comes with the default group only
 
-    docs = _render(
-        helm_offline,
-        tmp_path,
+    docs = helm_offline.render(
         "ops",
         {
             "serviceMonitor": {"enabled": True},
@@ -249,17 +210,110 @@ def test_optional_objects_render_only_when_enabled(helm_offline: Helm, tmp_path:
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     script = (CHART / "files" / "delete-default-group.py").read_text()
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["python", "-c", script]
-    # Namespaced: a Role per watched namespace, cluster-wide only the read-only discovery role.
-    roles = sorted((r["metadata"]["namespace"], r["metadata"]["name"]) for r in by_kind["Role"])
-    assert roles == [("ops", "floe"), ("ops", "floe-cleanup"), ("x", "floe")]
-    assert [r["metadata"]["name"] for r in by_kind["ClusterRole"]] == ["floe-ops-discovery"]
+    # The operator's Role and the drivers' ServiceAccount and Role in each watched namespace,
+    # cluster-wide only the read-only discovery role.
+    assert _names(docs, "Role") == [
+        ("ops", "floe"),
+        ("ops", "floe-cleanup"),
+        ("ops", "floe-driver"),
+        ("ops", "floe-leader"),
+        ("x", "floe"),
+        ("x", "floe-driver"),
+    ]
+    assert _names(docs, "ServiceAccount") == [
+        ("ops", "floe"),
+        ("ops", "floe-cleanup"),
+        ("ops", "floe-driver"),
+        ("x", "floe-driver"),
+    ]
+    assert _names(docs, "ClusterRole") == [("", "floe-ops-discovery")]
     assert all(set(rule["verbs"]) <= {"list", "watch"} for rule in by_kind["ClusterRole"][0]["rules"])
-    assert sorted(p["metadata"]["namespace"] for p in by_kind["KopfPeering"]) == ["ops", "x"]
+    assert _names(docs, "KopfPeering") == [("ops", "floe"), ("x", "floe")]
     assert "ClusterKopfPeering" not in by_kind
+    # The admission policies, on Kubernetes 1.30 and later, unless turned off.
+    assert _names(defaults, "ValidatingAdmissionPolicy") == [("", "floe-ops-pods"), ("", "floe-ops-secrets")]
+    assert len(_names(defaults, "ValidatingAdmissionPolicyBinding")) == 2
+    off = helm_offline.render("ops", {"admissionPolicy": {"enabled": False}})
+    older = helm_offline(
+        "template", RELEASE, str(CHART), "--namespace", "ops", "--kube-version", "1.29.0"
+    ).stdout
+    for rendered in (yaml.safe_dump_all(off), older):
+        assert "ValidatingAdmissionPolicy" not in rendered
+    # Without rbac.create the chart makes no RBAC object and no driver ServiceAccount.
+    bare = helm_offline.render("ops", {"rbac": {"create": False}})
+    assert not {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"} & {d["kind"] for d in bare}
+    assert _names(bare, "ServiceAccount") == [("ops", "floe")]
 
 
-def test_deployment_is_locked_down(helm_offline: Helm, tmp_path: Path) -> None:
-    docs = _render(helm_offline, tmp_path, "ops", {"watchNamespaces": ["a"]})
+def _names(docs: list[dict[str, Any]], kind: str) -> list[tuple[str, str]]:
+    """(namespace, name) of the rendered objects of ``kind``, sorted."""
+    return sorted(
+        (d["metadata"].get("namespace", ""), d["metadata"]["name"]) for d in docs if d["kind"] == kind
+    )
+
+
+def test_network_policies_admit_only_the_groups_pods(helm_offline: Helm) -> None:
+    extra = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    values = {"watchNamespaces": ["a", "b"], "networkPolicy": {"extraIngress": [extra]}}
+    policies = {
+        (d["metadata"]["namespace"], d["metadata"]["name"]): d["spec"]
+        for d in helm_offline.render("ops", values)
+        if d["kind"] == "NetworkPolicy"
+    }
+    assert sorted(policies) == [("a", "floe-spark"), ("b", "floe-spark"), ("ops", "floe-operator")]
+    # The task service: driver pods (both labels) of the watched namespaces, in one peer (AND), and
+    # the extra peers; on the service port only (the liveness port admits only the kubelet).
+    operator = policies[("ops", "floe-operator")]
+    assert operator["policyTypes"] == ["Ingress"]
+    (rule,) = operator["ingress"]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    drivers, *extras = rule["from"]
+    assert drivers["podSelector"] == {
+        "matchLabels": {"app.kubernetes.io/managed-by": "floe", "floe.dev/role": "driver"}
+    }
+    assert drivers["namespaceSelector"] == {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "b"]}]
+    }
+    assert extras == [extra]
+    # Spark's ports: only the groups' own driver and executor pods, of the same namespace.
+    spark = {
+        "matchExpressions": [
+            {"key": "floe.dev/group", "operator": "Exists"},
+            {"key": "floe.dev/role", "operator": "In", "values": ["driver", "executor"]},
+        ]
+    }
+    for namespace in ("a", "b"):
+        policy = policies[(namespace, "floe-spark")]
+        assert policy["podSelector"] == spark
+        assert policy["ingress"] == [{"from": [{"podSelector": spark}]}]
+    # The default: the release namespace's drivers only.
+    defaults = helm_offline.render("ops", {})
+    operator = next(
+        d for d in defaults if d["metadata"]["name"] == "floe-operator" and d["kind"] == "NetworkPolicy"
+    )
+    values_in = operator["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0][
+        "values"
+    ]
+    assert values_in == ["ops"]
+    # The uninstall hook's pod, with the default group: no ingress at all.
+    hook = next(
+        d["spec"]
+        for d in helm_offline.render("ops", {"defaultGroup": {"enabled": True}})
+        if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "floe-cleanup"
+    )
+    assert hook == {
+        "podSelector": {
+            "matchLabels": {"app.kubernetes.io/instance": "floe", "app.kubernetes.io/component": "cleanup"}
+        },
+        "policyTypes": ["Ingress"],
+    }
+    assert "NetworkPolicy" not in {
+        d["kind"] for d in helm_offline.render("ops", {"networkPolicy": {"enabled": False}})
+    }
+
+
+def test_deployment_is_locked_down(helm_offline: Helm) -> None:
+    docs = helm_offline.render("ops", {"watchNamespaces": ["a"]})
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -271,7 +325,10 @@ def test_deployment_is_locked_down(helm_offline: Helm, tmp_path: Path) -> None:
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
     assert {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}} in pod["volumes"]
-    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert container["resources"]["requests"] and container["resources"]["limits"] == {
+        "cpu": "2",
+        "memory": "1Gi",
+    }
     for probe in ("startupProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -285,6 +342,7 @@ def test_deployment_is_locked_down(helm_offline: Helm, tmp_path: Path) -> None:
         "--peering-lifetime=60",
         "--no-create-peering",
         "--secret-interval=30",
+        "--driver-service-account=floe-driver",
         "--namespace=a",
     ]
     mount = {"name": "registration-token", "mountPath": "/etc/floe/registration-token", "readOnly": True}
@@ -298,6 +356,15 @@ def test_deployment_is_locked_down(helm_offline: Helm, tmp_path: Path) -> None:
     assert service["spec"]["ports"] == [
         {"name": "http", "port": 7070, "targetPort": "http", "protocol": "TCP"}
     ]
+    # Pinned by digest when one is given, for both images.
+    digest = "sha256:" + "ab" * 32
+    docs = helm_offline.render("ops", {"image": {"digest": digest}, "optimizerImage": {"digest": digest}})
+    container = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    assert container["image"] == f"ghcr.io/floe-dev/floe-operator@{digest}"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["FLOE_OPTIMIZER_IMAGE"] == f"ghcr.io/floe-dev/floe-optimizer@{digest}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -334,16 +401,14 @@ def crds(k8s: K8sCluster) -> None:
             "rbac": {"discovery": False},
         },
     ],
-    ids=["cluster-wide", "namespaced", "options"],
+    ids=["defaults", "namespaced", "options"],
 )
 def test_rendered_chart_passes_server_side_dry_run(
-    k8s: K8sCluster, helm: Helm, crds: None, tmp_path: Path, values: dict[str, Any]
+    k8s: K8sCluster, helm: Helm, crds: None, values: dict[str, Any]
 ) -> None:
     release_ns, watched = _namespace(k8s, "dry"), _namespace(k8s, "dry-w")
     values = json.loads(json.dumps(values).replace("@watched", watched))
-    rendered = helm(
-        "template", RELEASE, str(CHART), "--namespace", release_ns, "-f", _values_file(tmp_path, values)
-    ).stdout
+    rendered = helm.template(release_ns, values)
     result = k8s.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
     assert "created (server dry run)" in result.stdout
     assert "error" not in result.stderr.lower(), result.stderr
@@ -372,9 +437,7 @@ def _assert_matrix(
 
 
 @pytest.fixture(scope="module")
-def namespaced_release(
-    k8s: K8sCluster, helm: Helm, crds: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
+def namespaced_release(k8s: K8sCluster, helm: Helm, crds: None) -> Iterator[dict[str, str]]:
     """``helm install --wait`` serving one namespace, with the default group there, placed on kwok."""
     names = {
         "release": _namespace(k8s, "floe-system"),
@@ -395,8 +458,7 @@ def namespaced_release(
             },
         },
     }
-    tmp = tmp_path_factory.mktemp("release")
-    names["values"] = _values_file(tmp, values)
+    names["values"] = helm.values_file(values)
     helm(
         "install",
         RELEASE,
@@ -424,9 +486,14 @@ def test_install_runs_the_operator_pod(
     assert group["spec"]["executorMemory"] == "1Gi"
     peering = k8s.kubectl_json("get", "kopfpeerings.kopf.dev", "floe", "-n", namespaced_release["watched"])
     assert peering["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+    # The admission policies are in force for the operator that runs below (Kubernetes 1.33 here).
+    for kind in ("validatingadmissionpolicy", "validatingadmissionpolicybinding"):
+        for policy in ("secrets", "pods"):
+            assert _get(k8s, kind, f"floe-{ns}-{policy}") is not None, (kind, policy)
 
 
 def test_namespaced_rbac_is_least_privilege(k8s: K8sCluster, namespaced_release: dict[str, str]) -> None:
+    """What the installed release lets its identities do (test_rbac.py checks the complete lists)."""
     ns, watched, other = (namespaced_release[k] for k in ("release", "watched", "other"))
     subject = f"system:serviceaccount:{ns}:floe"
     allowed = [
@@ -435,19 +502,14 @@ def test_namespaced_rbac_is_least_privilege(k8s: K8sCluster, namespaced_release:
         ("patch", "optimizergroups.floe.dev", "--subresource=status", "-n", watched),
         ("patch", "optimizedtables.floe.dev", "--subresource=status", "-n", watched),
         ("create", "pods", "-n", watched),
-        ("deletecollection", "pods", "-n", watched),
-        ("update", "configmaps", "-n", watched),
-        ("create", "persistentvolumeclaims", "-n", watched),
+        ("delete", "pods", "-n", watched),
+        ("patch", "configmaps", "-n", watched),
         ("create", "services", "-n", watched),
-        ("create", "serviceaccounts", "-n", watched),
-        ("create", "roles", "-n", watched),
-        ("patch", "rolebindings", "-n", watched),
         ("get", "secrets", "-n", watched),
         ("patch", "secrets/floe-registration", "-n", watched),  # the drivers' registration token
         ("create", "secrets", "-n", watched),
         ("create", "events", "-n", watched),
-        ("patch", "kopfpeerings.kopf.dev", "-n", watched),
-        ("create", "kopfpeerings.kopf.dev", "-n", watched),
+        ("patch", "kopfpeerings.kopf.dev/floe", "-n", watched),
         ("patch", "pods", "-n", ns),  # the leader label on its own pod
         ("watch", "customresourcedefinitions"),  # kopf's discovery, read-only
     ]
@@ -467,10 +529,23 @@ def test_namespaced_rbac_is_least_privilege(k8s: K8sCluster, namespaced_release:
         ("get", "secrets", "--all-namespaces"),
         ("create", "pods", "-n", other),
         ("create", "pods", "-n", ns),
+        ("patch", "pods", "-n", watched),
+        ("update", "pods", "-n", watched),
+        ("deletecollection", "pods", "-n", watched),
+        ("list", "configmaps", "-n", watched),
         ("get", "configmaps", "-n", other),
+        ("create", "persistentvolumeclaims", "-n", watched),
+        ("create", "serviceaccounts", "-n", watched),
+        ("patch", "serviceaccounts", "-n", watched),
+        ("create", "roles", "-n", watched),
+        ("patch", "roles", "-n", watched),
+        ("create", "rolebindings", "-n", watched),
+        ("patch", "rolebindings", "-n", watched),
         ("create", "roles", "-n", other),
         ("list", "optimizergroups.floe.dev", "-n", other),
         ("create", "pods", "--subresource=exec", "-n", watched),
+        ("create", "pods", "--subresource=attach", "-n", watched),
+        ("create", "pods", "--subresource=portforward", "-n", watched),
         ("create", "deployments.apps", "-n", watched),
         ("delete", "services", "-n", watched),
         ("escalate", "roles", "-n", watched),
@@ -484,11 +559,33 @@ def test_namespaced_rbac_is_least_privilege(k8s: K8sCluster, namespaced_release:
         ("delete", "namespaces"),
         ("create", "customresourcedefinitions"),
         ("delete", "customresourcedefinitions"),
+        ("create", "kopfpeerings.kopf.dev", "-n", watched),
+        ("patch", "kopfpeerings.kopf.dev/other", "-n", watched),
         ("patch", "clusterkopfpeerings.kopf.dev"),
         ("create", "tokenrequests", "-n", watched),
         ("create", "serviceaccounts", "--subresource=token", "-n", watched),
     ]
     _assert_matrix(k8s, subject, allowed, denied)
+    # The drivers' identity: executor pods and their ConfigMap in its own namespace, nothing else.
+    _assert_matrix(
+        k8s,
+        f"system:serviceaccount:{watched}:floe-driver",
+        [
+            ("create", "pods", "-n", watched),
+            ("deletecollection", "pods", "-n", watched),
+            ("create", "configmaps", "-n", watched),
+        ],
+        [
+            ("create", "pods", "-n", other),
+            ("get", "secrets", "-n", watched),
+            ("get", "configmaps", "-n", watched),
+            ("create", "services", "-n", watched),
+            ("create", "persistentvolumeclaims", "-n", watched),
+            ("patch", "pods", "-n", watched),
+            ("create", "pods", "--subresource=exec", "-n", watched),
+            ("list", "optimizergroups.floe.dev", "-n", watched),
+        ],
+    )
     # The uninstall hook's identity: that one group, nothing else.
     _assert_matrix(
         k8s,
@@ -529,13 +626,7 @@ def _operator_as_the_chart_runs_it(k8s: K8sCluster, namespace: str, tmp: Path) -
     from floe.controller import kube as kube_module
     from floe.controller.runtime import Controller, run_kopf
 
-    token = k8s.kubectl("create", "token", "floe", "-n", namespace, "--duration=1h").stdout.strip()
-    admin = yaml.safe_load(k8s.kubeconfig.read_text())
-    admin["users"] = [{"name": "floe-operator", "user": {"token": token}}]
-    admin["contexts"][0]["context"]["user"] = "floe-operator"
-    kubeconfig = tmp / "operator.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(admin))
-    kubeconfig.chmod(0o600)
+    kubeconfig = k8s.service_account_kubeconfig("floe", namespace)
 
     deployment = k8s.kubectl_json("get", "deployment", "floe-operator", "-n", namespace)
     container = deployment["spec"]["template"]["spec"]["containers"][0]
@@ -619,13 +710,7 @@ def _get(k8s: K8sCluster, *args: str) -> Any:
 
 def _run_cleanup_script(k8s: K8sCluster, namespace: str, group_namespace: str, timeout: float) -> str:
     """The chart's delete-default-group.py, run here with a token of the hook's ServiceAccount."""
-    token = k8s.kubectl("create", "token", "floe-cleanup", "-n", namespace, "--duration=10m").stdout.strip()
-    config = yaml.safe_load(k8s.kubeconfig.read_text())
-    config["users"] = [{"name": "floe-cleanup", "user": {"token": token}}]
-    config["contexts"][0]["context"]["user"] = "floe-cleanup"
-    kubeconfig = k8s.work_dir / f"cleanup-{uuid.uuid4().hex[:6]}.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(config))
-    kubeconfig.chmod(0o600)
+    kubeconfig = k8s.service_account_kubeconfig("floe-cleanup", namespace, duration="10m")
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "KUBECONFIG": str(kubeconfig),
@@ -666,8 +751,8 @@ def test_operator_with_the_charts_identity_runs_the_default_group_and_follows_up
         selected = k8s.kubectl_json("get", "pods", "-n", ns, "-l", selector)["items"]
         assert [p["metadata"]["name"] for p in selected] == [pod]
 
-        # The default group: driver pod (Running under kwok), its Service and RBAC, made with the
-        # chart's permissions only (creating the driver Role needs every permission it grants).
+        # The default group: driver pod (Running under kwok), its Service and ConfigMaps, made with
+        # the chart's permissions only; the pod runs as the drivers' ServiceAccount the chart made.
         driver = "floe-default-driver"
         k8s.wait_for(
             "the default group's driver pod Running",
@@ -682,8 +767,17 @@ def test_operator_with_the_charts_identity_runs_the_default_group_and_follows_up
         assert {"name": "FLOE_SERVICE_URL", "value": f"http://floe-operator.{ns}.svc:7070"} in container[
             "env"
         ]
-        for kind in ("service", "serviceaccount", "role", "rolebinding"):
-            assert _get(k8s, kind, driver, "-n", watched) is not None, kind
+        for kind, name in [
+            ("service", driver),
+            ("configmap", "floe-default-spark"),
+            ("configmap", "floe-default-scale"),
+        ]:
+            assert _get(k8s, kind, name, "-n", watched) is not None, kind
+        assert _get(k8s, "pod", driver, "-n", watched)["spec"]["serviceAccountName"] == "floe-driver"
+        # The operator made no RBAC object: every ServiceAccount, Role and RoleBinding there is the chart's.
+        for kind in ("serviceaccounts", "roles", "rolebindings"):
+            made = k8s.kubectl_json("get", kind, "-n", watched, "-l", "app.kubernetes.io/managed-by=floe")
+            assert made["items"] == [], kind
 
         # The registration token: the chart's, copied by the operator (which may patch no other
         # Secret) into the group's namespace, where the driver pod mounts it.
@@ -758,6 +852,10 @@ def test_operator_with_the_charts_identity_runs_the_default_group_and_follows_up
         assert _can_i(k8s, f"system:serviceaccount:{ns}:floe", [("create", "pods", "-n", other)]) == {
             ("create", "pods", "-n", other): True
         }
+        # The newly served namespace has what its groups' drivers run as, and kopf's peering object.
+        for kind in ("serviceaccount", "role", "rolebinding"):
+            assert _get(k8s, kind, "floe-driver", "-n", other) is not None, kind
+        assert _get(k8s, "kopfpeerings.kopf.dev", "floe", "-n", other) is not None
 
         # What the pre-delete hook Job does at `helm uninstall` (kwok runs no container), with the
         # hook's ServiceAccount: the group goes while the operator runs, which removes kopf's
@@ -795,44 +893,58 @@ def test_uninstall_leaves_nothing_behind(
         assert _get(k8s, "crd", crd) is not None
 
 
-def test_cluster_wide_rbac_is_least_privilege(
-    k8s: K8sCluster, helm: Helm, crds: None, tmp_path: Path
+def test_a_release_that_served_the_whole_cluster_must_name_its_namespaces(
+    k8s: K8sCluster, helm: Helm, crds: None
 ) -> None:
-    ns, some = _namespace(k8s, "floe-cw"), _namespace(k8s, "team-c")
-    values = _values_file(tmp_path, {**KWOK_PLACEMENT, "defaultGroup": {"enabled": True}})
-    helm("install", RELEASE, str(CHART), "--namespace", ns, "-f", values, "--wait", "--timeout=90s")
+    """Before watchNamespaces defaulted to the release namespace, an empty list served the whole
+    cluster, with a ClusterKopfPeering. Upgrading such a release with the list still empty would
+    silently stop serving every other namespace: the chart refuses, and says what to set."""
+    ns, team = _namespace(k8s, "floe-old"), _namespace(k8s, "team-old")
+    # What the earlier chart left: its ClusterKopfPeering, owned by the release.
+    old = {
+        "apiVersion": "kopf.dev/v1",
+        "kind": "ClusterKopfPeering",
+        "metadata": {
+            "name": "floe",
+            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+            "annotations": {"meta.helm.sh/release-name": RELEASE, "meta.helm.sh/release-namespace": ns},
+        },
+    }
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(old))
     try:
-        assert _get(k8s, "clusterkopfpeerings.kopf.dev", "floe") is not None
-        # No operator runs here: the pre-delete hook's script removes kopf's finalizer itself.
-        finalizer = {"metadata": {"finalizers": ["kopf.zalando.org/KopfFinalizerMarker"]}}
-        k8s.kubectl("patch", "og", "default", "-n", ns, "--type=merge", "-p", json.dumps(finalizer))
-        output = _run_cleanup_script(k8s, ns, ns, timeout=2)
-        assert "removing its finalizers" in output and "deleted" in output, output
-        allowed = [
-            ("create", "pods", "-n", some),
-            ("create", "roles", "-n", some),
-            ("get", "secrets", "-n", some),
-            ("patch", "optimizergroups.floe.dev", "--subresource=status", "-n", some),
-            ("patch", "clusterkopfpeerings.kopf.dev"),
-            ("patch", "pods", "-n", ns),
-        ]
-        denied = [
-            ("list", "secrets", "--all-namespaces"),
-            ("update", "secrets", "-n", some),
-            ("create", "pods", "--subresource=exec", "-n", some),
-            ("create", "deployments.apps", "-n", some),
-            ("escalate", "roles", "-n", some),
-            ("bind", "clusterroles"),
-            ("create", "clusterroles"),
-            ("create", "clusterrolebindings"),
-            ("impersonate", "users"),
-            ("delete", "nodes"),
-            ("delete", "namespaces"),
-            ("delete", "customresourcedefinitions"),
-            ("create", "kopfpeerings.kopf.dev", "-n", some),
-        ]
-        _assert_matrix(k8s, f"system:serviceaccount:{ns}:floe", allowed, denied)
+        result = helm("upgrade", "--install", RELEASE, str(CHART), "--namespace", ns, check=False)
+        assert result.returncode != 0
+        assert "served the whole cluster" in result.stderr and "watchNamespaces" in result.stderr, (
+            result.stderr
+        )
+        assert _get(k8s, "deployment", "floe-operator", "-n", ns) is None
+        # Naming the namespaces is the way through (and removes the ClusterKopfPeering: no longer rendered).
+        values = helm.values_file({**KWOK_PLACEMENT, "watchNamespaces": [ns, team]})
+        helm("upgrade", "--install", RELEASE, str(CHART), "--namespace", ns, "-f", values, "--timeout=90s")
+        assert _get(k8s, "kopfpeerings.kopf.dev", "floe", "-n", team) is not None
     finally:
-        helm("uninstall", RELEASE, "--namespace", ns, "--wait", "--timeout=90s")
-    assert _get(k8s, "clusterkopfpeerings.kopf.dev", "floe") is None
-    assert _get(k8s, "clusterrole", f"floe-{ns}") is None
+        helm("uninstall", RELEASE, "--namespace", ns, "--wait", "--timeout=90s", check=False)
+        k8s.kubectl("delete", "clusterkopfpeerings.kopf.dev", "floe", "--ignore-not-found")
+    # Another release's ClusterKopfPeering (another namespace) is none of this release's business.
+    other = {
+        **old,
+        "metadata": {
+            **old["metadata"],
+            "annotations": {**old["metadata"]["annotations"], "meta.helm.sh/release-namespace": "elsewhere"},
+        },
+    }
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(other))
+    try:
+        helm(
+            "install",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            ns,
+            "-f",
+            helm.values_file(KWOK_PLACEMENT),
+            "--timeout=90s",
+        )
+    finally:
+        helm("uninstall", RELEASE, "--namespace", ns, "--wait", "--timeout=90s", check=False)
+        k8s.kubectl("delete", "clusterkopfpeerings.kopf.dev", "floe", "--ignore-not-found")

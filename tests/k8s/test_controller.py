@@ -1,5 +1,9 @@
 """The controller against a real API server: kopf handlers, driver objects, Spark executor pods,
-scaling, table status from a real optimizing run, Secrets kept out of status, GC and finalizers."""
+scaling, table status from a real optimizing run, Secrets kept out of status, GC and finalizers.
+
+The drivers' ServiceAccount, Role and RoleBinding are the chart's (rendered by helm, applied to the
+module's namespace), and the local Spark driver runs with that ServiceAccount's token: Spark's
+executor pods are made with exactly the permissions the chart grants the drivers."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from floe.service.client import TOKEN_FILE_ENV
 from floe_optimizer.app import Optimizer
 
 from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster
+from .helm import Helm, apply_driver_rbac
 
 pytestmark = pytest.mark.k8s
 
@@ -40,13 +45,26 @@ SECRET_VALUE = "s3cr3t-never-shown-7f3a"
 
 
 @pytest.fixture(scope="module")
-def namespace(k8s: K8sCluster) -> str:
-    """CRDs (floe's and kopf's peering) installed, and a fresh namespace for this module."""
+def namespace(k8s: K8sCluster, helm_binary: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """CRDs (floe's and kopf's peering) installed, and a fresh namespace for this module, with the
+    chart's driver ServiceAccount, Role and RoleBinding in it."""
     k8s.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
     k8s.kubectl("apply", "-f", str(PEERING_CRDS))
     for crd in ("optimizergroups.floe.dev", "optimizedtables.floe.dev", "kopfpeerings.kopf.dev"):
         k8s.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
-    name = f"ctl-{uuid.uuid4().hex[:6]}"
+    name = _new_namespace(k8s, "ctl")
+    apply_driver_rbac(k8s, Helm(helm_binary, tmp_path_factory.mktemp("helm-home")), name)
+    return name
+
+
+@pytest.fixture(scope="module")
+def bare_namespace(k8s: K8sCluster) -> str:
+    """A served namespace where nobody made the drivers' ServiceAccount (floe without its chart)."""
+    return _new_namespace(k8s, "bare")
+
+
+def _new_namespace(k8s: K8sCluster, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     k8s.kubectl("create", "namespace", name)
     k8s.wait_for(
         "default ServiceAccount",
@@ -56,13 +74,13 @@ def namespace(k8s: K8sCluster) -> str:
 
 
 @pytest.fixture(scope="module")
-def controller(k8s: K8sCluster, namespace: str) -> Iterator[Controller]:
+def controller(k8s: K8sCluster, namespace: str, bare_namespace: str) -> Iterator[Controller]:
     """The operator in-process: kopf in a thread (with peering), task service, ticking engine."""
     saved = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(k8s.kubeconfig)
     kube_module.load_config()
     config = OperatorConfig(
-        namespaces=[namespace],
+        namespaces=[namespace, bare_namespace],
         service_port=0,
         service_url="http://floe-operator.floe-system.svc:7070",
         default_image="floe-optimizer:test",
@@ -129,7 +147,7 @@ def assert_locked_down(pod_spec: dict[str, Any], container: dict[str, Any]) -> N
     }
 
 
-def test_group_gets_driver_pod_service_and_rbac(
+def test_group_gets_driver_pod_service_and_config(
     k8s: K8sCluster, namespace: str, controller: Controller
 ) -> None:
     _apply(k8s, _group("alpha", namespace))
@@ -150,7 +168,7 @@ def test_group_gets_driver_pod_service_and_rbac(
     assert {"name": "FLOE_SERVICE_URL", "value": "http://floe-operator.floe-system.svc:7070"} in container[
         "env"
     ]
-    assert pod["spec"]["serviceAccountName"] == "floe-alpha-driver"
+    assert pod["spec"]["serviceAccountName"] == "floe-driver"  # the chart's, shared by the namespace's groups
     assert pod["spec"]["nodeSelector"] == {"type": "kwok"}
     assert_locked_down(pod["spec"], container)
     assert pod["spec"]["securityContext"]["fsGroup"] == 185  # the optimizer image's group
@@ -174,11 +192,18 @@ def test_group_gets_driver_pod_service_and_rbac(
     service = _get(k8s, "service", "floe-alpha-driver", "-n", namespace)
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"] == {"floe.dev/group": "alpha", "floe.dev/role": "driver"}
-    for kind in ("serviceaccount", "role", "rolebinding", "service"):
-        obj = _get(k8s, kind, "floe-alpha-driver", "-n", namespace)
+    for kind, name in [
+        ("service", "floe-alpha-driver"),
+        ("configmap", "floe-alpha-spark"),
+        ("configmap", "floe-alpha-scale"),
+    ]:
+        obj = _get(k8s, kind, name, "-n", namespace)
         assert owner.items() <= obj["metadata"]["ownerReferences"][0].items(), kind
-    role = _get(k8s, "role", "floe-alpha-driver", "-n", namespace)
-    assert {"pods", "configmaps"} <= set(role["rules"][0]["resources"])
+    # The operator writes no RBAC: no ServiceAccount, Role or RoleBinding of its own.
+    for kind in ("serviceaccounts", "roles", "rolebindings"):
+        assert _get(k8s, kind, "-n", namespace, "-l", "app.kubernetes.io/managed-by=floe")["items"] == [], (
+            kind
+        )
 
     spark = _get(k8s, "configmap", "floe-alpha-spark", "-n", namespace)["data"]
     properties = dict(line.split("=", 1) for line in spark[PROPERTIES_KEY].splitlines())
@@ -189,8 +214,13 @@ def test_group_gets_driver_pod_service_and_rbac(
     assert properties["spark.kubernetes.driver.pod.name"] == "floe-alpha-driver"
     assert properties["spark.driver.host"] == f"floe-alpha-driver.{namespace}.svc"
     assert properties["spark.kubernetes.executor.label.floe.dev/group"] == "alpha"
+    # What the drivers' Role leaves out, Spark must not try: its driver Service and volume claims.
+    assert properties["spark.kubernetes.driver.service.deleteOnTermination"] == "false"
+    assert properties["spark.kubernetes.driver.ownPersistentVolumeClaim"] == "false"
+    assert properties["spark.kubernetes.driver.reusePersistentVolumeClaim"] == "false"
     template = yaml.safe_load(spark[TEMPLATE_KEY])["spec"]
     assert template["tolerations"] == KWOK_TEMPLATE["tolerations"]
+    assert template["automountServiceAccountToken"] is False  # executors never call the API
     assert_locked_down(template, template["containers"][0])
 
     # kwok runs the driver pod; no executor registers, so the group is not Ready yet.
@@ -216,7 +246,8 @@ def test_group_gets_driver_pod_service_and_rbac(
 def _start_local_driver(
     k8s: K8sCluster, namespace: str, group: str, controller: Controller, tmp: Path
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    """Runs the driver entrypoint here, against the test API server: Spark creates the executor pods."""
+    """Runs the driver entrypoint here, against the test API server: Spark creates the executor pods,
+    authenticated as the drivers' ServiceAccount, as in the driver pod."""
     spark_cm = _get(k8s, "configmap", f"floe-{group}-spark", "-n", namespace)["data"]
     (tmp / "spark.properties").write_text(spark_cm[PROPERTIES_KEY])
     (tmp / "template.yaml").write_text(spark_cm[TEMPLATE_KEY])
@@ -243,7 +274,8 @@ def _start_local_driver(
         "--conf", "spark.ui.enabled=false",
         "--conf", f"spark.kubernetes.executor.podTemplateFile={tmp / 'template.yaml'}",
     ]  # fmt: skip
-    env = {**os.environ, "KUBECONFIG": str(k8s.kubeconfig), TOKEN_FILE_ENV: str(token_file)}
+    kubeconfig = k8s.service_account_kubeconfig("floe-driver", namespace)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), TOKEN_FILE_ENV: str(token_file)}
     log = (tmp / "driver.log").open("wb")
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), scale_file
 
@@ -287,6 +319,7 @@ def test_spark_creates_executor_pods_and_follows_scaling(
         resources = pod["spec"]["containers"][0]["resources"]
         # Spark built the executor container on the template's, security context included.
         assert_locked_down(pod["spec"], pod["spec"]["containers"][0])
+        assert pod["spec"]["automountServiceAccountToken"] is False
         assert resources["limits"]["memory"] == "2Gi"
         assert resources["requests"]["cpu"] == "2"
         k8s.wait_for(
@@ -316,6 +349,76 @@ def test_spark_creates_executor_pods_and_follows_scaling(
     finally:
         driver.terminate()
         driver.wait(60)
+    # Spark did all of it with the drivers' Role: nothing it tried was refused, and at its stop it
+    # removed the executors' ConfigMap (by label, a deletecollection).
+    log = (tmp_path / "driver.log").read_text()
+    assert "forbidden" not in log.lower(), log[-5000:]
+    left = _get(k8s, "configmaps", "-n", namespace, "-l", "spark-role=executor")["items"]
+    assert left == [], [c["metadata"]["name"] for c in left]
+
+
+def test_a_missing_driver_service_account_degrades_the_group(
+    k8s: K8sCluster, bare_namespace: str, controller: Controller, helm_binary: str, tmp_path: Path
+) -> None:
+    _apply(k8s, _group("lone", bare_namespace, executors=1))
+
+    def degraded() -> dict[str, Any] | None:
+        conditions = {c["type"]: c for c in _status(k8s, "og", "lone", bare_namespace).get("conditions", [])}
+        found = conditions.get("Degraded", {})
+        return found if found.get("reason") == "DriverServiceAccountMissing" else None
+
+    k8s.wait_for("the group Degraded for want of the drivers' ServiceAccount", lambda: degraded() is not None)
+    message = (degraded() or {})["message"]
+    assert "floe-driver" in message and bare_namespace in message and "watchNamespaces" in message
+    warnings = [
+        e for e in _events(k8s, bare_namespace, "lone") if e["reason"] == "DriverServiceAccountMissing"
+    ]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
+    assert _get(k8s, "pod", "floe-lone-driver", "-n", bare_namespace) is None
+    # Once the chart's objects are there (helm upgrade adding the namespace), the driver follows.
+    apply_driver_rbac(k8s, Helm(helm_binary, tmp_path), bare_namespace)
+    k8s.wait_for(
+        "the driver pod, once its ServiceAccount exists",
+        lambda: _get(k8s, "pod", "floe-lone-driver", "-n", bare_namespace) is not None,
+        timeout=90,
+    )
+    k8s.wait_for("the group no longer Degraded for it", lambda: degraded() is None)
+    warnings = [
+        e for e in _events(k8s, bare_namespace, "lone") if e["reason"] == "DriverServiceAccountMissing"
+    ]
+    assert len(warnings) == 1  # said once, not at every retry
+    k8s.kubectl("delete", "og", "lone", "-n", bare_namespace, "--wait=true", "--timeout=60s")
+
+
+def test_a_driver_running_as_another_account_is_replaced(
+    k8s: K8sCluster, namespace: str, controller: Controller
+) -> None:
+    """Upgrading from an operator that made a ServiceAccount per group: the new one moves running
+    drivers onto the chart's (`--driver-service-account`) by replacing their pods."""
+    _apply(k8s, _group("delta", namespace, executors=1))
+    k8s.wait_for("driver pod", lambda: _get(k8s, "pod", "floe-delta-driver", "-n", namespace) is not None)
+    old_uid = _get(k8s, "pod", "floe-delta-driver", "-n", namespace)["metadata"]["uid"]
+    k8s.kubectl("create", "serviceaccount", "floe-driver-next", "-n", namespace)
+    saved = controller.config.driver_service_account
+    controller.config.driver_service_account = "floe-driver-next"  # as a restarted operator would have it
+    try:
+        # Any reconciliation does it; an edit of the spec is the quickest to cause one.
+        k8s.kubectl("patch", "og", "delta", "-n", namespace, "--type=merge", "-p", '{"spec":{"executors":2}}')
+
+        def replaced() -> bool:
+            pod = _get(k8s, "pod", "floe-delta-driver", "-n", namespace)
+            return pod is not None and pod["metadata"]["uid"] != old_uid
+
+        k8s.wait_for("the driver pod replaced", replaced, timeout=90)
+        assert (
+            _get(k8s, "pod", "floe-delta-driver", "-n", namespace)["spec"]["serviceAccountName"]
+            == "floe-driver-next"
+        )
+        restarts = [e for e in _events(k8s, namespace, "delta") if e["reason"] == "DriverRestarting"]
+        assert any("floe-driver-next" in e["message"] for e in restarts), restarts
+    finally:
+        controller.config.driver_service_account = saved
+        k8s.kubectl("delete", "og", "delta", "-n", namespace, "--wait=true", "--timeout=60s")
 
 
 def test_table_status_after_optimizing_keeps_secrets_out(
@@ -413,9 +516,6 @@ def test_deleting_a_group_garbage_collects_its_objects(
             for kind, name in [
                 ("pod", "floe-gamma-driver"),
                 ("service", "floe-gamma-driver"),
-                ("serviceaccount", "floe-gamma-driver"),
-                ("role", "floe-gamma-driver"),
-                ("rolebinding", "floe-gamma-driver"),
                 ("configmap", "floe-gamma-spark"),
                 ("configmap", "floe-gamma-scale"),
             ]

@@ -34,6 +34,7 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from floe.controller import kube as kube_module
+from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.controller.runtime import Controller, OperatorConfig, run_kopf
 from floe.controller.status import epoch, timestamp
 from floe.local.reference_reader import ReferenceReader
@@ -75,8 +76,11 @@ def kubeconfig(k8s: K8sCluster) -> Iterator[None]:
 
 
 def _namespace(k8s: K8sCluster, prefix: str) -> str:
+    """A fresh namespace with the drivers' ServiceAccount (the chart's name), without which the API
+    server refuses the driver pods. No Role: kwok runs the pods, and no Spark calls the API here."""
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     k8s.kubectl("create", "namespace", name)
+    k8s.kubectl("create", "serviceaccount", DRIVER_SERVICE_ACCOUNT, "-n", name)
     return name
 
 

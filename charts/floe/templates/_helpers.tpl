@@ -54,12 +54,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: floe
 {{- end -}}
 
+{{/*
+An image reference from a values block (repository, tag, digest): by digest when one is given,
+which pins the exact image; else by tag, the chart's appVersion when empty.
+*/}}
+{{- define "floe.imageRef" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .appVersion .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "floe.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "floe.imageRef" (dict "image" .Values.image "appVersion" .Chart.AppVersion) -}}
 {{- end -}}
 
 {{- define "floe.optimizerImage" -}}
-{{- printf "%s:%s" .Values.optimizerImage.repository (default .Chart.AppVersion .Values.optimizerImage.tag) -}}
+{{- include "floe.imageRef" (dict "image" .Values.optimizerImage "appVersion" .Chart.AppVersion) -}}
 {{- end -}}
 
 {{/* The task service's in-cluster URL, which the operator hands to the driver pods. */}}
@@ -86,14 +98,49 @@ token
 {{- end -}}
 
 {{/*
-What the operator does in a namespace it serves, as RBAC rules. Kubernetes lets it create the
-driver's Role only if it holds every permission that Role grants (see
-floe.controller.objects.driver_rbac): pods, configmaps and persistentvolumeclaims in full, services
-read. Secrets: get, the catalog Secret an OptimizedTable names; create and, on the one Secret
-floe-registration (floe.controller.objects.REGISTRATION_SECRET) only, patch: the registration token
-the driver pods mount. RBAC cannot limit create by name, but creating Secrets grants nothing that
-creating pods (which may mount any Secret and run as any ServiceAccount of the namespace) does not
-already; no update or delete, and no patch of any other Secret.
+The namespaces the operator serves, as a JSON list (read it with fromJsonArray): watchNamespaces,
+or the release namespace alone when that is empty. There is no cluster-wide mode: the operator
+gets Roles in these namespaces and nothing namespaced anywhere else.
+*/}}
+{{- define "floe.watchNamespaces" -}}
+{{- toJson (default (list .Release.Namespace) .Values.watchNamespaces) -}}
+{{- end -}}
+
+{{/* The ServiceAccount the optimizer driver pods run as, in every watched namespace (floe-driver). */}}
+{{- define "floe.driverServiceAccountName" -}}
+{{- printf "%s-driver" (include "floe.fullname" .) -}}
+{{- end -}}
+
+{{/* The pods of the groups' Spark applications: drivers (made by the operator) and executors (by Spark). */}}
+{{- define "floe.sparkPodSelector" -}}
+matchExpressions:
+  - key: floe.dev/group
+    operator: Exists
+  - key: floe.dev/role
+    operator: In
+    values: [driver, executor]
+{{- end -}}
+
+{{/*
+What the operator does in a namespace it serves, as RBAC rules, each verb for a reason:
+- floe.dev: kopf lists and watches OptimizerGroups and OptimizedTables and patches them (its
+  finalizer and progress annotations); floe patches their status subresource.
+- pods: the driver pods (get, create, delete to replace one whose Spark settings changed); list and
+  watch the groups' pods for their health (OOM kills, image pulls). No patch, update, exec, attach
+  or port-forward: the operator never changes or enters a running pod.
+- configmaps and services: the group's two ConfigMaps and its driver's headless Service (create, or
+  patch when they exist; get, by name, reads the scale ConfigMap: no list).
+- secrets: get, never list or watch, for the catalog Secret an OptimizedTable names; create, and
+  patch on the one Secret floe-registration only (floe.controller.objects.REGISTRATION_SECRET): the
+  registration token the driver pods mount, labelled app.kubernetes.io/managed-by=floe. RBAC cannot
+  limit create by name; templates/admission-policy.yaml does (and what the pods it creates may be).
+  No update or delete, and no patch of any other Secret.
+- events: Events on the groups and tables.
+- kopfpeerings: kopf's peering (which replica leads) lives in the object floe
+  (floe.controller.runtime.PEERING_NAME), which the chart makes; only it may be patched.
+Nothing on ServiceAccounts, Roles or RoleBindings: the chart renders the driver's
+(templates/driver-rbac.yaml), so the operator neither writes RBAC nor holds what the driver's Role
+grants (Kubernetes demands both of whoever creates or binds a Role).
 */}}
 {{- define "floe.namespacedRules" -}}
 - apiGroups: ["floe.dev"]
@@ -103,17 +150,14 @@ already; no update or delete, and no patch of any other Secret.
   resources: ["optimizergroups/status", "optimizedtables/status"]
   verbs: ["get", "patch"]
 - apiGroups: [""]
-  resources: ["pods", "configmaps", "persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "create", "delete", "deletecollection", "patch", "update"]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "list", "watch", "create", "patch"]
-- apiGroups: [""]
-  resources: ["serviceaccounts"]
-  verbs: ["get", "create", "patch"]
-- apiGroups: ["rbac.authorization.k8s.io"]
-  resources: ["roles", "rolebindings"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["create", "patch"]
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "create"]
@@ -124,4 +168,11 @@ already; no update or delete, and no patch of any other Secret.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  resourceNames: ["floe"]
+  verbs: ["patch"]
 {{- end -}}

@@ -1,4 +1,4 @@
-"""kopf handlers of OptimizerGroup: driver pod, Service, RBAC, scaling, status and Events.
+"""kopf handlers of OptimizerGroup: driver pod, Service, ConfigMaps, scaling, status and Events.
 
 A spec change that needs a new driver (image, cores, memory, executor template) replaces
 the driver pod; a change of ``spec.executors`` (an edit, ``kubectl scale``, an HPA) only
@@ -9,6 +9,12 @@ the same name in two namespaces are two groups, and a table uses the one of its 
 namespace. Deleting a group removes it from the engine before the group goes (kopf's
 finalizer, which the status timer needs anyway): its processes are cancelled uncommitted,
 and its tables wait as PENDING with "group ... does not exist".
+
+The driver pods run as the namespace's driver ServiceAccount, which the Helm chart makes
+(`OperatorConfig.driver_service_account`). Where it is missing, the API server refuses the
+pod: the group says so (a Warning Event and its Degraded condition) and the pod is tried
+again every `SERVICE_ACCOUNT_RETRY_S`. A driver running as another account (one made per
+group by floe before the chart made them) is replaced by one running as the configured one.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from floe.api.models import API_GROUP, OptimizerGroup, OptimizerGroupSpec
 from floe.controller.objects import (
@@ -24,7 +31,6 @@ from floe.controller.objects import (
     GroupRef,
     config_hash,
     driver_pod,
-    driver_rbac,
     driver_service,
     registration_field_manager,
     registration_secret,
@@ -41,6 +47,13 @@ VERSION = "v1alpha1"
 PLURAL = "optimizergroups"
 STATUS_INTERVAL_S = 5.0
 RESTART_DELAY_S = 5.0
+SERVICE_ACCOUNT_RETRY_S = 30.0
+MISSING_SERVICE_ACCOUNT = "error looking up service account"
+"""How the API server's ServiceAccount admission refuses a pod whose account does not exist."""
+
+
+class DriverServiceAccountMissing(kopf.TemporaryError):
+    """The API server refused the driver pod: its ServiceAccount is not in the group's namespace."""
 
 
 def group_model(body: kopf.Body) -> OptimizerGroup:
@@ -84,6 +97,7 @@ def remove_group(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     name, namespace = body.metadata.name or "", body.metadata.namespace or "default"
     controller.engine.remove_group(name, namespace)
     controller.warned_groups.discard(controller.engine.group_key(name, namespace))
+    controller.refused_drivers.discard(GroupRef(name, namespace, "").service_group)
     controller.pod_problems.forget_group(namespace, name)
 
 
@@ -113,8 +127,8 @@ def _group_object(pod: dict[str, Any], group: str, namespace: str) -> InvolvedOb
 
 
 def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup) -> None:
-    """Apply ConfigMaps, Service, RBAC and the registration Secret; create or replace the driver
-    pod when needed."""
+    """Apply ConfigMaps, Service and the registration Secret; create or replace the driver pod
+    when needed."""
     kube = controller.kube
     meta = body.metadata
     ref = GroupRef(name=meta.name, namespace=meta.namespace or "default", uid=meta.uid or "")
@@ -123,16 +137,9 @@ def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup
     template = executor_template_of(body)
     spark_config = spark_config_map(ref, spec, image, template)
 
-    previous = kube.core.list_namespaced_config_map(
-        ref.namespace, field_selector=f"metadata.name={ref.scale_config_name}"
-    ).items
-    before = int(previous[0].data.get(EXECUTORS_KEY, -1)) if previous and previous[0].data else None
-    for manifest in [
-        *driver_rbac(ref),
-        driver_service(ref),
-        spark_config,
-        scale_config_map(ref, spec.executors),
-    ]:
+    previous = kube.read_config_map_data(ref.scale_config_name, ref.namespace)
+    before = int(previous.get(EXECUTORS_KEY, -1)) if previous else None
+    for manifest in [driver_service(ref), spark_config, scale_config_map(ref, spec.executors)]:
         kube.apply(manifest)
     # Before the driver pod, which cannot start without it.
     kube.apply_secret(
@@ -144,21 +151,18 @@ def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup
         )
 
     digest = config_hash(spark_config)
+    account = controller.config.driver_service_account
     pod = kube.read_pod(ref.driver_name, ref.namespace)
     if pod is not None and pod["metadata"].get("deletionTimestamp"):
         raise kopf.TemporaryError("the previous driver pod is still terminating", delay=RESTART_DELAY_S)
-    if pod is not None and pod["metadata"].get("annotations", {}).get(CONFIG_HASH_ANNOTATION) != digest:
+    reason = _replacement_reason(pod, digest, account) if pod is not None else None
+    if reason is not None:
         kube.delete_pod(ref.driver_name, ref.namespace)
-        post_event(
-            controller,
-            body,
-            "Normal",
-            reason="DriverRestarting",
-            message="Spark settings changed: replacing the driver pod",
-        )
+        post_event(controller, body, "Normal", reason="DriverRestarting", message=reason)
         raise kopf.TemporaryError("waiting for the old driver pod to go", delay=RESTART_DELAY_S)
     if pod is None:
-        kube.create_pod(driver_pod(ref, spec, image, controller.config.service_url, digest, template))
+        manifest = driver_pod(ref, spec, image, controller.config.service_url, digest, template, account)
+        _create_driver_pod(controller, body, ref, manifest)
         post_event(
             controller,
             body,
@@ -171,6 +175,38 @@ def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup
         )
 
 
+def _replacement_reason(pod: dict[str, Any], digest: str, account: str) -> str | None:
+    """Why the running driver pod must make way for a new one, or None if it may stay."""
+    if pod["metadata"].get("annotations", {}).get(CONFIG_HASH_ANNOTATION) != digest:
+        return "Spark settings changed: replacing the driver pod"
+    if pod.get("spec", {}).get("serviceAccountName") != account:
+        return f"the drivers' ServiceAccount is now {account}: replacing the driver pod"
+    return None
+
+
+def _create_driver_pod(
+    controller: Controller, body: kopf.Body, ref: GroupRef, manifest: dict[str, Any]
+) -> None:
+    """Create the driver pod; a refusal for want of its ServiceAccount is said once, as a Warning."""
+    try:
+        controller.kube.create_pod(manifest)
+    except ApiException as exc:
+        if exc.status != 403 or MISSING_SERVICE_ACCOUNT not in str(exc.body):
+            raise
+        account = manifest["spec"]["serviceAccountName"]
+        message = (
+            f"the driver pod was refused: ServiceAccount {account} does not exist in namespace "
+            f"{ref.namespace}. The Helm chart makes it in each namespace of watchNamespaces "
+            "(run helm upgrade after adding one); without the chart, create it with a Role for "
+            "Spark's executor pods"
+        )
+        if ref.service_group not in controller.refused_drivers:
+            controller.refused_drivers.add(ref.service_group)
+            post_event(controller, body, "Warning", reason="DriverServiceAccountMissing", message=message)
+        raise DriverServiceAccountMissing(message, delay=SERVICE_ACCOUNT_RETRY_S) from exc
+    controller.refused_drivers.discard(ref.service_group)
+
+
 @kopf.timer(API_GROUP, VERSION, PLURAL, interval=STATUS_INTERVAL_S, idle=0)
 def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
     """Refresh the group's status; recreate a driver pod that disappeared; warn about idle tables."""
@@ -180,8 +216,12 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
     ref = GroupRef(name=name, namespace=namespace, uid=body.metadata.uid or "")
     kube = controller.kube
     driver = kube.read_pod(ref.driver_name, namespace)
+    refused: str | None = None
     if driver is None:
-        ensure_driver(controller, body, group)
+        try:
+            ensure_driver(controller, body, group)
+        except DriverServiceAccountMissing as exc:
+            refused = str(exc)
     executors = kube.list_pods(namespace, executor_selector(name))
     ready = sum(1 for pod in executors if _ready(pod))
     service_group = controller.engine.group_key(name, namespace)
@@ -216,7 +256,7 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
             "Scaling" if ready != desired else "Stable",
             f"{ready} of {desired} executors ready",
         ),
-        _degraded_condition(driver_phase, problem),
+        _degraded_condition(driver_phase, problem, refused),
     ]
     new = {
         "readyExecutors": ready,
@@ -251,7 +291,9 @@ def _ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
-def _degraded_condition(driver_phase: str, problem: PodProblem | None) -> dict[str, str]:
+def _degraded_condition(driver_phase: str, problem: PodProblem | None, refused: str | None) -> dict[str, str]:
+    if refused is not None:
+        return condition("Degraded", True, "DriverServiceAccountMissing", refused)
     if driver_phase in ("Failed", "Missing"):
         return condition("Degraded", True, "DriverFailed", f"driver pod is {driver_phase}")
     if problem is not None:

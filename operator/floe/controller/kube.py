@@ -34,12 +34,11 @@ def load_config() -> None:
 
 
 class Kube:
-    """Typed wrappers over the core, RBAC and custom-objects APIs."""
+    """Typed wrappers over the core and custom-objects APIs."""
 
     def __init__(self, api_client: Any | None = None) -> None:
         self.api = api_client or client.ApiClient()
         self.core = client.CoreV1Api(self.api)
-        self.rbac = client.RbacAuthorizationV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
 
     # -- generic objects -----------------------------------------------------------------
@@ -74,15 +73,24 @@ class Kube:
         )
 
     def _calls(self, kind: str) -> tuple[Any, Any]:
-        core, rbac = self.core, self.rbac
+        # ConfigMaps and Services only: the operator writes no RBAC objects (the chart renders the
+        # driver's ServiceAccount, Role and RoleBinding), and may not.
+        core = self.core
         calls = {
             "ConfigMap": (core.create_namespaced_config_map, core.patch_namespaced_config_map),
             "Service": (core.create_namespaced_service, core.patch_namespaced_service),
-            "ServiceAccount": (core.create_namespaced_service_account, core.patch_namespaced_service_account),
-            "Role": (rbac.create_namespaced_role, rbac.patch_namespaced_role),
-            "RoleBinding": (rbac.create_namespaced_role_binding, rbac.patch_namespaced_role_binding),
         }
         return calls[kind]
+
+    def read_config_map_data(self, name: str, namespace: str) -> dict[str, str] | None:
+        """A ConfigMap's data, or None if there is none (a ``get`` by name: no listing)."""
+        try:
+            config_map: Any = self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(config_map.data or {})
 
     # -- pods ----------------------------------------------------------------------------
 

@@ -1,11 +1,17 @@
 """The Kubernetes objects of an OptimizerGroup, as plain manifests (no API calls here).
 
 Per group NAME: the driver Pod ``floe-NAME-driver``, a headless Service of the same name
-(``spark.driver.host``, so executors reach the driver), a ServiceAccount, Role and
-RoleBinding letting the driver manage its executor pods, a ConfigMap ``floe-NAME-spark``
+(``spark.driver.host``, so executors reach the driver), a ConfigMap ``floe-NAME-spark``
 (Spark properties and the executor pod template) and a ConfigMap ``floe-NAME-scale`` (the
 desired executor count, which the driver follows without restarting). All are owned by
 the group, so deleting it garbage-collects them; the executor pods are owned by the driver.
+
+The driver pods run as one ServiceAccount per namespace (``--driver-service-account``,
+``floe-driver`` by default), whose Role lets Spark manage its executor pods. The Helm chart
+renders it, with its Role and RoleBinding, in every namespace the operator serves: the
+operator itself creates no ServiceAccount, Role or RoleBinding, so it holds no permission
+to write RBAC, nor every permission a driver Role grants (which Kubernetes would demand of
+whoever creates that Role).
 
 Per namespace, the Secret ``floe-registration`` holds the task service's registration token,
 which the driver pods mount. It is one Secret per namespace with a fixed name, owned by
@@ -13,8 +19,7 @@ every group there (GC deletes it with the last one), rather than a Secret per gr
 fixed name lets the operator's RBAC limit ``patch`` to that one Secret, so it can change
 no other Secret (``create`` cannot be limited by name, but adds nothing to what creating
 pods allows). A ``secretKeyRef`` to the chart's own Secret is impossible: pods can only
-refer to Secrets of their own namespace.
-"""
+refer to Secrets of their own namespace."""
 
 from __future__ import annotations
 
@@ -49,6 +54,9 @@ DRIVER_MEMORY = "1Gi"
 DRIVER_CPU = "250m"  # the driver schedules and polls; the executors do the work
 TEMPLATE_FIELDS = ("tolerations", "nodeSelector", "affinity")
 REGISTRATION_SECRET = "floe-registration"
+DRIVER_SERVICE_ACCOUNT = "floe-driver"
+"""The driver pods' ServiceAccount when ``floe operator`` is given none: the chart's name for
+release ``floe``."""
 REGISTRATION_KEY = "token"
 REGISTRATION_DIR = "/etc/floe/registration"
 OPTIMIZER_GID = 185
@@ -76,7 +84,7 @@ class GroupRef:
 
     @property
     def driver_name(self) -> str:
-        """Name of the driver pod, its Service, ServiceAccount, Role and RoleBinding."""
+        """Name of the driver pod and its Service."""
         return f"floe-{self.name}-driver"
 
     @property
@@ -131,10 +139,13 @@ def executor_template(template: dict[str, Any] | None) -> Manifest:
     """The executor pod template: the group's scheduling fields and the security contexts.
 
     Spark builds the executor container on the template's first container, keeping what it
-    does not set itself (the security context among them).
+    does not set itself (the security context among them). Executors never call the
+    Kubernetes API (the driver manages them), so they get no ServiceAccount token: code
+    running in a rewrite cannot use the namespace's default ServiceAccount.
     """
     spec = {
         **scheduling_fields(template),
+        "automountServiceAccountToken": False,
         "securityContext": POD_SECURITY_CONTEXT,
         "containers": [{"name": EXECUTOR_CONTAINER, "securityContext": CONTAINER_SECURITY_CONTEXT}],
     }
@@ -190,13 +201,16 @@ def driver_pod(
     service_url: str,
     spark_hash: str,
     template: dict[str, Any] | None,
+    service_account: str,
 ) -> Manifest:
     """The driver pod: ``python -m floe_optimizer.driver`` in Spark client mode.
 
     The driver gets the group's scheduling fields too (a group pinned to some nodes runs its
     driver there), both ConfigMaps as volumes (the Spark one is read at start, the scale one
     is followed while it runs) and the registration token as a file, which the optimizer
-    reads at each registration: a changed token reaches it without a restart.
+    reads at each registration: a changed token reaches it without a restart. It runs as
+    ``service_account``, the namespace's driver ServiceAccount, whose token Spark uses to
+    create, watch and delete the executor pods.
     """
     command = [
         "python",
@@ -222,7 +236,7 @@ def driver_pod(
     metadata = ref.metadata(ref.driver_name, "driver")
     metadata["annotations"] = {CONFIG_HASH_ANNOTATION: spark_hash}
     pod_spec: Manifest = {
-        "serviceAccountName": ref.driver_name,
+        "serviceAccountName": service_account,
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": int(spec.heartbeat_timeout),
         "containers": [
@@ -315,34 +329,3 @@ def driver_service(ref: GroupRef) -> Manifest:
             "publishNotReadyAddresses": True,
         },
     }
-
-
-def driver_rbac(ref: GroupRef) -> list[Manifest]:
-    """ServiceAccount, Role and RoleBinding: what Spark's Kubernetes backend does with executors."""
-    verbs = ["get", "list", "watch", "create", "delete", "deletecollection", "patch", "update"]
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": ref.metadata(ref.driver_name, "driver"),
-        "rules": [
-            {
-                "apiGroups": [""],
-                "resources": ["pods", "configmaps", "persistentvolumeclaims"],
-                "verbs": verbs,
-            },
-            {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
-        ],
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": ref.metadata(ref.driver_name, "driver"),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ref.driver_name},
-        "subjects": [{"kind": "ServiceAccount", "name": ref.driver_name, "namespace": ref.namespace}],
-    }
-    account = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": ref.metadata(ref.driver_name, "driver"),
-    }
-    return [account, role, binding]

@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from floe.api.models import API_VERSION, OptimizedTable
 from floe.controller.kube import Kube, load_config
 from floe.controller.leader import CHECK_INTERVAL_S, Leadership, random_priority
+from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.controller.pod_health import PodProblem, PodProblemLog
 from floe.controller.secrets import with_catalog_properties
 from floe.controller.status import TableStatusFlusher
@@ -49,6 +50,9 @@ class OperatorConfig:
     service_port: int = 7070
     service_url: str = ""
     default_image: str = ""
+    driver_service_account: str = DRIVER_SERVICE_ACCOUNT
+    """The ServiceAccount the driver pods run as, in every served namespace. The operator only
+    names it: the chart renders it, with the Role Spark needs, in each watched namespace."""
     standalone: bool = False
     peering_name: str = PEERING_NAME
     priority: int = field(default_factory=random_priority)
@@ -141,6 +145,9 @@ class Controller:
         """Held while a table's spec is applied to the engine (kopf handlers, Secret refresh)."""
         self._secret_errors: dict[tuple[str, str], str] = {}
         self.warned_groups: set[str] = set()
+        self.refused_drivers: set[str] = set()
+        """Groups (namespace/name) whose driver pod was refused for want of its ServiceAccount, and
+        said so: the Warning Event is posted once, not at every retry."""
         self.pod_problems = PodProblemLog()
         self.rounds = 0
         """Engine rounds ticked by this replica (only while it leads)."""

@@ -75,6 +75,13 @@ def spark_properties(
         f"spark.kubernetes.executor.label.{ROLE_LABEL}": "executor",
         "spark.kubernetes.executor.podTemplateFile": EXECUTOR_TEMPLATE_PATH,
         "spark.kubernetes.executor.deleteOnTermination": "true",
+        # What Spark would otherwise do at start and stop with objects floe never has it make: list
+        # persistent volume claims to reuse, delete its driver Service and claims by label. In
+        # client mode the driver's Service is floe's (owned by the group) and executors mount no
+        # claims; turned off, the driver's Role needs no permission on either.
+        "spark.kubernetes.driver.service.deleteOnTermination": "false",
+        "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
+        "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
         "spark.executor.instances": str(spec.executors),
         "spark.executor.cores": str(spec.executor_cores),
         "spark.kubernetes.executor.request.cores": spec.executor_cpu_request or str(spec.executor_cores),
