@@ -6,6 +6,8 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
+# Imported for its effect before any Spark starts: the mount root of catalog Secrets.
+import mounted_secrets  # noqa: F401
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from synthetic import spec
 
+from floe.api.models import OptimizerGroupSpec
+from floe.controller.objects import GroupRef, config_hash, driver_pod, executor_template, spark_config_map
 from floe.optimizer.storage_credentials import (
     CATALOG_SECRETS_DIR_ENV,
     StorageCredentialsMissing,
@@ -83,3 +85,29 @@ def test_a_secret_not_mounted_is_named(tmp_path: Path) -> None:
 
 def test_older_optimizers_see_no_new_field_when_unset() -> None:
     assert "storage_secret" not in spec("t").model_dump_json()
+
+
+def test_a_groups_pods_mount_the_catalog_secrets_of_its_tables() -> None:
+    ref = GroupRef(name="g", namespace="analytics", uid="u")
+    spec = OptimizerGroupSpec()
+    template = executor_template(None, ["lake", "warehouse"])
+    executor = template["spec"]
+    assert [v["secret"]["secretName"] for v in executor["volumes"]] == ["lake", "warehouse"]
+    assert all(v["secret"]["optional"] and v["secret"]["defaultMode"] == 0o440 for v in executor["volumes"])
+    assert [m["mountPath"] for m in executor["containers"][0]["volumeMounts"]] == [
+        "/etc/floe/catalog-secrets/lake",
+        "/etc/floe/catalog-secrets/warehouse",
+    ]
+    assert executor["securityContext"]["fsGroup"] == 185 and executor["automountServiceAccountToken"] is False
+    pod = driver_pod(ref, spec, "img", "http://svc", "hash", None, "floe-driver", ["lake"])
+    mounts = pod["spec"]["containers"][0]["volumeMounts"]
+    assert {
+        "name": "catalog-secret-0",
+        "mountPath": "/etc/floe/catalog-secrets/lake",
+        "readOnly": True,
+    } in mounts
+    # Another set of Secrets is another driver: the config hash changes with it.
+    assert config_hash(spark_config_map(ref, spec, "img", None, ["lake"])) != config_hash(
+        spark_config_map(ref, spec, "img", None, ["lake", "warehouse"])
+    )
+    assert "volumes" not in executor_template(None)["spec"]

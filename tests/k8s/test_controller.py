@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from mounted_secrets import mount_catalog_secret
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 from test_correctness import build_table
@@ -432,6 +433,7 @@ def test_table_status_after_optimizing_keeps_secrets_out(
     build_table(sql_catalog, reference, "identity", evolve_schema=False)
     properties = {"type": "sql", **{k: str(v) for k, v in sql_catalog.properties.items()}}
     properties["client.secret-token"] = SECRET_VALUE  # extra catalog property: must stay secret
+    mount_catalog_secret("catalog", properties)  # as kubelet mounts it in the group's pods
     _apply(
         k8s,
         {
@@ -442,6 +444,32 @@ def test_table_status_after_optimizing_keeps_secrets_out(
         },
     )
     _apply(k8s, _group("local", namespace, executors=1))
+    _apply(
+        k8s,
+        {
+            "apiVersion": "floe.dev/v1alpha1",
+            "kind": "OptimizedTable",
+            "metadata": {"name": "orders", "namespace": namespace},
+            "spec": {
+                "table": "db.t",
+                "catalog": {"name": sql_catalog.name, "secretRef": "catalog"},
+                "group": "local",
+                "targetSize": "16Ki",
+                "maxTaskSize": "16Ki",
+                "minPlanInterval": "0s",
+            },
+        },
+    )
+    # The group's pods are (re)made to mount the table's catalog Secret; from then on its tasks
+    # leave the Secret's credentials out, and the optimizer reads them from the mount.
+    k8s.wait_for(
+        "the group's pods to mount the catalog Secret, and the table's tasks to rely on it",
+        lambda: (
+            controller.mounted_secrets.get(f"{namespace}/local") == frozenset({"catalog"})
+            and controller.engine.uses_mounted_secret(f"{namespace}/orders")
+        ),
+        timeout=60,
+    )
     optimizer = Optimizer(
         controller.server.url,
         group=f"{namespace}/local",
@@ -452,22 +480,6 @@ def test_table_status_after_optimizing_keeps_secrets_out(
     )
     optimizer.start()
     try:
-        _apply(
-            k8s,
-            {
-                "apiVersion": "floe.dev/v1alpha1",
-                "kind": "OptimizedTable",
-                "metadata": {"name": "orders", "namespace": namespace},
-                "spec": {
-                    "table": "db.t",
-                    "catalog": {"name": sql_catalog.name, "secretRef": "catalog"},
-                    "group": "local",
-                    "targetSize": "16Ki",
-                    "maxTaskSize": "16Ki",
-                    "minPlanInterval": "0s",
-                },
-            },
-        )
         k8s.wait_for(
             "committed optimizing in status",
             lambda: "committed" in (_status(k8s, "ot", "orders", namespace).get("lastResult") or ""),
@@ -492,7 +504,13 @@ def test_table_status_after_optimizing_keeps_secrets_out(
     reasons = {e["reason"] for e in _events(k8s, namespace, "orders")}
     assert {"OptimizingStarted", "Committed"} <= reasons
     everything = k8s.kubectl("get", "ot,og,events", "-n", namespace, "-o", "yaml").stdout
-    assert SECRET_VALUE not in everything and str(sql_catalog.properties["uri"]) not in everything
+    assert SECRET_VALUE not in everything
+    template = _get(k8s, "configmap", "floe-local-spark", "-n", namespace)["data"][TEMPLATE_KEY]
+    assert "secretName: catalog" in template
+    driver = _get(k8s, "pod", "floe-local-driver", "-n", namespace)
+    assert {"secretName": "catalog", "optional": True, "defaultMode": 0o440} in [
+        v.get("secret") for v in driver["spec"]["volumes"]
+    ]
     # Batched: a flush with nothing changed sends nothing.
     controller.flusher.flush()
     assert controller.flusher.flush() == 0

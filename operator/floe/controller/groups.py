@@ -135,7 +135,8 @@ def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup
     spec = group.spec
     image = spec.image or controller.config.default_image
     template = executor_template_of(body)
-    spark_config = spark_config_map(ref, spec, image, template)
+    secrets = controller.storage_secrets_of(ref.namespace, meta.name)
+    spark_config = spark_config_map(ref, spec, image, template, secrets)
 
     previous = kube.read_config_map_data(ref.scale_config_name, ref.namespace)
     before = int(previous.get(EXECUTORS_KEY, -1)) if previous else None
@@ -157,11 +158,14 @@ def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup
         raise kopf.TemporaryError("the previous driver pod is still terminating", delay=RESTART_DELAY_S)
     reason = _replacement_reason(pod, digest, account) if pod is not None else None
     if reason is not None:
+        controller.mounted_secrets.pop(ref.service_group, None)
         kube.delete_pod(ref.driver_name, ref.namespace)
         post_event(controller, body, "Normal", reason="DriverRestarting", message=reason)
         raise kopf.TemporaryError("waiting for the old driver pod to go", delay=RESTART_DELAY_S)
     if pod is None:
-        manifest = driver_pod(ref, spec, image, controller.config.service_url, digest, template, account)
+        manifest = driver_pod(
+            ref, spec, image, controller.config.service_url, digest, template, account, secrets
+        )
         _create_driver_pod(controller, body, ref, manifest)
         post_event(
             controller,
@@ -173,6 +177,11 @@ def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup
                 f"image {image}"
             ),
         )
+    # The running (or new) driver and its executors mount these Secrets: their tables' tasks may
+    # now leave the storage credentials to them (`Controller.mounted_secret_properties`).
+    if controller.mounted_secrets.get(ref.service_group) != frozenset(secrets):
+        controller.mounted_secrets[ref.service_group] = frozenset(secrets)
+        controller.secrets_remounted.set()
 
 
 def _replacement_reason(pod: dict[str, Any], digest: str, account: str) -> str | None:
@@ -217,14 +226,18 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
     kube = controller.kube
     driver = kube.read_pod(ref.driver_name, namespace)
     refused: str | None = None
-    if driver is None:
+    service_group = controller.engine.group_key(name, namespace)
+    # A driver that is gone, or whose tables name other catalog Secrets than its pods mount.
+    secrets = frozenset(controller.storage_secrets_of(namespace, name))
+    if driver is None or controller.mounted_secrets.get(service_group) != secrets:
         try:
             ensure_driver(controller, body, group)
         except DriverServiceAccountMissing as exc:
             refused = str(exc)
+        except kopf.TemporaryError:
+            pass  # the old driver is on its way out; the next round creates the new one
     executors = kube.list_pods(namespace, executor_selector(name))
     ready = sum(1 for pod in executors if _ready(pod))
-    service_group = controller.engine.group_key(name, namespace)
     try:
         stats = controller.service.group(service_group).group_stats(controller.engine.clock())
         threads, tables, running, pending, pending_tables = (

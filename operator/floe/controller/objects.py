@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ from floe.controller.spark_conf import (
     render_properties,
     spark_properties,
 )
+from floe.optimizer.storage_credentials import DEFAULT_CATALOG_SECRETS_DIR as CATALOG_SECRETS_DIR
 
 SPARK_DIR = "/etc/floe/spark"
 SCALE_DIR = "/etc/floe/scale"
@@ -135,27 +137,56 @@ def scheduling_fields(template: dict[str, Any] | None) -> Manifest:
     return {k: v for k, v in (template or {}).items() if k in TEMPLATE_FIELDS and v}
 
 
-def executor_template(template: dict[str, Any] | None) -> Manifest:
-    """The executor pod template: the group's scheduling fields and the security contexts.
+def storage_secret_mounts(secrets: Sequence[str]) -> tuple[list[Manifest], list[Manifest]]:
+    """Volumes and mounts of the catalog Secrets whose storage credentials the group's tasks
+    leave out: each at ``CATALOG_SECRETS_DIR/<name>``, readable by the optimizer's group only,
+    optional, so that a Secret created later (or deleted) never keeps a pod from starting."""
+    volumes = [
+        {
+            "name": f"catalog-secret-{i}",
+            "secret": {"secretName": name, "optional": True, "defaultMode": 0o440},
+        }
+        for i, name in enumerate(secrets)
+    ]
+    mounts = [
+        {"name": f"catalog-secret-{i}", "mountPath": f"{CATALOG_SECRETS_DIR}/{name}", "readOnly": True}
+        for i, name in enumerate(secrets)
+    ]
+    return volumes, mounts
+
+
+def executor_template(template: dict[str, Any] | None, storage_secrets: Sequence[str] = ()) -> Manifest:
+    """The executor pod template: the group's scheduling fields, the security contexts and the
+    catalog Secrets the rewrites read their storage credentials from.
 
     Spark builds the executor container on the template's first container, keeping what it
-    does not set itself (the security context among them). Executors never call the
-    Kubernetes API (the driver manages them), so they get no ServiceAccount token: code
-    running in a rewrite cannot use the namespace's default ServiceAccount.
+    does not set itself (the security context and volume mounts among them). Executors never
+    call the Kubernetes API (the driver manages them), so they get no ServiceAccount token:
+    code running in a rewrite cannot use the namespace's default ServiceAccount.
     """
+    volumes, mounts = storage_secret_mounts(storage_secrets)
+    container: Manifest = {"name": EXECUTOR_CONTAINER, "securityContext": CONTAINER_SECURITY_CONTEXT}
+    if mounts:
+        container["volumeMounts"] = mounts
     spec = {
         **scheduling_fields(template),
         "automountServiceAccountToken": False,
-        "securityContext": POD_SECURITY_CONTEXT,
-        "containers": [{"name": EXECUTOR_CONTAINER, "securityContext": CONTAINER_SECURITY_CONTEXT}],
+        "securityContext": {**POD_SECURITY_CONTEXT, "fsGroup": OPTIMIZER_GID},
+        "containers": [container],
+        **({"volumes": volumes} if volumes else {}),
     }
     return {"apiVersion": "v1", "kind": "Pod", "spec": spec}
 
 
 def spark_config_map(
-    ref: GroupRef, spec: OptimizerGroupSpec, image: str, template: dict[str, Any] | None
+    ref: GroupRef,
+    spec: OptimizerGroupSpec,
+    image: str,
+    template: dict[str, Any] | None,
+    storage_secrets: Sequence[str] = (),
 ) -> Manifest:
-    """ConfigMap ``floe-NAME-spark``: everything whose change needs a new driver."""
+    """ConfigMap ``floe-NAME-spark``: everything whose change needs a new driver, the catalog
+    Secrets its pods mount among them."""
     properties = spark_properties(
         ref.name, ref.namespace, spec, image, driver_pod=ref.driver_name, driver_host=ref.driver_host
     )
@@ -165,7 +196,7 @@ def spark_config_map(
         "metadata": ref.metadata(ref.spark_config_name, "config"),
         "data": {
             PROPERTIES_KEY: render_properties(properties),
-            TEMPLATE_KEY: yaml.safe_dump(executor_template(template), sort_keys=True),
+            TEMPLATE_KEY: yaml.safe_dump(executor_template(template, storage_secrets), sort_keys=True),
         },
     }
 
@@ -202,6 +233,7 @@ def driver_pod(
     spark_hash: str,
     template: dict[str, Any] | None,
     service_account: str,
+    storage_secrets: Sequence[str] = (),
 ) -> Manifest:
     """The driver pod: ``python -m floe_optimizer.driver`` in Spark client mode.
 
@@ -210,8 +242,10 @@ def driver_pod(
     is followed while it runs) and the registration token as a file, which the optimizer
     reads at each registration: a changed token reaches it without a restart. It runs as
     ``service_account``, the namespace's driver ServiceAccount, whose token Spark uses to
-    create, watch and delete the executor pods.
+    create, watch and delete the executor pods. It mounts `storage_secrets` as the executors
+    do: it deletes the files of a result the task service refused.
     """
+    secret_volumes, secret_mounts = storage_secret_mounts(storage_secrets)
     command = [
         "python",
         "-m",
@@ -265,6 +299,7 @@ def driver_pod(
                     {"name": "spark-config", "mountPath": SPARK_DIR, "readOnly": True},
                     {"name": "scale", "mountPath": SCALE_DIR, "readOnly": True},
                     {"name": "registration", "mountPath": REGISTRATION_DIR, "readOnly": True},
+                    *secret_mounts,
                 ],
             }
         ],
@@ -280,6 +315,7 @@ def driver_pod(
                     "defaultMode": 0o440,
                 },
             },
+            *secret_volumes,
         ],
         **scheduling_fields(template),
     }

@@ -148,6 +148,12 @@ class Controller:
         self.refused_drivers: set[str] = set()
         """Groups (namespace/name) whose driver pod was refused for want of its ServiceAccount, and
         said so: the Warning Event is posted once, not at every retry."""
+        self.mounted_secrets: dict[str, frozenset[str]] = {}
+        """Per group (namespace/name): the catalog Secrets its driver and executors mount. Tasks
+        of a table whose Secret is among them leave its storage credentials out."""
+        self.secrets_remounted = threading.Event()
+        """Set when a group's pods mount other Secrets: the next round re-applies the tables'
+        catalog properties at once, rather than at the next Secret refresh."""
         self.pod_problems = PodProblemLog()
         self.rounds = 0
         """Engine rounds ticked by this replica (only while it leads)."""
@@ -184,7 +190,9 @@ class Controller:
             self.loop_seen = time.monotonic()
             try:
                 if self.leadership.is_leader():
-                    if time.monotonic() - last_secrets >= self.config.secret_interval_s:
+                    due = time.monotonic() - last_secrets >= self.config.secret_interval_s
+                    if due or self.secrets_remounted.is_set():
+                        self.secrets_remounted.clear()
                         last_secrets = time.monotonic()
                         self.refresh_catalog_secrets()
                     self.engine.tick()
@@ -226,6 +234,27 @@ class Controller:
                 applied += self._apply_catalog_properties(table_id, name, properties)
         return applied
 
+    def storage_secrets_of(self, namespace: str, group: str) -> list[str]:
+        """The catalog Secrets the tables of a group name, which its pods mount."""
+        return sorted(
+            {
+                resource.spec.catalog.secret_ref
+                for resource in list(self.resources.values())
+                if resource.metadata.namespace == namespace
+                and resource.spec.group == group
+                and resource.spec.catalog.secret_ref
+            }
+        )
+
+    def mounted_secret_properties(
+        self, resource: OptimizedTable, properties: dict[str, str]
+    ) -> dict[str, str] | None:
+        """`properties` (the table's Secret's) when its group's pods mount that Secret, else None:
+        until they do, the table's tasks carry the storage credentials themselves."""
+        group = self.engine.group_key(resource.spec.group, resource.metadata.namespace)
+        secret = resource.spec.catalog.secret_ref
+        return properties if secret and secret in self.mounted_secrets.get(group, frozenset()) else None
+
     def _apply_catalog_properties(self, table_id: str, secret: str, properties: dict[str, str]) -> int:
         with self.apply_lock:
             base = self.resources.get(table_id)
@@ -233,9 +262,14 @@ class Controller:
             if base is None or runtime is None or base.spec.catalog.secret_ref != secret:
                 return 0
             resource = with_catalog_properties(base, properties)
-            if resource.spec.catalog.properties == runtime.spec.catalog.properties:
+            mounted = self.mounted_secret_properties(base, properties)
+            unchanged = resource.spec.catalog.properties == runtime.spec.catalog.properties
+            if unchanged and self.engine.uses_mounted_secret(table_id) == (mounted is not None):
                 return 0
-            self.engine.apply_table(resource)
+            self.engine.apply_table(resource, secret_properties=mounted)
+            if unchanged:
+                log.info("%s: its tasks now read storage credentials from the mounted Secret", table_id)
+                return 1
         involved = self.tables.get(table_id)
         if involved is not None:
             message = f"catalog Secret {secret!r} changed: the table is read with its new properties"

@@ -62,6 +62,7 @@ def reconcile_table(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, **_: 
         str(body.get("apiVersion")), "OptimizedTable", meta.name, meta.namespace, body.metadata.uid or ""
     )
     secret = resource.spec.catalog.secret_ref
+    mounted: dict[str, str] | None = None
     if secret:
         try:
             properties = controller.kube.read_secret(secret, meta.namespace)
@@ -70,12 +71,13 @@ def reconcile_table(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, **_: 
             post_event(controller, body, "Warning", reason="CatalogSecretUnavailable", message=message)
             raise kopf.TemporaryError(message, delay=SECRET_RETRY_S) from None
         controller.redact.add(properties)
+        mounted = controller.mounted_secret_properties(resource, properties)
         resource = with_catalog_properties(resource, properties)
     controller.redact.add(resource.spec.catalog.properties)  # inline credentials too
     with controller.apply_lock:  # against a concurrent Secret refresh applying an older spec
         controller.resources[table_id] = table_model(body)
         known = table_id in controller.engine.runtimes
-        runtime = controller.engine.apply_table(resource)
+        runtime = controller.engine.apply_table(resource, secret_properties=mounted)
         if not known and status:
             controller.flusher.seed(table_id, status)
             runtime.last_minor_s = runtime.last_minor_s or epoch(status.get("lastMinorOptimizing"))

@@ -239,6 +239,11 @@ class OptimizingEngine:
             self._register_in_group(runtime)
             return runtime
 
+    def uses_mounted_secret(self, table_id: str) -> bool:
+        """Whether the table's tasks leave its Secret's storage credentials to the optimizer's mount."""
+        with self._lock:
+            return table_id in self._secret_properties
+
     def remove_table(self, table_id: str) -> None:
         """Forget a table; its in-flight process is cancelled and nothing is committed.
 
