@@ -396,6 +396,18 @@ def test_executors_killed_mid_task_commit_once_and_lose_nothing(
 
     # Spark asks for executors again; the task lost with its executor was retried by floe.
     wait_for("executors again", lambda: _group_status(kubectl).get("readyExecutors") == 2, timeout_s=240)
+    # The executors read the storage credentials from the catalog Secret they mount: the tasks
+    # of the table, whose catalog properties come from that Secret, no longer carry them.
+    executor = _running(_pods(kubectl, EXECUTOR_PODS))[0]
+    assert {"secretName": SECRET, "optional": True, "defaultMode": 0o440} in [
+        v.get("secret") for v in executor["spec"]["volumes"]
+    ], executor["spec"]["volumes"]
+    started = [
+        e["message"]
+        for e in kubectl.events(NAMESPACE, "OptimizedTable", "orders")
+        if e["reason"] == "OptimizingStarted"
+    ]
+    assert any(f"storage credentials from the mounted Secret {SECRET!r}" in m for m in started), started
     _, left = _unreferenced_files_of(data_stack, orders.table, process)
     assert left == [], f"left behind: {left}"
 

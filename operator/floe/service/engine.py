@@ -587,7 +587,12 @@ class OptimizingEngine:
             runtime.table_id,
             "Normal",
             "OptimizingStarted",
-            f"{plan.optimizing_type.label} optimizing {process.process_id}: {len(process.specs)} tasks",
+            f"{plan.optimizing_type.label} optimizing {process.process_id}: {len(process.specs)} tasks"
+            + (
+                f"; storage credentials from the mounted Secret {process.specs[0].storage_secret!r}"
+                if process.specs[0].storage_secret
+                else ""
+            ),
         )
 
     def _current(self, group_name: str, scheduler: GroupScheduler) -> bool:
