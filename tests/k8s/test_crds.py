@@ -199,6 +199,62 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("group-not-a-name", table(group="ETL_Group"), ["spec.group", "should match"]),
     ("secret-not-a-name", table(catalog={"name": "c", "secretRef": "my secret"}), ["spec.catalog.secretRef"]),
     ("unknown-field", table(grop="etl"), ['unknown field "spec.grop"']),
+    # Bounds: every string, list and map has one, and the message names the field.
+    ("image-with-newline", group(image="floe-optimizer:0.1.0\nx"), ["spec.image", "should match"]),
+    ("image-with-space", group(image="floe optimizer:1"), ["spec.image", "should match"]),
+    (
+        "catalog-name-10000",
+        table(catalog={"name": "c" * 10_000}),
+        ["spec.catalog.name", "Too long", "more than 255"],
+    ),
+    ("table-10000", table(table="db." + "t" * 10_000), ["spec.table", "Too long", "more than 511"]),
+    (
+        "property-value-10000",
+        table(catalog={"name": "c", "properties": {"uri": "u" * 10_000}}),
+        ["spec.catalog.properties.uri", "Too long", "more than 8192"],
+    ),
+    (
+        "property-key",
+        table(catalog={"name": "c", "properties": {"s3 endpoint": "x"}}),
+        ["spec.catalog.properties", "keys must be at most 253 characters long and match"],
+    ),
+    (
+        "too-many-properties",
+        table(catalog={"name": "c", "properties": {f"k{i}": "v" for i in range(129)}}),
+        ["spec.catalog.properties", "Too many", "at most 128"],
+    ),
+    (
+        "too-many-columns",
+        table(clustering={"strategy": "zorder", "columns": [f"c{i}" for i in range(9)]}),
+        ["spec.clustering.columns", "Too many", "at most 8 items"],
+    ),
+    (
+        "column-10000",
+        table(clustering={"strategy": "zorder", "columns": ["c" * 10_000]}),
+        ["spec.clustering.columns[0]", "Too long"],
+    ),
+    (
+        "too-many-tolerations",
+        group(executorTemplate={"tolerations": [{"operator": "Exists"}] * 65}),
+        ["spec.executorTemplate.tolerations", "Too many", "at most 64 items"],
+    ),
+    (
+        "node-selector-key",
+        group(executorTemplate={"nodeSelector": {"a/b/c": "x"}}),
+        ["spec.executorTemplate.nodeSelector", "keys must"],
+    ),
+    ("group-name-too-long", group("g" * 52), ["metadata.name", "Too long", "more than 51"]),
+    ("group-name-with-dot", group("etl.batch"), ["metadata.name", "should match"]),
+    ("group-ref-with-dot", table(group="etl.batch"), ["spec.group", "should match"]),
+    ("executors-too-many", group(executors=1001), ["spec.executors", "less than or equal to 1000"]),
+    (
+        "retries-too-many",
+        table(execute={"numRetries": 101}),
+        ["spec.execute.numRetries", "less than or equal"],
+    ),
+    ("int-as-string", group(executors="3"), ["spec.executors", "must be of type integer"]),
+    ("bool-as-string", table(enabled="false"), ["spec.enabled", "must be of type boolean"]),
+    ("quantity-too-long", table(targetSize="1" * 65), ["spec.targetSize", "Too long"]),
     # One per CEL rule.
     (
         "cel-heartbeat-timeout",

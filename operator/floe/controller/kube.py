@@ -33,6 +33,16 @@ def load_config() -> None:
         config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
 
 
+#: Event names are DNS subdomains too: the involved object's name, a dot and 12 hex digits.
+_EVENT_SUFFIX_LENGTH = 1 + 12
+
+
+def event_name(involved_name: str) -> str:
+    """A unique Event name for an object: its name, cut so that the whole stays within 253 characters."""
+    prefix = involved_name[: 253 - _EVENT_SUFFIX_LENGTH].rstrip("-.")
+    return f"{prefix}.{uuid.uuid4().hex[:12]}"
+
+
 class Kube:
     """Typed wrappers over the core, RBAC and custom-objects APIs."""
 
@@ -135,7 +145,7 @@ class Kube:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+            "metadata": {"name": event_name(involved["name"]), "namespace": namespace},
             "involvedObject": involved,
             "type": kind,
             "reason": reason,

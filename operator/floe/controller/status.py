@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from floe.api.models import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH
 from floe.controller.kube import Kube
 from floe.maintenance.report import MaintenanceJob
 from floe.service.engine import OptimizingEngine, TableView
@@ -51,9 +52,20 @@ def epoch(text: Any) -> float | None:
         return None
 
 
+def clip(text: str, limit: int = MAX_MESSAGE_LENGTH) -> str:
+    """``text`` cut to ``limit`` characters (an ellipsis marks the cut): the CRD bounds status text,
+    and a status patch with a longer value would be refused whole."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
 def condition(type_: str, true: bool, reason: str, message: str = "") -> dict[str, str]:
     """A condition without its transition time (see `with_transition_times`)."""
-    return {"type": type_, "status": "True" if true else "False", "reason": reason, "message": message}
+    return {
+        "type": type_,
+        "status": "True" if true else "False",
+        "reason": clip(reason, MAX_REASON_LENGTH),
+        "message": clip(message),
+    }
 
 
 def with_transition_times(
@@ -85,7 +97,7 @@ def table_status(runtime: TableRuntime, view: TableView | None, redact: Callable
         "lastMajorOptimizing": timestamp(runtime.last_major_s),
         "lastFullOptimizing": timestamp(runtime.last_full_s),
         "lastOptimized": timestamp(runtime.last_optimized_s),
-        "lastResult": redact(runtime.last_result) or None,
+        "lastResult": clip(redact(runtime.last_result)) or None,
         "currentProcess": runtime.process_id,
         "maintenance": maintenance_status(runtime, redact),
         "conditions": [
@@ -108,7 +120,7 @@ def maintenance_status(runtime: TableRuntime, redact: Callable[[str], str]) -> S
         out[job.value] = {
             "lastRun": timestamp(run.finished_s),
             "nextDue": timestamp(runtime.next_maintenance_s(job, run.finished_s)),
-            "lastResult": redact(run.result),
+            "lastResult": clip(redact(run.result)),
             "filesReclaimed": run.files_removed,
             "bytesReclaimed": run.bytes_removed,
         }
