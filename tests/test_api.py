@@ -286,7 +286,16 @@ BOUNDS: list[tuple[str, dict[str, object], str]] = [
     ("executors", _group_with(executors=1001), "spec.executors: Input should be less than or equal to 1000"),
     ("retries", _table_with(execute={"numRetries": 101}), "spec.execute.numRetries: Input should be less"),
     ("int-as-string", _group_with(executors="3"), "spec.executors: Input should be a valid integer"),
-    ("int-as-float", _group_with(executors=3.0), "spec.executors: Input should be a valid integer"),
+    (
+        "int-as-fraction",
+        _table_with(fragmentRatio=8.5),
+        "spec.fragmentRatio: Input should be a valid integer",
+    ),
+    (
+        "quantity-as-fraction",
+        _table_with(maxTaskSize=2.5),
+        "spec.maxTaskSize: Value error, expected a quantity",
+    ),
     ("bool-as-string", _table_with(enabled="false"), "spec.enabled: Input should be a valid boolean"),
     ("float-as-string", _table_with(quota="0.5"), "spec.quota: Input should be a valid number"),
     ("float-infinite", _table_with(quota=float("inf")), "spec.quota: Input should be a finite number"),
@@ -397,3 +406,15 @@ def test_nulls_count_as_absent_as_the_api_server_prunes_them() -> None:
         OptimizedTable.model_validate(_table_with(grop=None))  # an unknown field stays an error
     with pytest.raises(ValueError, match=r"spec\.clustering\.columns\.0"):
         OptimizedTable.model_validate(_table_with(clustering={"strategy": "zorder", "columns": [None]}))
+
+
+def test_integral_floats_are_integers_as_kubectl_sends_them() -> None:
+    """kubectl sends ``8.0`` (or ``1e1``) as the integer it is, and the API server stores that."""
+    spec = OptimizedTable.model_validate(
+        _table_with(fragmentRatio=8.0, minor={"triggerFileCount": 1e1}, maxTaskSize=1048576.0)
+    ).spec
+    assert (spec.fragment_ratio, spec.minor.trigger_file_count, spec.max_task_size) == (8, 10, 1048576)
+    assert isinstance(spec.fragment_ratio, int)
+    assert OptimizerGroup.model_validate(_group_with(executors=3.0)).spec.executors == 3
+    with pytest.raises(ValueError, match=r"spec\.executors"):
+        OptimizerGroup.model_validate(_group_with(executors=1e21))  # kubectl sends a float: not an integer

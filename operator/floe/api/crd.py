@@ -41,7 +41,8 @@ except for the exact int-or-string form ``anyOf: [{type: integer}, {type: string
     minimum: 0                                            # ... and this on integers only
 
 i.e. the branch validations are hoisted beside the int-or-string marker, where each applies only to
-values of its own type (checked against kube-apiserver v1.33 in ``tests/k8s/test_crds.py``). A
+values of its own type (checked against kube-apiserver v1.33 in ``tests/k8s/test_crds.py``), and a CEL
+rule refuses a float such as ``2.0``, which the type check alone would take (see `_INT_OR_STRING_RULE`). A
 duration (``units.Duration``: ``1h30m``, ``250ms``, ``-1`` for off) is a ``type: string`` with its
 pattern. Both have a ``maxLength`` (64, far beyond any real value), which the parsers in
 ``units`` enforce too, so that the CEL rules that parse them stay within the API server's cost budget.
@@ -87,6 +88,14 @@ HEADER = (
     "# change the models (or operator/floe/api/crd.py) and regenerate.\n"
 )
 
+#: The schema's type check takes an integral float (2.0) for an integer, even in an int-or-string, but
+#: a CEL rule sees a double and fails on it: without this rule a quantity with no CEL rule of its own
+#: would take 2.0 and the others would not. kubectl sends 2.0 as 2, so only clients that send JSON
+#: floats as they are meet it; pydantic, reading manifests as kubectl does, takes 2.0 as 2 bytes.
+_INT_OR_STRING_RULE = {
+    "rule": "type(self) == int || type(self) == string",
+    "message": "must be a whole number of bytes or a quantity such as 128Mi",
+}
 _NUMBER_PREFIX = r"^[0-9]+(\.[0-9]+)?"
 _NUMERIC_KEYWORDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 _STRING_KEYWORDS = {"pattern", "minLength", "maxLength", "format"}
@@ -364,6 +373,7 @@ def _structural(raw: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         node["items"] = _structural(node["items"], defs)
     if node.get("x-kubernetes-int-or-string"):
         _hoist_int_or_string(node)
+        node.setdefault("x-kubernetes-validations", []).append(dict(_INT_OR_STRING_RULE))
     elif "anyOf" in node:
         raise ValueError(f"a structural schema cannot hold this union: {node['anyOf']}")
     return node

@@ -27,7 +27,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from floe.api.units import MAX_UNIT_LENGTH, Duration, Quantity, format_duration
+from floe.api.units import MAX_UNIT_LENGTH, Duration, Quantity, format_duration, whole_number
 from floe.planning.config import MiB, OptimizingConfig
 
 API_GROUP = "floe.dev"
@@ -119,6 +119,9 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
+Integer = Annotated[int, BeforeValidator(whole_number)]
+"""An integer field: an int, or a float with an integral value (``fragmentRatio: 8.0``), which
+``kubectl apply`` sends as the integer it is."""
 LabelKey = Annotated[str, StringConstraints(max_length=MAX_QUALIFIED_NAME_LENGTH, pattern=QUALIFIED_NAME)]
 LabelValue = Annotated[str, StringConstraints(max_length=MAX_LABEL_LENGTH, pattern=LABEL_VALUE)]
 LabelMap = Annotated[dict[LabelKey, LabelValue], BeforeValidator(_without_nulls)]
@@ -178,14 +181,28 @@ class _Model(BaseModel):
 
 
 class ObjectMeta(_Model):
-    """The subset of Kubernetes metadata floe reads, bounded as the API server bounds it."""
+    """Kubernetes metadata: what floe reads, bounded as the API server bounds it, and the fields the
+    API server writes (a manifest from ``kubectl get -o yaml`` loads), passed over unchecked.
 
-    model_config = ConfigDict(extra="allow")
+    Any other field is refused, as ``kubectl apply`` refuses it: a misspelt ``namespace`` must not
+    go unnoticed in `floe run` either.
+    """
 
     name: str = Field(min_length=1, max_length=MAX_SUBDOMAIN_LENGTH, pattern=DNS1123_SUBDOMAIN)
     namespace: str = Field(default="default", max_length=MAX_LABEL_LENGTH, pattern=DNS1123_LABEL)
     labels: LabelMap = Field(default_factory=dict)
     annotations: AnnotationMap = Field(default_factory=dict)
+    generate_name: Any = None
+    uid: Any = None
+    resource_version: Any = None
+    generation: Any = None
+    creation_timestamp: Any = None
+    deletion_timestamp: Any = None
+    deletion_grace_period_seconds: Any = None
+    owner_references: Any = None
+    finalizers: Any = None
+    managed_fields: Any = None
+    self_link: Any = None
 
 
 class GroupMeta(ObjectMeta):
@@ -237,8 +254,10 @@ class OptimizerGroupSpec(_Model):
         description="quota: plan the table with the lowest quota occupation first; "
         "balanced: the table optimized longest ago first",
     )
-    executors: int = Field(default=1, ge=0, le=MAX_EXECUTORS, description="executor pods (0 scales to zero)")
-    executor_cores: int = Field(
+    executors: Integer = Field(
+        default=1, ge=0, le=MAX_EXECUTORS, description="executor pods (0 scales to zero)"
+    )
+    executor_cores: Integer = Field(
         default=1, ge=1, le=MAX_EXECUTOR_CORES, description="task threads per executor"
     )
     executor_memory: Quantity = Field(default=2048 * MiB, description="memory limit of an executor pod")
@@ -328,7 +347,7 @@ class CatalogRef(_Model):
 class MinorSpec(_Model):
     """Minor optimizing thresholds."""
 
-    trigger_file_count: int = Field(
+    trigger_file_count: Integer = Field(
         default=12,
         ge=1,
         le=INT32_MAX,
@@ -360,7 +379,7 @@ class FullSpec(_Model):
 class ExecuteSpec(_Model):
     """How tasks of a process are retried."""
 
-    num_retries: int = Field(
+    num_retries: Integer = Field(
         default=5, ge=0, le=MAX_RETRIES, description="retries of a failed task before its process fails"
     )
 
@@ -391,7 +410,7 @@ class SnapshotRetentionSpec(_Model):
     """Snapshot expiry: old snapshots and the files only they referenced are removed."""
 
     enabled: bool = Field(default=True, description="false: never expire snapshots")
-    min_snapshots: int = Field(
+    min_snapshots: Integer = Field(
         default=1,
         ge=1,
         le=INT32_MAX,
@@ -435,7 +454,7 @@ class ManifestsSpec(_Model):
     """Manifest rewrite: many small manifests are merged so planning stays fast."""
 
     enabled: bool = Field(default=True, description="false: never rewrite manifests")
-    trigger_small_manifests: int = Field(
+    trigger_small_manifests: Integer = Field(
         default=100,
         ge=2,
         le=INT32_MAX,
@@ -515,7 +534,7 @@ class OptimizedTableSpec(_Model):
         description="CPU share in threads (<= 1: fraction of group)",
     )
     target_size: Quantity = Field(default=128 * MiB, description="size of the data files written")
-    fragment_ratio: int = Field(
+    fragment_ratio: Integer = Field(
         default=8, ge=1, le=INT32_MAX, description="fragment: data file <= targetSize / fragmentRatio"
     )
     min_target_size_ratio: float = Field(

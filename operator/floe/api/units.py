@@ -40,10 +40,25 @@ MAX_UNIT_LENGTH = 64
 MAX_INT_QUANTITY = 2**63 - 1
 
 
+#: kubectl reads a manifest's numbers as float64 and writes back those that are integral and below
+#: 1e21 without a fraction or exponent (Go's shortest float formatting): ``8.0`` reaches the API
+#: server as ``8``. Larger ones stay floats, which no integer field takes.
+KUBECTL_INTEGRAL_FLOAT_LIMIT = 1e21
+
+
+def whole_number(value: Any) -> Any:
+    """An integral float (``8.0``, ``1e3``) as the integer ``kubectl apply`` would send for it; any other
+    value as it is (left to the field's own validation)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < KUBECTL_INTEGRAL_FLOAT_LIMIT:
+        return int(value)
+    return value
+
+
 def parse_quantity(value: Any) -> int:
-    """Parse ``128Mi``, ``1G``, ``1048576`` or an int into a number of bytes."""
+    """Parse ``128Mi``, ``1G``, ``1048576`` (or ``1048576.0``) or an int into a number of bytes."""
     if isinstance(value, bool):
         raise ValueError(f"expected a quantity such as 128Mi, got {value!r}")
+    value = whole_number(value)
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"quantity must not be negative, got {value}")
