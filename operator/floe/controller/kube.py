@@ -128,9 +128,19 @@ class Kube:
     # -- secrets, status, events ---------------------------------------------------------
 
     def read_secret(self, name: str, namespace: str) -> dict[str, str]:
-        """The Secret's data, decoded (kopf never sees it: it is read here, on demand)."""
+        """The Secret's data, decoded (kopf never sees it: it is read here, on demand).
+
+        Raises ApiException when it cannot be fetched, and ValueError naming the key (never the
+        value) when a value is not UTF-8 text.
+        """
         secret: Any = self.core.read_namespaced_secret(name, namespace)
-        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+        data: dict[str, str] = {}
+        for key, value in (secret.data or {}).items():
+            try:
+                data[key] = base64.b64decode(value).decode()
+            except ValueError:  # binascii.Error, UnicodeDecodeError: their text would quote the value
+                raise ValueError(f"the value of key {key!r} is not UTF-8 text") from None
+        return data
 
     def patch_status(self, plural: str, name: str, namespace: str, status: Manifest) -> None:
         """Merge-patch the ``status`` subresource of one of floe's resources."""
