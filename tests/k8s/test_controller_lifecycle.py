@@ -22,10 +22,13 @@ import base64
 import datetime
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -477,6 +480,42 @@ def test_two_replicas_only_the_leader_works_and_the_other_takes_over(
         timeout=GHOST_LIFETIME_S + 15,
     )
     assert time.monotonic() - appeared >= GHOST_LIFETIME_S - 1.5
+
+
+def test_a_standalone_operator_leads_at_once_and_reconciles(
+    k8s: K8sCluster, kubeconfig: None, sql_catalog: SqlCatalog
+) -> None:
+    """``floe operator --standalone``, as a process of its own: no peering object anywhere, and the
+    table is reconciled, refreshed and its status written (kopf used to wait for a peering forever)."""
+    ns = _namespace(k8s, "standalone")
+    _small_files(sql_catalog)
+    env = {k: v for k, v in os.environ.items() if k not in ("POD_NAME", "POD_NAMESPACE")}
+    env.update(KUBECONFIG=str(k8s.kubeconfig), FLOE_REGISTRATION_TOKEN=TOKEN)
+    floe = Path(sys.executable).with_name("floe")
+    command = [str(floe), "-v", "operator", "--standalone", f"--namespace={ns}", "--service-port=0"]
+    log_path = k8s.work_dir / f"{ns}-operator.log"
+    with log_path.open("wb") as log:
+        operator = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _apply(k8s, _group("g", ns, executors=0))
+        _apply(k8s, _table("t", ns, "g", _inline(sql_catalog)))
+
+        def reconciled() -> bool:
+            assert operator.poll() is None, f"the operator exited:\n{log_path.read_text()[-3000:]}"
+            status = _status(k8s, "ot", "t", ns)
+            return status.get("dataFiles") == 4 and status.get("state") == "PENDING"
+
+        k8s.wait_for("the standalone operator to reconcile the table", reconciled, timeout=60)
+        assert _condition(_status(k8s, "ot", "t", ns), "CatalogReady")["status"] == "True"
+        assert _get(k8s, "pod", "floe-g-driver", "-n", ns) is not None  # the group was reconciled too
+        assert _get(k8s, "kopfpeering", "-n", ns)["items"] == []  # standalone: no peering
+    finally:
+        operator.terminate()
+        try:
+            operator.wait(30)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+            operator.wait(10)
 
 
 # -- 3. and 4. groups: deletion, namespaces, no executors ------------------------------------------

@@ -135,12 +135,13 @@ class Controller:
         """Tables whose catalog Secret cannot be read now (their CatalogReady condition)."""
         self.flusher = TableStatusFlusher(kube, self.engine, self.redact, time.time, self.catalog_problems)
         self.leadership = Leadership(
-            None if config.standalone else kube,
+            kube,
             config.identity,
             config.priority,
             config.peering_name,
             config.namespaces,
             check_interval_s=config.leader_check_interval_s,
+            standalone=config.standalone,
         )
         self.tables: dict[str, InvolvedObject] = {}
         self.resources: dict[str, OptimizedTable] = {}
@@ -370,16 +371,23 @@ def install_redaction(redactor: Redactor) -> None:
 
 
 def kopf_settings(config: OperatorConfig) -> dict[str, Any]:
-    """Keyword arguments of `kopf.operator` / `kopf.run` for this configuration."""
-    return {
+    """Keyword arguments of `kopf.operator` / `kopf.run` for this configuration.
+
+    Standalone, kopf gets no peering name: kopf takes a peering name as "peering is
+    mandatory", and with peering off (standalone) it then finds no peering resource to watch
+    and pauses every handler for good, waiting for a peering that never comes: a standalone
+    operator reconciled nothing.
+    """
+    settings: dict[str, Any] = {
         "liveness_endpoint": config.liveness_endpoint,
         "standalone": config.standalone,
-        "priority": config.priority,
-        "peering_name": config.peering_name,
         "identity": config.identity,
         "clusterwide": not config.namespaces,
         "namespaces": config.namespaces,
     }
+    if not config.standalone:
+        settings.update(priority=config.priority, peering_name=config.peering_name)
+    return settings
 
 
 @kopf.on.startup()
