@@ -182,6 +182,7 @@ def test_helm_lint(helm_offline: Helm, tmp_path: Path) -> None:
         ),
         ({"resources": {"limits": {"memory": "lots"}}}, ["/resources/limits/memory"]),
         ({"defaultGroup": {"spec": {"executors": -1}}}, ["/defaultGroup/spec/executors", "minimum"]),
+        ({"defaultGroup": {"name": "g" * 52}}, ["/defaultGroup/name"]),  # floe-NAME-driver: 63 at most
         (
             {"watchNamespaces": ["a"], "defaultGroup": {"enabled": True, "namespace": "b"}},
             ['defaultGroup.namespace "b" is not among watchNamespaces'],
@@ -199,6 +200,7 @@ def test_helm_lint(helm_offline: Helm, tmp_path: Path) -> None:
         "escalation",
         "quantity",
         "executors",
+        "group-name",
         "group-ns",
         "token-secret",
         "liveness-port",
