@@ -566,14 +566,18 @@ def test_same_named_groups_in_two_namespaces_stay_apart(
     for ns, identifier in ((a, "db.a"), (b, "db.b")):
         _apply(k8s, _group("shared", ns, executors=0))
         _apply(k8s, _table("t", ns, "shared", _inline(sql_catalog), identifier))
+    # kopf watches groups and tables apart: a table can be pending before its group is registered.
     k8s.wait_for(
-        "both tables pending",
-        lambda: all(
-            (r := operator.runtime(f"{ns}/t")) is not None and r.state == TableState.PENDING for ns in (a, b)
+        "both groups registered and both tables pending",
+        lambda: (
+            set(engine.groups) == {f"{a}/shared", f"{b}/shared"}
+            and all(
+                (r := operator.runtime(f"{ns}/t")) is not None and r.state == TableState.PENDING
+                for ns in (a, b)
+            )
         ),
         timeout=30,
     )
-    assert set(engine.groups) == {f"{a}/shared", f"{b}/shared"}
     assert set(service.group(f"{a}/shared").stats(time.time())) == {f"{a}/t"}
     assert set(service.group(f"{b}/shared").stats(time.time())) == {f"{b}/t"}
 
