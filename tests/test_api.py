@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from floe.api.manifests import ManifestError, load_manifests
 from floe.api.models import OptimizedTable, OptimizerGroup, SchedulingPolicy
@@ -200,3 +201,220 @@ def test_clustering_names_its_columns() -> None:
     assert spec.clustering is not None and spec.clustering.columns == ["x", "y"]
     with pytest.raises(ValueError, match="at least 1 item"):
         OptimizedTable.model_validate(_table_with(clustering={"strategy": "zorder", "columns": []}))
+
+
+# --------------------------------------------------------------------------------------------------
+# Bounds: what `kubectl apply` refuses (tests/k8s/test_crds.py), `floe run` refuses too, field named
+
+
+def _group_with(name: str = "etl", **spec: object) -> dict[str, object]:
+    return {
+        "apiVersion": "floe.dev/v1alpha1",
+        "kind": "OptimizerGroup",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+BOUNDS: list[tuple[str, dict[str, object], str]] = [
+    (
+        "image-with-newline",
+        _group_with(image="floe-optimizer:0.1.0\nrm -rf /"),
+        "spec.image: String should match pattern",
+    ),
+    ("image-with-space", _group_with(image="floe optimizer:1"), "spec.image: String should match pattern"),
+    ("image-too-long", _group_with(image="r/" + "a" * 10_000), "spec.image: String should have at most 520"),
+    (
+        "catalog-name-10000",
+        _table_with(catalog={"name": "c" * 10_000}),
+        "spec.catalog.name: String should have at most 255 characters",
+    ),
+    (
+        "table-10000",
+        _table_with(table="db." + "t" * 10_000),
+        "spec.table: String should have at most 511 characters",
+    ),
+    (
+        "property-value-10000",
+        _table_with(catalog={"name": "c", "properties": {"uri": "u" * 10_000}}),
+        "spec.catalog.properties.uri: String should have at most 8192 characters",
+    ),
+    (
+        "property-key",
+        _table_with(catalog={"name": "c", "properties": {"s3 endpoint": "x"}}),
+        "spec.catalog.properties.s3 endpoint.[key]: String should match pattern",
+    ),
+    (
+        "too-many-properties",
+        _table_with(catalog={"name": "c", "properties": {f"k{i}": "v" for i in range(129)}}),
+        "spec.catalog.properties: Dictionary should have at most 128 items",
+    ),
+    (
+        "too-many-columns",
+        _table_with(clustering={"strategy": "zorder", "columns": [f"c{i}" for i in range(9)]}),
+        "spec.clustering.columns: List should have at most 8 items",
+    ),
+    (
+        "column-10000",
+        _table_with(clustering={"strategy": "zorder", "columns": ["c" * 10_000]}),
+        "spec.clustering.columns.0: String should have at most 255 characters",
+    ),
+    (
+        "retention-column-control",
+        _table_with(maintenance={"dataRetention": {"column": "ts\n", "olderThan": "1d"}}),
+        "spec.maintenance.dataRetention.column: String should match pattern",
+    ),
+    (
+        "too-many-tolerations",
+        _group_with(executorTemplate={"tolerations": [{"operator": "Exists"}] * 65}),
+        "spec.executorTemplate.tolerations: List should have at most 64 items",
+    ),
+    (
+        "node-selector-value",
+        _group_with(executorTemplate={"nodeSelector": {"zone": "z" * 64}}),
+        "spec.executorTemplate.nodeSelector.zone: String should have at most 63 characters",
+    ),
+    (
+        "secret-ref",
+        _table_with(catalog={"name": "c", "secretRef": "my secret"}),
+        "spec.catalog.secretRef: String should match pattern",
+    ),
+    ("group-ref-with-dot", _table_with(group="etl.batch"), "spec.group: String should match pattern"),
+    ("group-name-52", _group_with("g" * 52), "metadata.name: String should have at most 51 characters"),
+    ("group-name-dot", _group_with("etl.batch"), "metadata.name: String should match pattern"),
+    ("table-name", {**_table_with(), "metadata": {"name": "a..b"}}, "metadata.name: String should match"),
+    ("executors", _group_with(executors=1001), "spec.executors: Input should be less than or equal to 1000"),
+    ("retries", _table_with(execute={"numRetries": 101}), "spec.execute.numRetries: Input should be less"),
+    ("int-as-string", _group_with(executors="3"), "spec.executors: Input should be a valid integer"),
+    (
+        "int-as-fraction",
+        _table_with(fragmentRatio=8.5),
+        "spec.fragmentRatio: Input should be a valid integer",
+    ),
+    (
+        "quantity-as-fraction",
+        _table_with(maxTaskSize=2.5),
+        "spec.maxTaskSize: Value error, expected a quantity",
+    ),
+    ("bool-as-string", _table_with(enabled="false"), "spec.enabled: Input should be a valid boolean"),
+    ("float-as-string", _table_with(quota="0.5"), "spec.quota: Input should be a valid number"),
+    ("float-infinite", _table_with(quota=float("inf")), "spec.quota: Input should be a finite number"),
+    (
+        "quantity-huge",
+        _table_with(targetSize=2**63),
+        "spec.targetSize: Value error, quantity must be at most",
+    ),
+    (
+        "quantity-newline",
+        _table_with(targetSize="128Mi\n"),
+        "spec.targetSize: Value error, invalid quantity",
+    ),
+    (
+        "quantity-too-long",
+        _table_with(targetSize="1" * 65),
+        "spec.targetSize: Value error, expected at most 64 characters",
+    ),
+    (
+        "duration-as-number",
+        _table_with(minor={"triggerInterval": 60}),
+        "spec.minor.triggerInterval: Value error, expected a duration string",
+    ),
+    ("duration-space", _table_with(minPlanInterval=" 1m"), "spec.minPlanInterval: Value error, invalid"),
+    (
+        "cpu-request-too-long",
+        _group_with(executorCpuRequest="1" * 65),
+        "spec.executorCpuRequest: String should have at most 64 characters",
+    ),
+    # The CRD's CEL rules, which pydantic checks too.
+    (
+        "ack-after-execute",
+        _group_with(ackTimeout="2h"),
+        "ackTimeout (2h) must be shorter than executeTimeout (1h)",
+    ),
+    (
+        "heartbeat-zero",
+        _group_with(heartbeatTimeout="0s"),
+        "spec.heartbeatTimeout: Value error, heartbeatTimeout",
+    ),
+    (
+        "executor-memory",
+        _group_with(executorMemory="256Mi"),
+        "spec.executorMemory: Value error, executorMemory",
+    ),
+]
+
+
+@pytest.mark.parametrize(("document", "message"), [c[1:] for c in BOUNDS], ids=[c[0] for c in BOUNDS])
+def test_out_of_bounds_manifest_is_refused_naming_the_field(
+    tmp_path: Path, document: dict[str, object], message: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ManifestError) as info:
+        load_manifests(path)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "floe-optimizer",
+        "floe-optimizer:0.1.0",
+        "ghcr.io/floe-dev/floe-optimizer:0.1.0",
+        "localhost:5000/floe/optimizer_image__x:v1.2-rc.1",
+        "[::1]:5000/floe:1",
+        "registry.example.com/team/floe@sha256:" + "0123456789abcdef" * 4,
+        "registry.example.com:443/floe:0.1.0@sha512:" + "ab" * 64,
+    ],
+)
+def test_image_references(image: str) -> None:
+    assert OptimizerGroup.model_validate(_group_with(image=image)).spec.image == image
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "Floe:1",
+        "floe:",
+        "floe:-x",
+        "/floe",
+        "floe//x",
+        "floe@sha256:abc",
+        "floe:1 ",
+        "floe\t",
+        "r/" + "a" * 520,
+    ],
+)
+def test_bad_image_references(image: str) -> None:
+    with pytest.raises(ValueError, match=r"spec\.image"):
+        OptimizerGroup.model_validate(_group_with(image=image))
+
+
+def test_nulls_count_as_absent_as_the_api_server_prunes_them() -> None:
+    """The API server drops a null value of a field that cannot be null (then defaults it), and null
+    values of maps; pydantic does the same, so both accept the same manifests."""
+    group = OptimizerGroup.model_validate(_group_with(policy=None, executorTemplate={"nodeSelector": None}))
+    assert group.spec.policy == SchedulingPolicy.QUOTA and group.spec.executor_template.node_selector == {}
+    table = OptimizedTable.model_validate(
+        _table_with(minor=None, catalog={"name": "c", "properties": {"uri": "x", "gone": None}})
+    )
+    assert table.spec.minor.trigger_file_count == 12 and table.spec.catalog.properties == {"uri": "x"}
+    assert OptimizerGroup.model_validate({**_group_with(), "spec": None}).spec.executors == 1
+    with pytest.raises(ValueError, match=r"spec\.table\n  Field required"):
+        OptimizedTable.model_validate(_table_with(table=None))
+    with pytest.raises(ValueError, match=r"spec\.grop\n  Extra inputs are not permitted"):
+        OptimizedTable.model_validate(_table_with(grop=None))  # an unknown field stays an error
+    with pytest.raises(ValueError, match=r"spec\.clustering\.columns\.0"):
+        OptimizedTable.model_validate(_table_with(clustering={"strategy": "zorder", "columns": [None]}))
+
+
+def test_integral_floats_are_integers_as_kubectl_sends_them() -> None:
+    """kubectl sends ``8.0`` (or ``1e1``) as the integer it is, and the API server stores that."""
+    spec = OptimizedTable.model_validate(
+        _table_with(fragmentRatio=8.0, minor={"triggerFileCount": 1e1}, maxTaskSize=1048576.0)
+    ).spec
+    assert (spec.fragment_ratio, spec.minor.trigger_file_count, spec.max_task_size) == (8, 10, 1048576)
+    assert isinstance(spec.fragment_ratio, int)
+    assert OptimizerGroup.model_validate(_group_with(executors=3.0)).spec.executors == 3
+    with pytest.raises(ValueError, match=r"spec\.executors"):
+        OptimizerGroup.model_validate(_group_with(executors=1e21))  # kubectl sends a float: not an integer

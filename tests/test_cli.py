@@ -236,6 +236,33 @@ def test_operator_flags_reach_its_configuration(tmp_path: Path, monkeypatch: pyt
     assert from_env.registration_token == "from-the-environment"
 
 
+def test_standalone_runs_kopf_without_peering() -> None:
+    """kopf takes a peering name as "peering is mandatory": given one while standalone, it found no
+    peering to watch and paused every handler for good, so `--standalone` reconciled nothing."""
+    from floe.controller.leader import Leadership
+    from floe.controller.runtime import kopf_settings
+
+    standalone = operator_config(build_parser().parse_args(["operator", "--standalone"]))
+    settings = kopf_settings(standalone)
+    assert settings["standalone"] is True
+    assert "peering_name" not in settings and "priority" not in settings
+    peered = kopf_settings(operator_config(build_parser().parse_args(["operator", "--namespace=a"])))
+    assert (
+        peered["standalone"] is False and peered["peering_name"] == "floe" and peered["namespaces"] == ["a"]
+    )
+
+    class NoPeering:
+        """A Kube on which reading or making a peering object fails the test."""
+
+        @property
+        def custom(self) -> object:
+            raise AssertionError("a standalone replica touched the peering objects")
+
+    leadership = Leadership(NoPeering(), "me", 1, "floe", ["a"], standalone=True)  # type: ignore[arg-type]
+    leadership.ensure_peering_objects()
+    assert leadership.is_leader() and leadership.is_leader()
+
+
 def test_operator_refuses_a_missing_token_file_and_bad_intervals(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -14,8 +14,20 @@ import yaml
 
 from floe.api import crd as crd_module
 from floe.api.crd import KIND_SPECS, RULES, crds, main, render
-from floe.api.models import OptimizedTable, OptimizedTableStatus, OptimizerGroup, OptimizerGroupSpec
-from floe.api.units import DURATION_PATTERN, QUANTITY_PATTERN, parse_duration, parse_quantity
+from floe.api.models import (
+    MAX_GROUP_NAME_LENGTH,
+    OptimizedTable,
+    OptimizedTableStatus,
+    OptimizerGroup,
+    OptimizerGroupSpec,
+)
+from floe.api.units import (
+    DURATION_PATTERN,
+    MAX_UNIT_LENGTH,
+    QUANTITY_PATTERN,
+    parse_duration,
+    parse_quantity,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CRDS_DIR = REPO_ROOT / "crds"
@@ -120,9 +132,48 @@ def test_schema_is_structural(kind: str) -> None:
 @pytest.mark.parametrize("kind", ["OptimizerGroup", "OptimizedTable"])
 def test_metadata_is_left_to_the_api_server(kind: str) -> None:
     properties = _schema(kind)["properties"]
-    assert properties["metadata"] == {"type": "object"}
     assert properties["apiVersion"]["type"] == properties["kind"]["type"] == "string"
     assert set(properties) == {"apiVersion", "kind", "metadata", "spec", "status"}
+    if kind == "OptimizedTable":
+        assert properties["metadata"] == {"type": "object"}
+        return
+    # A group's name goes into its Service's name, a DNS-1035 label: it is held shorter than others.
+    name = properties["metadata"]["properties"]["name"]
+    assert set(properties["metadata"]["properties"]) == {"name"}
+    assert name["maxLength"] == MAX_GROUP_NAME_LENGTH == 51
+    assert name["pattern"] == "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+@pytest.mark.parametrize("kind", ["OptimizerGroup", "OptimizedTable"])
+def test_every_string_list_and_map_is_bounded(kind: str) -> None:
+    """Every string has a maxLength (or is an enum), every list a maxItems, every map a maxProperties,
+    so that no value can grow without bound (the API server would otherwise store up to 1.5 MiB)."""
+    unbounded = []
+    for path, node in _walk(_schema(kind)):
+        if path in (".apiVersion", ".kind", ".metadata"):
+            continue  # the API server's own
+        kind_of = node.get("type")
+        if node.get("x-kubernetes-int-or-string") or kind_of == "string":
+            if "maxLength" not in node and "enum" not in node:
+                unbounded.append(f"{path}: string without maxLength")
+        elif kind_of == "array" and "maxItems" not in node:
+            unbounded.append(f"{path}: list without maxItems")
+        elif kind_of == "object" and "properties" not in node and "maxProperties" not in node:
+            unbounded.append(f"{path}: map without maxProperties")
+    assert not unbounded, "\n".join(unbounded)
+
+
+def test_bounded_map_keys_become_cel_rules() -> None:
+    spec = _schema("OptimizedTable")["properties"]["spec"]["properties"]
+    properties = spec["catalog"]["properties"]["properties"]
+    assert "patternProperties" not in properties and "propertyNames" not in properties
+    assert properties["additionalProperties"] == {"type": "string", "maxLength": 8192}
+    assert properties["x-kubernetes-validations"] == [
+        {
+            "rule": "self.all(k, k.size() <= 253 && k.matches('^[-._a-zA-Z0-9]+$'))",
+            "message": "keys must be at most 253 characters long and match ^[-._a-zA-Z0-9]+$",
+        }
+    ]
 
 
 def test_required_fields() -> None:
@@ -139,7 +190,7 @@ def test_quantities_are_int_or_string_with_hoisted_validations() -> None:
     assert target["x-kubernetes-int-or-string"] is True
     assert target["anyOf"] == _INT_OR_STRING
     assert target["pattern"] == QUANTITY_PATTERN and target["minimum"] == 0
-    assert target["maxLength"] == crd_module.MAX_UNIT_LENGTH
+    assert target["maxLength"] == MAX_UNIT_LENGTH
     assert target["default"] == "128Mi"
 
 
@@ -148,7 +199,7 @@ def test_durations_are_patterned_strings() -> None:
     for name, default in (("heartbeatTimeout", "1m"), ("ackTimeout", "30s"), ("executeTimeout", "1h")):
         node = spec[name]
         assert node["type"] == "string" and node["pattern"] == DURATION_PATTERN
-        assert node["default"] == default and node["maxLength"] == crd_module.MAX_UNIT_LENGTH
+        assert node["default"] == default and node["maxLength"] == MAX_UNIT_LENGTH
 
 
 def test_validation_and_serialization_schemas_differ_only_in_defaults() -> None:

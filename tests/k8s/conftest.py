@@ -236,6 +236,22 @@ def k8s(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         cluster.stop()
 
 
+@pytest.fixture(scope="module")
+def crds(k8s: K8sCluster) -> K8sCluster:
+    """The cluster with floe's CRDs (crds/) applied, Established and served."""
+    from floe.api.crd import KIND_SPECS
+
+    k8s.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
+    names = [f"crd/{spec.crd_name}" for spec in KIND_SPECS]
+    k8s.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names, timeout=90)
+    # Discovery can lag behind Established for a moment.
+    k8s.wait_for(
+        "floe kinds in discovery",
+        lambda: k8s.kubectl("get", "og,ot", "-A", check=False).returncode == 0,
+    )
+    return k8s
+
+
 def _find_or_build_binaries(config: pytest.Config) -> Path:
     override = os.environ.get("FLOE_K8S_BIN_DIR")
     if override:

@@ -125,6 +125,7 @@ def test_helm_lint(helm_offline: Helm) -> None:
         ),
         ({"resources": {"limits": {"memory": "lots"}}}, ["/resources/limits/memory"]),
         ({"defaultGroup": {"spec": {"executors": -1}}}, ["/defaultGroup/spec/executors", "minimum"]),
+        ({"defaultGroup": {"name": "g" * 52}}, ["/defaultGroup/name"]),  # floe-NAME-driver: 63 at most
         (
             {"watchNamespaces": ["a"], "defaultGroup": {"enabled": True, "namespace": "b"}},
             ['defaultGroup.namespace "b" is not among the watched namespaces [a]'],
@@ -148,6 +149,7 @@ def test_helm_lint(helm_offline: Helm) -> None:
         "escalation",
         "quantity",
         "executors",
+        "group-name",
         "group-ns",
         "group-ns-default",
         "digest",

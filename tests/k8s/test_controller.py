@@ -498,7 +498,9 @@ def test_table_status_after_optimizing_keeps_secrets_out(
     assert status["lastMinorOptimizing"] or status["lastMajorOptimizing"] or status["lastFullOptimizing"]
     assert status["lastOptimized"]
     assert status["dataFiles"] > 0
-    assert {c["type"] for c in status["conditions"]} == {"Optimizing", "Pending", "Degraded"}
+    assert {c["type"] for c in status["conditions"]} == {"Optimizing", "Pending", "Degraded", "CatalogReady"}
+    ready = next(c for c in status["conditions"] if c["type"] == "CatalogReady")
+    assert ready["status"] == "True" and ready["message"].endswith("with the properties of Secret 'catalog'")
     expire = status["maintenance"]["expire"]
     assert expire["lastRun"] and expire["nextDue"] and not expire["lastResult"].startswith("failed")
     reasons = {e["reason"] for e in _events(k8s, namespace, "orders")}

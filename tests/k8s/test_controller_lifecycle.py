@@ -18,13 +18,17 @@ leader checks, and fast engine rounds; each test uses its own namespace(s).
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -53,6 +57,7 @@ PEERING_CRDS = REPO_ROOT / "operator" / "floe" / "controller" / "peering-crds.ya
 PEERING_LIFETIME_S = 8
 GHOST_LIFETIME_S = 6
 TABLE = "db.t"
+SECRET_MARK = "never-shown-3c1d"
 
 
 # -- fixtures and helpers ----------------------------------------------------------------------
@@ -481,6 +486,42 @@ def test_two_replicas_only_the_leader_works_and_the_other_takes_over(
     assert time.monotonic() - appeared >= GHOST_LIFETIME_S - 1.5
 
 
+def test_a_standalone_operator_leads_at_once_and_reconciles(
+    k8s: K8sCluster, kubeconfig: None, sql_catalog: SqlCatalog
+) -> None:
+    """``floe operator --standalone``, as a process of its own: no peering object anywhere, and the
+    table is reconciled, refreshed and its status written (kopf used to wait for a peering forever)."""
+    ns = _namespace(k8s, "standalone")
+    _small_files(sql_catalog)
+    env = {k: v for k, v in os.environ.items() if k not in ("POD_NAME", "POD_NAMESPACE")}
+    env.update(KUBECONFIG=str(k8s.kubeconfig), FLOE_REGISTRATION_TOKEN=TOKEN)
+    floe = Path(sys.executable).with_name("floe")
+    command = [str(floe), "-v", "operator", "--standalone", f"--namespace={ns}", "--service-port=0"]
+    log_path = k8s.work_dir / f"{ns}-operator.log"
+    with log_path.open("wb") as log:
+        operator = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _apply(k8s, _group("g", ns, executors=0))
+        _apply(k8s, _table("t", ns, "g", _inline(sql_catalog)))
+
+        def reconciled() -> bool:
+            assert operator.poll() is None, f"the operator exited:\n{log_path.read_text()[-3000:]}"
+            status = _status(k8s, "ot", "t", ns)
+            return status.get("dataFiles") == 4 and status.get("state") == "PENDING"
+
+        k8s.wait_for("the standalone operator to reconcile the table", reconciled, timeout=60)
+        assert _condition(_status(k8s, "ot", "t", ns), "CatalogReady")["status"] == "True"
+        assert _get(k8s, "pod", "floe-g-driver", "-n", ns) is not None  # the group was reconciled too
+        assert _get(k8s, "kopfpeering", "-n", ns)["items"] == []  # standalone: no peering
+    finally:
+        operator.terminate()
+        try:
+            operator.wait(30)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+            operator.wait(10)
+
+
 # -- 3. and 4. groups: deletion, namespaces, no executors ------------------------------------------
 
 
@@ -529,14 +570,18 @@ def test_same_named_groups_in_two_namespaces_stay_apart(
     for ns, identifier in ((a, "db.a"), (b, "db.b")):
         _apply(k8s, _group("shared", ns, executors=0))
         _apply(k8s, _table("t", ns, "shared", _inline(sql_catalog), identifier))
+    # kopf watches groups and tables apart: a table can be pending before its group is registered.
     k8s.wait_for(
-        "both tables pending",
-        lambda: all(
-            (r := operator.runtime(f"{ns}/t")) is not None and r.state == TableState.PENDING for ns in (a, b)
+        "both groups registered and both tables pending",
+        lambda: (
+            set(engine.groups) == {f"{a}/shared", f"{b}/shared"}
+            and all(
+                (r := operator.runtime(f"{ns}/t")) is not None and r.state == TableState.PENDING
+                for ns in (a, b)
+            )
         ),
         timeout=30,
     )
-    assert set(engine.groups) == {f"{a}/shared", f"{b}/shared"}
     assert set(service.group(f"{a}/shared").stats(time.time())) == {f"{a}/t"}
     assert set(service.group(f"{b}/shared").stats(time.time())) == {f"{b}/t"}
 
@@ -591,6 +636,84 @@ def test_pending_table_in_a_group_without_executors_gets_an_event(
 # -- 5. catalog Secrets ------------------------------------------------------------------------
 
 
+def _secret(namespace: str, properties: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "catalog", "namespace": namespace},
+        "stringData": properties,
+    }
+
+
+def test_a_missing_catalog_secret_is_a_condition_until_it_can_be_read(
+    k8s: K8sCluster, replicas: Callable[..., Replica], sql_catalog: SqlCatalog
+) -> None:
+    """The table names a Secret that does not exist: CatalogReady=False (SecretNotFound) and Degraded,
+    on a table the engine never saw, and one Warning Event naming the Secret, while the operator keeps
+    trying. A Secret that is not text is SecretUnreadable. Once it can be read, the table proceeds."""
+    ns = _namespace(k8s, "nosecret")
+    _small_files(sql_catalog)
+    good = _catalog_properties(sql_catalog)
+    replica = replicas([ns]).start()
+    _apply(k8s, _group("g", ns, executors=0))
+    _apply(k8s, _table("t", ns, "g", {"name": sql_catalog.name, "secretRef": "catalog"}))
+
+    def catalog_ready() -> dict[str, Any]:
+        return _condition(_status(k8s, "ot", "t", ns), "CatalogReady")
+
+    def warnings(reason: str) -> list[dict[str, Any]]:
+        return [e for e in _events(k8s, ns, "t") if e["reason"] == reason]
+
+    k8s.wait_for("CatalogReady=False", lambda: catalog_ready().get("reason") == "SecretNotFound", timeout=30)
+    where = f"catalog Secret 'catalog' in namespace {ns!r}"
+    not_found = f"{where} not found"
+    assert catalog_ready()["status"] == "False" and catalog_ready()["message"] == not_found
+    degraded = _condition(_status(k8s, "ot", "t", ns), "Degraded")
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == (
+        "True",
+        "SecretNotFound",
+        not_found,
+    )
+    assert replica.runtime(f"{ns}/t") is None  # it never reached the engine
+    k8s.wait_for("a SecretNotFound Event", lambda: bool(warnings("SecretNotFound")), timeout=10)
+    time.sleep(3 * replica.config.secret_interval_s)  # retried meanwhile, without an Event each time
+    (event,) = warnings("SecretNotFound")
+    assert event["type"] == "Warning" and event["message"] == not_found
+    assert event["involvedObject"]["kind"] == "OptimizedTable"
+
+    # A Secret whose value is not text: unreadable, its key named, its value never shown.
+    binary = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "catalog", "namespace": ns},
+        "data": {"uri": base64.b64encode(b"\xff\xfe" + SECRET_MARK.encode()).decode()},
+    }
+    _apply(k8s, binary)
+    k8s.wait_for("SecretUnreadable", lambda: catalog_ready().get("reason") == "SecretUnreadable", timeout=30)
+    unreadable = f"{where} cannot be read: the value of key 'uri' is not UTF-8 text"
+    assert catalog_ready()["message"] == unreadable
+    k8s.wait_for("a SecretUnreadable Event", lambda: bool(warnings("SecretUnreadable")), timeout=10)
+
+    k8s.kubectl("delete", "secret", "catalog", "-n", ns)
+    _apply(k8s, _secret(ns, good))
+    k8s.wait_for(
+        "CatalogReady=True and the table read",
+        lambda: catalog_ready().get("status") == "True" and _status(k8s, "ot", "t", ns).get("dataFiles") == 4,
+        timeout=30,
+    )
+    status = _status(k8s, "ot", "t", ns)
+    assert catalog_ready()["reason"] == "CatalogAvailable"
+    assert (
+        catalog_ready()["message"]
+        == f"catalog {sql_catalog.name!r} answered, with the properties of Secret 'catalog'"
+    )
+    assert _condition(status, "Degraded")["status"] == "False"
+    assert status["state"] == "PENDING"  # read and evaluated; its group has no executors
+    assert [e["type"] for e in _events(k8s, ns, "t") if e["reason"] == "SecretReadable"] == ["Normal"]
+    everything = k8s.kubectl("get", "ot,og,events", "-n", ns, "-o", "yaml").stdout
+    assert SECRET_MARK not in everything and good["uri"] not in everything
+
+
 def test_fixing_the_catalog_secret_heals_the_table(
     k8s: K8sCluster, replicas: Callable[..., Replica], sql_catalog: SqlCatalog
 ) -> None:
@@ -602,12 +725,7 @@ def test_fixing_the_catalog_secret_heals_the_table(
     wrong = {**good, "uri": missing}
 
     def secret(properties: dict[str, str]) -> dict[str, Any]:
-        return {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "catalog", "namespace": ns},
-            "stringData": properties,
-        }
+        return _secret(ns, properties)
 
     _apply(k8s, secret(wrong))
     replicas([ns]).start()
@@ -622,6 +740,10 @@ def test_fixing_the_catalog_secret_heals_the_table(
     degraded = _condition(_status(k8s, "ot", "t", ns), "Degraded")
     assert degraded["reason"] == "TableUnavailable"
     assert f"catalog {sql_catalog.name!r} is unreachable" in degraded["message"]
+    # The Secret was read: the catalog it describes is what is not ready.
+    catalog_ready = _condition(_status(k8s, "ot", "t", ns), "CatalogReady")
+    assert (catalog_ready["status"], catalog_ready["reason"]) == ("False", "CatalogUnavailable")
+    assert catalog_ready["message"] == degraded["message"]
     everything = k8s.kubectl("get", "ot,og,events", "-n", ns, "-o", "yaml").stdout
     assert "hunter2" not in everything
 
@@ -636,6 +758,7 @@ def test_fixing_the_catalog_secret_heals_the_table(
     )
     status = _status(k8s, "ot", "t", ns)
     assert _condition(status, "Degraded")["reason"] == "Healthy"
+    assert _condition(status, "CatalogReady")["status"] == "True"
     assert status["state"] == "PENDING"  # read and evaluated; its group has no executors
     assert "CatalogSecretChanged" in {e["reason"] for e in _events(k8s, ns, "t")}
     everything = k8s.kubectl("get", "ot,og,events", "-n", ns, "-o", "yaml").stdout

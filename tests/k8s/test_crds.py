@@ -14,31 +14,22 @@ from typing import Any
 import pytest
 import yaml
 
-from floe.api.crd import KIND_SPECS, SPARK_MIN_EXECUTOR_MEMORY
-from floe.api.models import OptimizedTable, OptimizedTableStatus, OptimizerGroup, OptimizerGroupStatus
+from floe.api.crd import KIND_SPECS
+from floe.api.models import (
+    SPARK_MIN_EXECUTOR_MEMORY,
+    OptimizedTable,
+    OptimizedTableStatus,
+    OptimizerGroup,
+    OptimizerGroupStatus,
+)
 from floe.api.units import parse_duration, parse_quantity
 
 from .conftest import REPO_ROOT, K8sCluster
 
 pytestmark = pytest.mark.k8s
 
-CRDS_DIR = REPO_ROOT / "crds"
 EXAMPLES_DIR = REPO_ROOT / "examples"
 API_VERSION = "floe.dev/v1alpha1"
-
-
-@pytest.fixture(scope="module")
-def crds(k8s: K8sCluster) -> K8sCluster:
-    """The cluster with crds/ applied, Established and served."""
-    k8s.kubectl("apply", "-f", str(CRDS_DIR))
-    names = [f"crd/{spec.crd_name}" for spec in KIND_SPECS]
-    k8s.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names, timeout=90)
-    # Discovery can lag behind Established for a moment.
-    k8s.wait_for(
-        "floe kinds in discovery",
-        lambda: k8s.kubectl("get", "og,ot", "-A", check=False).returncode == 0,
-    )
-    return k8s
 
 
 def _namespace(k8s: K8sCluster) -> Iterator[str]:
@@ -106,7 +97,7 @@ def test_crds_are_established_and_structural(crds: K8sCluster) -> None:
         assert "NonStructuralSchema" not in conditions
         assert document["status"]["acceptedNames"]["shortNames"] == [spec.short_name]
     # Applying again is a no-op: the files are what the server holds.
-    again = crds.kubectl("apply", "-f", str(CRDS_DIR)).stdout
+    again = crds.kubectl("apply", "-f", str(REPO_ROOT / "crds")).stdout
     assert again.count("unchanged") == len(KIND_SPECS), again
 
 
@@ -199,6 +190,62 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("group-not-a-name", table(group="ETL_Group"), ["spec.group", "should match"]),
     ("secret-not-a-name", table(catalog={"name": "c", "secretRef": "my secret"}), ["spec.catalog.secretRef"]),
     ("unknown-field", table(grop="etl"), ['unknown field "spec.grop"']),
+    # Bounds: every string, list and map has one, and the message names the field.
+    ("image-with-newline", group(image="floe-optimizer:0.1.0\nx"), ["spec.image", "should match"]),
+    ("image-with-space", group(image="floe optimizer:1"), ["spec.image", "should match"]),
+    (
+        "catalog-name-10000",
+        table(catalog={"name": "c" * 10_000}),
+        ["spec.catalog.name", "Too long", "more than 255"],
+    ),
+    ("table-10000", table(table="db." + "t" * 10_000), ["spec.table", "Too long", "more than 511"]),
+    (
+        "property-value-10000",
+        table(catalog={"name": "c", "properties": {"uri": "u" * 10_000}}),
+        ["spec.catalog.properties.uri", "Too long", "more than 8192"],
+    ),
+    (
+        "property-key",
+        table(catalog={"name": "c", "properties": {"s3 endpoint": "x"}}),
+        ["spec.catalog.properties", "keys must be at most 253 characters long and match"],
+    ),
+    (
+        "too-many-properties",
+        table(catalog={"name": "c", "properties": {f"k{i}": "v" for i in range(129)}}),
+        ["spec.catalog.properties", "Too many", "at most 128"],
+    ),
+    (
+        "too-many-columns",
+        table(clustering={"strategy": "zorder", "columns": [f"c{i}" for i in range(9)]}),
+        ["spec.clustering.columns", "Too many", "at most 8 items"],
+    ),
+    (
+        "column-10000",
+        table(clustering={"strategy": "zorder", "columns": ["c" * 10_000]}),
+        ["spec.clustering.columns[0]", "Too long"],
+    ),
+    (
+        "too-many-tolerations",
+        group(executorTemplate={"tolerations": [{"operator": "Exists"}] * 65}),
+        ["spec.executorTemplate.tolerations", "Too many", "at most 64 items"],
+    ),
+    (
+        "node-selector-key",
+        group(executorTemplate={"nodeSelector": {"a/b/c": "x"}}),
+        ["spec.executorTemplate.nodeSelector", "keys must"],
+    ),
+    ("group-name-too-long", group("g" * 52), ["metadata.name", "Too long", "more than 51"]),
+    ("group-name-with-dot", group("etl.batch"), ["metadata.name", "should match"]),
+    ("group-ref-with-dot", table(group="etl.batch"), ["spec.group", "should match"]),
+    ("executors-too-many", group(executors=1001), ["spec.executors", "less than or equal to 1000"]),
+    (
+        "retries-too-many",
+        table(execute={"numRetries": 101}),
+        ["spec.execute.numRetries", "less than or equal"],
+    ),
+    ("int-as-string", group(executors="3"), ["spec.executors", "must be of type integer"]),
+    ("bool-as-string", table(enabled="false"), ["spec.enabled", "must be of type boolean"]),
+    ("quantity-too-long", table(targetSize="1" * 65), ["spec.targetSize", "Too long"]),
     # One per CEL rule.
     (
         "cel-heartbeat-timeout",
@@ -288,6 +335,18 @@ def test_bad_manifest_is_rejected_naming_the_field(
         "get", manifest["kind"], manifest["metadata"]["name"], "-n", shared_namespace, check=False
     )
     assert "NotFound" in missing.stderr
+
+
+def test_integral_floats_are_integers(crds: K8sCluster, namespace: str) -> None:
+    """kubectl sends 8.0 as 8 (quantities and spec.executors too), and pydantic reads it so."""
+    manifest = table(fragmentRatio=8.0, minor={"triggerFileCount": 1e1}, maxTaskSize=1048576.0)
+    assert apply(crds, manifest, namespace).returncode == 0
+    stored = get(crds, "ot", "orders", namespace)
+    assert stored["spec"]["fragmentRatio"] == 8 and stored["spec"]["minor"]["triggerFileCount"] == 10
+    assert stored["spec"]["maxTaskSize"] == 1048576
+    assert OptimizedTable.model_validate(stored).spec == OptimizedTable.model_validate(manifest).spec
+    assert apply(crds, group(executors=2.0), namespace).returncode == 0
+    assert get(crds, "og", "etl", namespace)["spec"]["executors"] == 2
 
 
 # The CEL duration and quantity parsers agree with units.parse_duration / parse_quantity.

@@ -13,9 +13,13 @@ From pydantic's JSON schema to a structural OpenAPI v3 schema
   ``exclusiveMinimum: true`` (``exclusiveMaximum`` alike); ``const`` becomes a one-value ``enum``.
 * ``title`` and ``additionalProperties: false`` are dropped: the API server prunes unknown fields, and
   ``kubectl apply`` (strict field validation, the default) rejects them by name.
-* ``metadata`` is left to the API server (``type: object``); ``apiVersion``/``kind`` are plain strings.
-* Nothing needs ``x-kubernetes-preserve-unknown-fields``: no field holds free-form objects (a pod
-  template would be the first).
+* ``metadata`` is left to the API server (``type: object``), except that ``metadata.name`` carries the
+  model's bounds where they are tighter than the API server's own (an OptimizerGroup's name goes into
+  Service names); ``apiVersion``/``kind`` are plain strings.
+* A map whose keys are bounded (pydantic's ``propertyNames``/``patternProperties``) becomes an
+  ``additionalProperties`` map with a CEL rule on its keys, since a structural schema has neither.
+* Only the Kubernetes objects passed through to pods (tolerations, affinity) are free-form
+  (``x-kubernetes-preserve-unknown-fields``), bounded in size only: the pod API validates them.
 * Defaults are the serialised forms (``128Mi``, ``1h``): the schema is generated in pydantic's
   serialization mode, which differs from validation mode in nothing but that (a test holds this).
   A nested model whose pydantic default comes from a factory (``spec.minor``, an OptimizerGroup's
@@ -33,14 +37,15 @@ except for the exact int-or-string form ``anyOf: [{type: integer}, {type: string
     x-kubernetes-int-or-string: true
     anyOf: [{type: integer}, {type: string}]
     pattern: ^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|k|K|M|G|T)?$   # OpenAPI checks it on strings only
-    minimum: 0                                            # ... and this on integers only
     maxLength: 64
+    minimum: 0                                            # ... and this on integers only
 
 i.e. the branch validations are hoisted beside the int-or-string marker, where each applies only to
-values of its own type (checked against kube-apiserver v1.33 in ``tests/k8s/test_crds.py``). A
+values of its own type (checked against kube-apiserver v1.33 in ``tests/k8s/test_crds.py``), and a CEL
+rule refuses a float such as ``2.0``, which the type check alone would take (see `_INT_OR_STRING_RULE`). A
 duration (``units.Duration``: ``1h30m``, ``250ms``, ``-1`` for off) is a ``type: string`` with its
-pattern. Both get a ``maxLength`` (64, far beyond any real value) so that the CEL rules that parse
-them stay within the API server's cost budget.
+pattern. Both have a ``maxLength`` (64, far beyond any real value), which the parsers in
+``units`` enforce too, so that the CEL rules that parse them stay within the API server's cost budget.
 
 CEL rules (``x-kubernetes-validations``)
 ----------------------------------------
@@ -64,29 +69,33 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from floe.api.models import API_GROUP, API_VERSION, MIN_ORPHAN_AGE_S, OptimizedTable, OptimizerGroup
-from floe.api.units import (
-    _DURATION_FACTORS,
-    _DURATION_PART,
-    _QUANTITY_FACTORS,
-    DURATION_PATTERN,
-    QUANTITY_PATTERN,
+from floe.api.models import (
+    API_GROUP,
+    API_VERSION,
+    MIN_ORPHAN_AGE_S,
+    SPARK_MIN_EXECUTOR_MEMORY,
+    ObjectMeta,
+    OptimizedTable,
+    OptimizerGroup,
 )
+from floe.api.units import _DURATION_FACTORS, _DURATION_PART, _QUANTITY_FACTORS
 
 VERSION = API_VERSION.split("/", 1)[1]
 CATEGORY = "floe"
-#: Longest quantity or duration string accepted; bounds the CEL cost of parsing one.
-MAX_UNIT_LENGTH = 64
-#: Spark refuses an executor whose memory is below 1.5 x its 300 MiB reserved memory.
-SPARK_MIN_EXECUTOR_MEMORY = 450 * 1024 * 1024
-#: A DNS-1123 subdomain: what a Kubernetes object name (an OptimizerGroup, a Secret) must be.
-DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 HEADER = (
     "# Generated from operator/floe/api/models.py by `python -m floe.api.crd crds/`. Do not edit:\n"
     "# change the models (or operator/floe/api/crd.py) and regenerate.\n"
 )
 
+#: The schema's type check takes an integral float (2.0) for an integer, even in an int-or-string, but
+#: a CEL rule sees a double and fails on it: without this rule a quantity with no CEL rule of its own
+#: would take 2.0 and the others would not. kubectl sends 2.0 as 2, so only clients that send JSON
+#: floats as they are meet it; pydantic, reading manifests as kubectl does, takes 2.0 as 2 bytes.
+_INT_OR_STRING_RULE = {
+    "rule": "type(self) == int || type(self) == string",
+    "message": "must be a whole number of bytes or a quantity such as 128Mi",
+}
 _NUMBER_PREFIX = r"^[0-9]+(\.[0-9]+)?"
 _NUMERIC_KEYWORDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 _STRING_KEYWORDS = {"pattern", "minLength", "maxLength", "format"}
@@ -104,6 +113,10 @@ _KEY_ORDER = (
     "minLength",
     "maxLength",
     "pattern",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
     "x-kubernetes-int-or-string",
     "anyOf",
     "required",
@@ -290,9 +303,6 @@ EXTRA_SCHEMA: dict[str, tuple[tuple[tuple[str, ...], dict[str, Any]], ...]] = {
         (("status", "conditions"), {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}),
     ),
     "OptimizedTable": (
-        # Names of Kubernetes objects: anything else could never be found.
-        (("spec", "group"), {"maxLength": 253, "pattern": DNS1123_SUBDOMAIN}),
-        (("spec", "catalog", "secretRef"), {"maxLength": 253, "pattern": DNS1123_SUBDOMAIN}),
         (("status", "conditions"), {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}),
     ),
 }
@@ -356,17 +366,48 @@ def _structural(raw: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("free-form objects need an explicit x-kubernetes-preserve-unknown-fields")
     elif isinstance(additional, dict):
         node["additionalProperties"] = _structural(additional, defs)
+    _key_rule(node, defs)
     if "properties" in node:
         node["properties"] = {name: _structural(sub, defs) for name, sub in node["properties"].items()}
     if "items" in node:
         node["items"] = _structural(node["items"], defs)
     if node.get("x-kubernetes-int-or-string"):
         _hoist_int_or_string(node)
+        node.setdefault("x-kubernetes-validations", []).append(dict(_INT_OR_STRING_RULE))
     elif "anyOf" in node:
         raise ValueError(f"a structural schema cannot hold this union: {node['anyOf']}")
-    if node.get("pattern") in (DURATION_PATTERN, QUANTITY_PATTERN):
-        node.setdefault("maxLength", MAX_UNIT_LENGTH)
     return node
+
+
+def _key_rule(node: dict[str, Any], defs: dict[str, Any]) -> None:
+    """A map with bounded keys: its values become ``additionalProperties``, its key bounds a CEL rule.
+
+    pydantic writes a key pattern as ``patternProperties: {PATTERN: value schema}`` and a key length
+    as ``propertyNames: {maxLength: N}``; a structural schema allows neither.
+    """
+    names = dict(node.pop("propertyNames", {}))
+    by_pattern = node.pop("patternProperties", None)
+    if by_pattern is not None:
+        if len(by_pattern) != 1 or "additionalProperties" in node:
+            raise ValueError(f"cannot express these map keys: {by_pattern}")
+        ((pattern, values),) = by_pattern.items()
+        names["pattern"] = pattern
+        node["additionalProperties"] = _structural(values, defs)
+    if not names:
+        return
+    unknown = set(names) - {"maxLength", "pattern"}
+    if unknown:
+        raise ValueError(f"cannot express these key bounds in CEL: {sorted(unknown)}")
+    checks, said = [], []
+    if "maxLength" in names:
+        checks.append(f"k.size() <= {names['maxLength']}")
+        said.append(f"be at most {names['maxLength']} characters long")
+    if "pattern" in names:
+        checks.append(f"k.matches({_cel_string(names['pattern'])})")
+        said.append(f"match {names['pattern']}")
+    node.setdefault("x-kubernetes-validations", []).append(
+        {"rule": f"self.all(k, {' && '.join(checks)})", "message": f"keys must {' and '.join(said)}"}
+    )
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
@@ -434,12 +475,23 @@ def _at(schema: dict[str, Any], path: Sequence[str], kind: str) -> dict[str, Any
     return node
 
 
+def _metadata_schema(model: type[OptimizerGroup] | type[OptimizedTable]) -> dict[str, Any]:
+    """The API server's own ObjectMeta, with the model's tighter bounds on ``name`` if it has any."""
+    meta = model.model_fields["metadata"].annotation
+    assert isinstance(meta, type) and issubclass(meta, ObjectMeta)
+    if meta.model_fields["name"] == ObjectMeta.model_fields["name"]:
+        return {"type": "object"}
+    name = meta.model_json_schema(by_alias=True)["properties"]["name"]
+    bounds = {key: name[key] for key in ("description", "maxLength", "pattern") if key in name}
+    return {"type": "object", "properties": {"name": {"type": "string", **bounds}}}
+
+
 def openapi_schema(model: type[OptimizerGroup] | type[OptimizedTable], description: str) -> dict[str, Any]:
     """The structural ``openAPIV3Schema`` of one kind, with its CEL rules and Kubernetes-only additions."""
     kind = model.__name__
     raw = model.model_json_schema(by_alias=True, mode="serialization")
     defs = raw.pop("$defs", {})
-    raw["properties"]["metadata"] = {"type": "object"}  # the API server's own ObjectMeta
+    raw["properties"]["metadata"] = _metadata_schema(model)
     schema = _structural(raw, defs)
     _factory_defaults(model, schema)
     properties = schema["properties"]

@@ -7,33 +7,213 @@ camelCase on the wire and snake_case in Python.
 
 from __future__ import annotations
 
+import functools
+import types
+import typing
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
-from floe.api.units import Duration, Quantity
+from floe.api.units import MAX_UNIT_LENGTH, Duration, Quantity, format_duration, whole_number
 from floe.planning.config import MiB, OptimizingConfig
 
 API_GROUP = "floe.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
 
+# --------------------------------------------------------------------------------------------------
+# Bounds. Every string, list and map of both kinds has one, so that the API server refuses a
+# runaway value (a pasted file, a newline in an image) at `kubectl apply`, with the field named,
+# instead of the operator failing on it later. The patterns use only what Go's RE2 (the API
+# server) and Rust's regex (pydantic) read alike: explicit ASCII classes and \p{..} categories,
+# never \s, \w or \d, whose meaning differs between the two (Unicode in Rust, ASCII in Go).
+
+#: A DNS-1123 subdomain: what the name of a Kubernetes object (a Secret, an OptimizedTable) must be.
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+MAX_SUBDOMAIN_LENGTH = 253
+#: A DNS-1123 label: a namespace, or an OptimizerGroup (its name goes into Service names).
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+MAX_LABEL_LENGTH = 63
+#: An OptimizerGroup's driver Service is ``floe-NAME-driver``, and a Service name is a DNS-1035
+#: label of at most 63 characters: so a group name has at most 63 - len("floe--driver") = 51.
+MAX_GROUP_NAME_LENGTH = MAX_LABEL_LENGTH - len("floe--driver")
+#: A label or annotation key: an optional DNS subdomain prefix and a name of at most 63 characters.
+QUALIFIED_NAME = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+MAX_QUALIFIED_NAME_LENGTH = MAX_SUBDOMAIN_LENGTH + 1 + MAX_LABEL_LENGTH
+#: A label value: empty, or up to 63 alphanumerics, '-', '_' and '.' that start and end alphanumeric.
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+#: Annotations of one object may hold 256 KiB in all (the API server's limit).
+MAX_ANNOTATION_LENGTH = 256 * 1024
+#: The keys a Secret may hold; inline catalog properties follow the same rule, so that either
+#: source can hold any property.
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+#: Catalog properties are short (URIs, regions, keys); a token or a credentials blob fits in 8 KiB.
+MAX_PROPERTY_LENGTH = 8 * 1024
+MAX_PROPERTIES = 128
+#: Iceberg names have no limit of their own, but the catalogs do: the SQL and JDBC catalogs store a
+#: namespace and a table name in VARCHAR(255) columns each, Glue and the Hive Metastore cap names
+#: (and columns) at 255 characters. An identifier is ``namespace.table``, namespaces nested by '.'.
+MAX_NAME_LENGTH = 255
+MAX_TABLE_IDENTIFIER_LENGTH = 2 * MAX_NAME_LENGTH + 1
+#: ``namespace.table``: at least two non-empty parts, without whitespace or control characters.
+TABLE_IDENTIFIER = r"^[^.\p{Z}\p{Cc}]+(\.[^.\p{Z}\p{Cc}]+)+$"
+#: A name as a catalog knows it: no whitespace or control characters.
+CATALOG_NAME = r"^[^\p{Z}\p{Cc}]+$"
+#: A column name (or a dotted path to a nested one): spaces are legal in Iceberg, control characters
+#: never are in anything a person typed.
+COLUMN_NAME = r"^[^\p{Cc}]+$"
+
+#: An OCI image reference, as the distribution/reference grammar has it:
+#: ``[registry[:port]/]path[:tag][@algorithm:hex]``. No whitespace or control characters anywhere.
+_DOMAIN_COMPONENT = r"([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_REGISTRY = rf"({_DOMAIN_COMPONENT}(\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(:[0-9]+)?/"
+_PATH_COMPONENT = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_REFERENCE = rf"^({_REGISTRY})?{_PATH_COMPONENT}(/{_PATH_COMPONENT})*(:{_TAG})?(@{_DIGEST})?$"
+#: distribution caps a repository name (registry included) at 255 characters and a tag at 128; the
+#: longest digest in use is sha512's 128 hex digits.
+MAX_IMAGE_LENGTH = 255 + len(":") + 128 + len("@sha512:") + 128
+#: Tolerations and affinity are passed to the pods as they are (the pod API validates them); these
+#: bound only their size. A Toleration has 5 fields, an Affinity 3.
+MAX_TOLERATIONS = 64
+MAX_OBJECT_FIELDS = 16
+MAX_NODE_SELECTOR = 64
+#: Integers that are counts without a natural ceiling stay within int32, which every Kubernetes
+#: client reads without loss (the scale subresource even requires it of spec.executors).
+INT32_MAX = 2**31 - 1
+#: A group beyond a thousand executor pods, or executors beyond 256 cores, is a typo or a second group.
+MAX_EXECUTORS = 1000
+MAX_EXECUTOR_CORES = 256
+#: A retry reruns the whole task; past a hundred, retrying does not help.
+MAX_RETRIES = 100
+#: Status text: as metav1.Condition bounds a condition's message, its type and its reason.
+MAX_MESSAGE_LENGTH = 32 * 1024
+MAX_CONDITION_TYPE_LENGTH = 316
+MAX_REASON_LENGTH = 1024
+MAX_TIME_LENGTH = 64
+MAX_CONDITIONS = 16
+#: Spark refuses an executor whose memory is below 1.5 x its 300 MiB reserved memory.
+SPARK_MIN_EXECUTOR_MEMORY = 450 * 1024 * 1024
+
+
+def _without_nulls(value: Any) -> Any:
+    """A map with its null values left out, as the API server prunes them (see `_Model`)."""
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if v is not None}
+    return value
+
+
+Integer = Annotated[int, BeforeValidator(whole_number)]
+"""An integer field: an int, or a float with an integral value (``fragmentRatio: 8.0``), which
+``kubectl apply`` sends as the integer it is."""
+LabelKey = Annotated[str, StringConstraints(max_length=MAX_QUALIFIED_NAME_LENGTH, pattern=QUALIFIED_NAME)]
+LabelValue = Annotated[str, StringConstraints(max_length=MAX_LABEL_LENGTH, pattern=LABEL_VALUE)]
+LabelMap = Annotated[dict[LabelKey, LabelValue], BeforeValidator(_without_nulls)]
+"""Labels (and a nodeSelector): qualified-name keys, label values; null values are dropped."""
+AnnotationValue = Annotated[str, StringConstraints(max_length=MAX_ANNOTATION_LENGTH)]
+AnnotationMap = Annotated[dict[LabelKey, AnnotationValue], BeforeValidator(_without_nulls)]
+PropertyKey = Annotated[str, StringConstraints(max_length=MAX_SUBDOMAIN_LENGTH, pattern=SECRET_KEY)]
+PropertyValue = Annotated[str, StringConstraints(max_length=MAX_PROPERTY_LENGTH)]
+PropertyMap = Annotated[dict[PropertyKey, PropertyValue], BeforeValidator(_without_nulls)]
+ColumnName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_LENGTH, pattern=COLUMN_NAME)]
+
+
+def _admits_none(annotation: Any) -> bool:
+    """Whether a field of this type may hold null (``X | None``, ``Any``)."""
+    if annotation is None or annotation is type(None) or annotation is Any:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_admits_none(arg) for arg in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _admits_none(typing.get_args(annotation)[0])
+    return False
+
+
+@functools.cache
+def _non_nullable(model: type[BaseModel]) -> frozenset[str]:
+    """The names and aliases of the model's fields that cannot hold null."""
+    keys: set[str] = set()
+    for name, info in model.model_fields.items():
+        if not _admits_none(info.annotation):
+            keys.update({name, info.alias or name})
+    return frozenset(keys)
+
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    """Wire-format models, validated as the API server validates the CRD.
+
+    * ``strict``: no coercion (``"2"`` is not an integer, ``1`` not a boolean, ``60`` not a
+      duration), because the API server's schema allows none; enums opt back out of strictness,
+      since strict pydantic would want enum instances rather than their strings.
+    * No infinities or NaN: JSON has none, so no manifest that `kubectl apply` takes can hold one.
+    * A null value of a field that cannot be null counts as absent (its default applies): the
+      API server prunes such nulls before defaulting and validation.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", strict=True, allow_inf_nan=False
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prune_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            dropped = _non_nullable(cls)
+            return {k: v for k, v in data.items() if v is not None or k not in dropped}
+        return data
 
 
 class ObjectMeta(_Model):
-    """The subset of Kubernetes metadata floe reads."""
+    """Kubernetes metadata: what floe reads, bounded as the API server bounds it, and the fields the
+    API server writes (a manifest from ``kubectl get -o yaml`` loads), passed over unchecked.
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    Any other field is refused, as ``kubectl apply`` refuses it: a misspelt ``namespace`` must not
+    go unnoticed in `floe run` either.
+    """
 
-    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-    namespace: str = "default"
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    name: str = Field(min_length=1, max_length=MAX_SUBDOMAIN_LENGTH, pattern=DNS1123_SUBDOMAIN)
+    namespace: str = Field(default="default", max_length=MAX_LABEL_LENGTH, pattern=DNS1123_LABEL)
+    labels: LabelMap = Field(default_factory=dict)
+    annotations: AnnotationMap = Field(default_factory=dict)
+    generate_name: Any = None
+    uid: Any = None
+    resource_version: Any = None
+    generation: Any = None
+    creation_timestamp: Any = None
+    deletion_timestamp: Any = None
+    deletion_grace_period_seconds: Any = None
+    owner_references: Any = None
+    finalizers: Any = None
+    managed_fields: Any = None
+    self_link: Any = None
+
+
+class GroupMeta(ObjectMeta):
+    """An OptimizerGroup's metadata: its name is a DNS-1123 label short enough for its Service's."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=MAX_GROUP_NAME_LENGTH,
+        pattern=DNS1123_LABEL,
+        description=f"at most {MAX_GROUP_NAME_LENGTH} characters: the driver's Service is floe-NAME-driver",
+    )
 
 
 class SchedulingPolicy(StrEnum):
@@ -44,16 +224,24 @@ class SchedulingPolicy(StrEnum):
 
 
 FreeFormObject = Annotated[
-    dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+    dict[str, Any],
+    Field(max_length=MAX_OBJECT_FIELDS),
+    WithJsonSchema(
+        {"type": "object", "maxProperties": MAX_OBJECT_FIELDS, "x-kubernetes-preserve-unknown-fields": True}
+    ),
 ]
-"""A Kubernetes object passed through as it is (a toleration, an affinity)."""
+"""A Kubernetes object passed through as it is (a toleration, an affinity); the pod API validates it."""
 
 
 class ExecutorTemplate(_Model):
     """Scheduling fields copied into the group's driver and executor pods."""
 
-    node_selector: dict[str, str] = Field(default_factory=dict, description="pod nodeSelector")
-    tolerations: list[FreeFormObject] = Field(default_factory=list, description="pod tolerations")
+    node_selector: LabelMap = Field(
+        default_factory=dict, max_length=MAX_NODE_SELECTOR, description="pod nodeSelector"
+    )
+    tolerations: list[FreeFormObject] = Field(
+        default_factory=list, max_length=MAX_TOLERATIONS, description="pod tolerations"
+    )
     affinity: FreeFormObject | None = Field(default=None, description="pod affinity")
 
 
@@ -62,19 +250,30 @@ class OptimizerGroupSpec(_Model):
 
     policy: SchedulingPolicy = Field(
         default=SchedulingPolicy.QUOTA,
+        strict=False,
         description="quota: plan the table with the lowest quota occupation first; "
         "balanced: the table optimized longest ago first",
     )
-    executors: int = Field(default=1, ge=0, description="executor pods (0 scales to zero)")
-    executor_cores: int = Field(default=1, ge=1, description="task threads per executor")
+    executors: Integer = Field(
+        default=1, ge=0, le=MAX_EXECUTORS, description="executor pods (0 scales to zero)"
+    )
+    executor_cores: Integer = Field(
+        default=1, ge=1, le=MAX_EXECUTOR_CORES, description="task threads per executor"
+    )
     executor_memory: Quantity = Field(default=2048 * MiB, description="memory limit of an executor pod")
     executor_cpu_request: str | None = Field(
         default=None,
+        max_length=MAX_UNIT_LENGTH,
         pattern=r"^([0-9]+m|[0-9]+(\.[0-9]+)?)$",
         description="CPU an executor pod requests, a Kubernetes quantity such as 250m (default: "
         "executorCores); its limit stays executorCores, so small nodes can run executors that burst",
     )
-    image: str | None = Field(default=None, description="optimizer image; the chart's default when unset")
+    image: str | None = Field(
+        default=None,
+        max_length=MAX_IMAGE_LENGTH,
+        pattern=IMAGE_REFERENCE,
+        description="optimizer image, [registry/]repository[:tag][@digest]; the chart's default when unset",
+    )
     executor_template: ExecutorTemplate = Field(
         default_factory=ExecutorTemplate, description="tolerations, nodeSelector and affinity of the pods"
     )
@@ -87,6 +286,33 @@ class OptimizerGroupSpec(_Model):
     execute_timeout: Duration = Field(
         default=3600.0, description="an acked task not completed within this goes back to PLANNED"
     )
+
+    @field_validator("heartbeat_timeout", "ack_timeout", "execute_timeout")
+    @classmethod
+    def _positive_timeout(cls, value: float, info: ValidationInfo) -> float:
+        # The same check as the CRD's CEL rule: a timeout of 0 or -1 would take back every task.
+        if value <= 0:
+            raise ValueError(
+                f"{to_camel(info.field_name or '')} must be greater than 0 (-1 does not turn it off)"
+            )
+        return value
+
+    @field_validator("executor_memory")
+    @classmethod
+    def _spark_minimum_memory(cls, value: int) -> int:
+        # The same check as the CRD's CEL rule: Spark refuses smaller executors.
+        if value < SPARK_MIN_EXECUTOR_MEMORY:
+            raise ValueError("executorMemory must be at least 450Mi (Spark refuses smaller executors)")
+        return value
+
+    @model_validator(mode="after")
+    def _ack_before_execute(self) -> OptimizerGroupSpec:
+        if self.ack_timeout >= self.execute_timeout:
+            raise ValueError(
+                f"ackTimeout ({format_duration(self.ack_timeout)}) must be shorter than "
+                f"executeTimeout ({format_duration(self.execute_timeout)})"
+            )
+        return self
 
     @property
     def threads(self) -> int:
@@ -101,16 +327,31 @@ class CatalogRef(_Model):
     the properties come from the Secret named in ``secretRef`` and never reach status.
     """
 
-    name: str = Field(min_length=1, description="catalog name as the catalog knows itself")
-    properties: dict[str, str] = Field(default_factory=dict, description="pyiceberg catalog properties")
-    secret_ref: str | None = Field(default=None, description="Secret holding the catalog properties")
+    name: str = Field(
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+        pattern=CATALOG_NAME,
+        description="catalog name as the catalog knows itself",
+    )
+    properties: PropertyMap = Field(
+        default_factory=dict, max_length=MAX_PROPERTIES, description="pyiceberg catalog properties"
+    )
+    secret_ref: str | None = Field(
+        default=None,
+        max_length=MAX_SUBDOMAIN_LENGTH,
+        pattern=DNS1123_SUBDOMAIN,
+        description="Secret holding the catalog properties, in the table's namespace",
+    )
 
 
 class MinorSpec(_Model):
     """Minor optimizing thresholds."""
 
-    trigger_file_count: int = Field(
-        default=12, ge=1, description="fragments + equality-delete files of a partition that trigger minor"
+    trigger_file_count: Integer = Field(
+        default=12,
+        ge=1,
+        le=INT32_MAX,
+        description="fragments + equality-delete files of a partition that trigger minor",
     )
     trigger_interval: Duration = Field(
         default=3600.0, description="minor also after this long, if a partition has more than one such file"
@@ -138,7 +379,9 @@ class FullSpec(_Model):
 class ExecuteSpec(_Model):
     """How tasks of a process are retried."""
 
-    num_retries: int = Field(default=5, ge=0, description="retries of a failed task before its process fails")
+    num_retries: Integer = Field(
+        default=5, ge=0, le=MAX_RETRIES, description="retries of a failed task before its process fails"
+    )
 
 
 class ClusteringStrategy(StrEnum):
@@ -155,8 +398,10 @@ class ClusteringSpec(_Model):
     has no z-order sort order).
     """
 
-    strategy: ClusteringStrategy = Field(description="zorder: interleave the columns' bits (Morton order)")
-    columns: list[str] = Field(
+    strategy: ClusteringStrategy = Field(
+        strict=False, description="zorder: interleave the columns' bits (Morton order)"
+    )
+    columns: list[ColumnName] = Field(
         min_length=1, max_length=8, description="columns whose values are interleaved, by name"
     )
 
@@ -165,8 +410,11 @@ class SnapshotRetentionSpec(_Model):
     """Snapshot expiry: old snapshots and the files only they referenced are removed."""
 
     enabled: bool = Field(default=True, description="false: never expire snapshots")
-    min_snapshots: int = Field(
-        default=1, ge=1, description="newest snapshots of each branch always kept, whatever their age"
+    min_snapshots: Integer = Field(
+        default=1,
+        ge=1,
+        le=INT32_MAX,
+        description="newest snapshots of each branch always kept, whatever their age",
     )
     max_age: Duration = Field(
         default=5 * 86400.0, description="snapshots older than this expire (unless kept by minSnapshots)"
@@ -206,9 +454,10 @@ class ManifestsSpec(_Model):
     """Manifest rewrite: many small manifests are merged so planning stays fast."""
 
     enabled: bool = Field(default=True, description="false: never rewrite manifests")
-    trigger_small_manifests: int = Field(
+    trigger_small_manifests: Integer = Field(
         default=100,
         ge=2,
+        le=INT32_MAX,
         description="rewrite when the current snapshot has at least this many small manifests",
     )
     target_manifest_size: Quantity = Field(
@@ -239,7 +488,7 @@ class DanglingDeletesSpec(_Model):
 class DataRetentionSpec(_Model):
     """Data retention (TTL): rows whose column value is older than ``olderThan`` are deleted."""
 
-    column: str = Field(min_length=1, description="a timestamp, timestamptz or date column (by name)")
+    column: ColumnName = Field(description="a timestamp, timestamptz or date column (by name)")
     older_than: Duration = Field(description="rows older than this (against the current time) are deleted")
     interval: Duration = Field(default=3600.0, description="how often retention runs")
 
@@ -265,16 +514,28 @@ class OptimizedTableSpec(_Model):
 
     table: str = Field(
         min_length=3,
-        pattern=r"^[^.\s]+(\.[^.\s]+)+$",
+        max_length=MAX_TABLE_IDENTIFIER_LENGTH,
+        pattern=TABLE_IDENTIFIER,
         description="catalog identifier, namespace.table",
     )
     catalog: CatalogRef
-    group: str = Field(default="default", description="the OptimizerGroup serving the table")
+    group: str = Field(
+        default="default",
+        max_length=MAX_GROUP_NAME_LENGTH,
+        pattern=DNS1123_LABEL,
+        description="the OptimizerGroup serving the table, in the table's namespace",
+    )
     enabled: bool = Field(default=True, description="false: never scheduled")
-    quota: float = Field(default=0.5, gt=0, description="CPU share in threads (<= 1: fraction of group)")
+    quota: float = Field(
+        default=0.5,
+        gt=0,
+        # A table cannot use more threads than the largest group has.
+        le=MAX_EXECUTORS * MAX_EXECUTOR_CORES,
+        description="CPU share in threads (<= 1: fraction of group)",
+    )
     target_size: Quantity = Field(default=128 * MiB, description="size of the data files written")
-    fragment_ratio: int = Field(
-        default=8, ge=1, description="fragment: data file <= targetSize / fragmentRatio"
+    fragment_ratio: Integer = Field(
+        default=8, ge=1, le=INT32_MAX, description="fragment: data file <= targetSize / fragmentRatio"
     )
     min_target_size_ratio: float = Field(
         default=0.75,
@@ -299,11 +560,12 @@ class OptimizedTableSpec(_Model):
     )
     maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
 
-    @model_validator(mode="after")
-    def _target_positive(self) -> OptimizedTableSpec:
-        if self.target_size <= 0:
+    @field_validator("target_size")
+    @classmethod
+    def _target_positive(cls, value: int) -> int:
+        if value <= 0:
             raise ValueError("targetSize must be greater than 0")
-        return self
+        return value
 
     def optimizing_config(self) -> OptimizingConfig:
         """Thresholds for the pure evaluator and planner."""
@@ -320,22 +582,29 @@ class OptimizedTableSpec(_Model):
         )
 
 
-class Condition(_Model):
-    """A Kubernetes-style status condition."""
+Message = Annotated[str, StringConstraints(max_length=MAX_MESSAGE_LENGTH)]
+"""Free text in status (clipped to fit by `floe.controller.status.clip`)."""
+Time = Annotated[str, StringConstraints(max_length=MAX_TIME_LENGTH)]
+"""An RFC 3339 time in status."""
+JobName = Annotated[str, StringConstraints(max_length=MAX_LABEL_LENGTH)]
 
-    type: str
+
+class Condition(_Model):
+    """A Kubernetes-style status condition, bounded as metav1.Condition is."""
+
+    type: str = Field(max_length=MAX_CONDITION_TYPE_LENGTH)
     status: Literal["True", "False", "Unknown"]
-    reason: str = ""
-    message: str = ""
-    last_transition_time: str | None = None
+    reason: str = Field(default="", max_length=MAX_REASON_LENGTH)
+    message: Message = ""
+    last_transition_time: Time | None = None
 
 
 class MaintenanceJobStatus(_Model):
     """What one maintenance job last did for a table."""
 
-    last_run: str | None = Field(default=None, description="end of the last run (RFC 3339)")
-    next_due: str | None = Field(default=None, description="when the job runs next (RFC 3339)")
-    last_result: str | None = Field(default=None, description="outcome of the last run")
+    last_run: Time | None = Field(default=None, description="end of the last run (RFC 3339)")
+    next_due: Time | None = Field(default=None, description="when the job runs next (RFC 3339)")
+    last_result: Message | None = Field(default=None, description="outcome of the last run")
     files_reclaimed: int = Field(default=0, description="files the last run removed")
     bytes_reclaimed: int = Field(default=0, description="bytes the last run removed")
 
@@ -345,6 +614,7 @@ class OptimizedTableStatus(_Model):
 
     state: str = Field(
         default="IDLE",
+        max_length=MAX_LABEL_LENGTH,
         description="IDLE, PENDING, PLANNING, MINOR_OPTIMIZING, MAJOR_OPTIMIZING, FULL_OPTIMIZING, "
         "COMMITTING or DISABLED",
     )
@@ -354,22 +624,27 @@ class OptimizedTableStatus(_Model):
     )
     data_files: int = Field(default=0, description="live data files of the table")
     delete_files: int = Field(default=0, description="live delete files of the table")
-    last_minor_optimizing: str | None = Field(default=None, description="end of the last minor optimizing")
-    last_major_optimizing: str | None = Field(default=None, description="end of the last major optimizing")
-    last_full_optimizing: str | None = Field(default=None, description="end of the last full optimizing")
-    last_optimized: str | None = Field(
+    last_minor_optimizing: Time | None = Field(default=None, description="end of the last minor optimizing")
+    last_major_optimizing: Time | None = Field(default=None, description="end of the last major optimizing")
+    last_full_optimizing: Time | None = Field(default=None, description="end of the last full optimizing")
+    last_optimized: Time | None = Field(
         default=None,
         description="the latest of the last minor, major and full optimizing times (RFC 3339); "
         "filled from them when unset",
         json_schema_extra={"format": "date-time"},
     )
-    last_result: str | None = Field(default=None, description="outcome of the last optimizing process")
-    current_process: str | None = Field(default=None, description="id of the optimizing process under way")
-    maintenance: dict[str, MaintenanceJobStatus] = Field(
+    last_result: Message | None = Field(default=None, description="outcome of the last optimizing process")
+    current_process: str | None = Field(
+        default=None, max_length=MAX_LABEL_LENGTH, description="id of the optimizing process under way"
+    )
+    maintenance: dict[
+        Annotated[str, StringConstraints(max_length=MAX_LABEL_LENGTH)], MaintenanceJobStatus
+    ] = Field(
         default_factory=dict,
+        max_length=MAX_CONDITIONS,
         description="by job (expire, orphans, manifests, dangling-deletes, retention): last run and next due",
     )
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
 
     @model_validator(mode="after")
     def _fill_last_optimized(self) -> OptimizedTableStatus:
@@ -403,9 +678,10 @@ class OptimizerGroupStatus(_Model):
     pending_tasks: int = Field(default=0, description="tasks planned and waiting for a thread")
     selector: str = Field(
         default="",
+        max_length=MAX_MESSAGE_LENGTH,
         description="label selector of the group's executor pods (the scale subresource's labelSelectorPath)",
     )
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
 
 
 class OptimizerGroup(_Model):
@@ -413,7 +689,7 @@ class OptimizerGroup(_Model):
 
     api_version: Literal["floe.dev/v1alpha1"]
     kind: Literal["OptimizerGroup"]
-    metadata: ObjectMeta
+    metadata: GroupMeta
     spec: OptimizerGroupSpec = Field(default_factory=OptimizerGroupSpec)
     status: OptimizerGroupStatus | None = None
 

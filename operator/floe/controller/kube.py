@@ -33,6 +33,16 @@ def load_config() -> None:
         config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
 
 
+#: Event names are DNS subdomains too: the involved object's name, a dot and 12 hex digits.
+_EVENT_SUFFIX_LENGTH = 1 + 12
+
+
+def event_name(involved_name: str) -> str:
+    """A unique Event name for an object: its name, cut so that the whole stays within 253 characters."""
+    prefix = involved_name[: 253 - _EVENT_SUFFIX_LENGTH].rstrip("-.")
+    return f"{prefix}.{uuid.uuid4().hex[:12]}"
+
+
 class Kube:
     """Typed wrappers over the core and custom-objects APIs."""
 
@@ -126,9 +136,19 @@ class Kube:
     # -- secrets, status, events ---------------------------------------------------------
 
     def read_secret(self, name: str, namespace: str) -> dict[str, str]:
-        """The Secret's data, decoded (kopf never sees it: it is read here, on demand)."""
+        """The Secret's data, decoded (kopf never sees it: it is read here, on demand).
+
+        Raises ApiException when it cannot be fetched, and ValueError naming the key (never the
+        value) when a value is not UTF-8 text.
+        """
         secret: Any = self.core.read_namespaced_secret(name, namespace)
-        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+        data: dict[str, str] = {}
+        for key, value in (secret.data or {}).items():
+            try:
+                data[key] = base64.b64decode(value).decode()
+            except ValueError:  # binascii.Error, UnicodeDecodeError: their text would quote the value
+                raise ValueError(f"the value of key {key!r} is not UTF-8 text") from None
+        return data
 
     def patch_status(self, plural: str, name: str, namespace: str, status: Manifest) -> None:
         """Merge-patch the ``status`` subresource of one of floe's resources."""
@@ -143,7 +163,7 @@ class Kube:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+            "metadata": {"name": event_name(involved["name"]), "namespace": namespace},
             "involvedObject": involved,
             "type": kind,
             "reason": reason,

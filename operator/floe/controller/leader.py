@@ -27,6 +27,9 @@ How leadership works, end to end:
   with a dying leader cannot apply the same rewrite twice.
 * The leader also labels its own pod ``floe.dev/leader=true``: the operator's Service
   selects that label, so drivers reach the task service of the replica that schedules.
+* Standalone (``floe operator --standalone``), kopf runs without peering and this replica
+  leads from the start, without reading any peering object (and labels its pod all the same).
+  Only one standalone replica may run at a time: nothing stops a second one from reconciling too.
 """
 
 from __future__ import annotations
@@ -68,21 +71,26 @@ class Leadership:
         peering_name: str,
         namespaces: Sequence[str],
         check_interval_s: float = CHECK_INTERVAL_S,
+        standalone: bool = False,
     ) -> None:
-        """With ``kube=None`` (standalone) this replica is always the leader."""
+        """Standalone (or with ``kube=None``, in tests) this replica is always the leader."""
         self.check_interval_s = check_interval_s
         self.kube = kube
         self.identity = identity
         self.priority = priority
         self.peering_name = peering_name
         self.namespaces = list(namespaces)
+        self.standalone = standalone or kube is None
         self._checked_at = float("-inf")
-        self._leader = kube is None
+        self._leader = self.standalone
         self._labelled: bool | None = None
 
     def ensure_peering_objects(self) -> None:
-        """Create the (Cluster)KopfPeering object(s) kopf keeps its peers in, if missing."""
-        if self.kube is None:
+        """Create the (Cluster)KopfPeering object(s) kopf keeps its peers in, if missing.
+
+        Standalone, there are none to make: kopf runs without peering.
+        """
+        if self.kube is None or self.standalone:
             return
         custom = self.kube.custom
         body: dict[str, Any] = {"apiVersion": f"{PEERING_GROUP}/{PEERING_VERSION}", "metadata": {}}
@@ -105,17 +113,11 @@ class Leadership:
                 raise
 
     def is_leader(self) -> bool:
-        """Whether this replica leads now (cached for a few seconds)."""
-        if self.kube is None:
-            return True
+        """Whether this replica leads now (cached for a few seconds; always, standalone)."""
         now = time.monotonic()
         if now - self._checked_at >= self.check_interval_s:
             self._checked_at = now
-            try:
-                leader = self._read()
-            except ApiException as exc:
-                log.warning("cannot read the peering object, keeping leadership as it was: %s", exc.reason)
-                leader = self._leader
+            leader = self._leader if self.standalone else self._read_or_keep()
             if leader != self._leader:
                 log.info(
                     "this replica (%s) %s the leader", self.identity, "is now" if leader else "is no longer"
@@ -123,6 +125,13 @@ class Leadership:
             self._leader = leader
             self._label_own_pod(leader)
         return self._leader
+
+    def _read_or_keep(self) -> bool:
+        try:
+            return self._read()
+        except ApiException as exc:
+            log.warning("cannot read the peering object, keeping leadership as it was: %s", exc.reason)
+            return self._leader
 
     def _read(self) -> bool:
         assert self.kube is not None

@@ -15,20 +15,25 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from floe.api.models import API_VERSION, OptimizedTable
 from floe.controller.kube import Kube, load_config
 from floe.controller.leader import CHECK_INTERVAL_S, Leadership, random_priority
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.controller.pod_health import PodProblem, PodProblemLog
-from floe.controller.secrets import with_catalog_properties
-from floe.controller.status import TableStatusFlusher
+from floe.controller.secrets import (
+    CatalogProblem,
+    CatalogProblems,
+    CatalogSecretError,
+    read_catalog_properties,
+    with_catalog_properties,
+)
+from floe.controller.status import TableStatusFlusher, epoch, restore_maintenance
 from floe.optimizer.task_spec import OUT_OF_MEMORY
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
@@ -129,18 +134,24 @@ class Controller:
         )
         self.server = TaskServiceServer(self.service, host="0.0.0.0", port=config.service_port)
         self.redact = Redactor()
-        self.flusher = TableStatusFlusher(kube, self.engine, self.redact, time.time)
+        self.catalog_problems = CatalogProblems()
+        """Tables whose catalog Secret cannot be read now (their CatalogReady condition)."""
+        self.flusher = TableStatusFlusher(kube, self.engine, self.redact, time.time, self.catalog_problems)
         self.leadership = Leadership(
-            None if config.standalone else kube,
+            kube,
             config.identity,
             config.priority,
             config.peering_name,
             config.namespaces,
             check_interval_s=config.leader_check_interval_s,
+            standalone=config.standalone,
         )
         self.tables: dict[str, InvolvedObject] = {}
         self.resources: dict[str, OptimizedTable] = {}
         """Each table as applied, before its Secret's catalog properties are merged in."""
+        self.awaiting_secret: dict[str, dict[str, Any]] = {}
+        """Tables whose spec waits for its catalog Secret, with the status they had then (see
+        `reconcile_table`)."""
         self.apply_lock = threading.RLock()
         """Held while a table's spec is applied to the engine (kopf handlers, Secret refresh)."""
         self._secret_errors: dict[tuple[str, str], str] = {}
@@ -206,12 +217,97 @@ class Controller:
         if self.leadership.is_leader():
             self.flusher.flush()
 
-    def refresh_catalog_secrets(self) -> int:
-        """Re-read each Secret a table's catalog refers to; re-apply the tables whose properties changed.
+    def reconcile_table(
+        self, table_id: str, involved: InvolvedObject, base: OptimizedTable, status: Mapping[str, Any]
+    ) -> None:
+        """Apply a table to the engine, its catalog properties read from its Secret, if it names one.
 
-        One GET per Secret, however many tables use it. A Secret that cannot be read leaves
-        its tables as they are (logged once per failure, reason only). Returns how many
-        tables were re-applied.
+        A Secret that cannot be read leaves the table waiting for it: CatalogReady turns False
+        (its status is written at once, even for a table the engine does not know yet), a
+        Warning Event names the Secret, and `refresh_catalog_secrets` reads it again every
+        ``secret_interval_s`` until it can apply the table. A table the engine already had
+        keeps running on its last properties meanwhile.
+        """
+        self.tables[table_id] = involved
+        with self.apply_lock:
+            self.resources[table_id] = base
+        secret = base.spec.catalog.secret_ref
+        if not secret:
+            self.catalog_problems.clear(table_id)  # it names no Secret any more: nothing to wait for
+            self._register(table_id, base, status)
+            return
+        try:
+            properties = read_catalog_properties(self.kube, secret, base.metadata.namespace)
+        except CatalogSecretError as exc:
+            self.awaiting_secret[table_id] = dict(status)
+            if table_id not in self.engine.runtimes:
+                self.flusher.seed(table_id, status)
+            self._catalog_secret_failed(table_id, exc.problem)
+            self.flusher.flush(only={table_id})
+            return
+        self.redact.add(properties)
+        self._catalog_secret_read(table_id)
+        self._register(table_id, with_catalog_properties(base, properties), status, properties)
+
+    def forget_table(self, table_id: str) -> None:
+        """The table is deleted: the engine, the status flush and the Secret refresh forget it."""
+        with self.apply_lock:
+            self.resources.pop(table_id, None)
+            self.awaiting_secret.pop(table_id, None)
+            self.engine.remove_table(table_id)
+        self.catalog_problems.clear(table_id)
+        self.flusher.forget(table_id)
+        self.tables.pop(table_id, None)
+
+    def _register(
+        self,
+        table_id: str,
+        resource: OptimizedTable,
+        status: Mapping[str, Any],
+        secret_properties: dict[str, str] | None = None,
+    ) -> None:
+        """Create or update the table's runtime; a new one takes its last optimizing times and
+        maintenance runs from ``status`` (a restart, or a follower that became the leader).
+        `secret_properties`: what the table's catalog Secret holds, if it names one."""
+        self.redact.add(resource.spec.catalog.properties)  # inline credentials too
+        mounted = self.mounted_secret_properties(resource, secret_properties) if secret_properties else None
+        with self.apply_lock:  # against a concurrent Secret refresh applying an older spec
+            self.awaiting_secret.pop(table_id, None)
+            known = table_id in self.engine.runtimes
+            runtime = self.engine.apply_table(resource, secret_properties=mounted)
+            if not known and status:
+                self.flusher.seed(table_id, status)
+                runtime.last_minor_s = runtime.last_minor_s or epoch(status.get("lastMinorOptimizing"))
+                runtime.last_major_s = runtime.last_major_s or epoch(status.get("lastMajorOptimizing"))
+                runtime.last_full_s = runtime.last_full_s or epoch(status.get("lastFullOptimizing"))
+                restore_maintenance(runtime, status)
+                # Re-applying hands the restored last-optimized time to the group's scheduler.
+                self.engine.apply_table(resource, secret_properties=mounted)
+
+    def _catalog_secret_failed(self, table_id: str, problem: CatalogProblem) -> None:
+        """Record the problem; a new one (or a changed one) gets a Warning Event on the table."""
+        if not self.catalog_problems.record(table_id, problem):
+            return
+        involved = self.tables.get(table_id)
+        if involved is not None:
+            self.kube.event(involved.as_dict(), "Warning", problem.reason, problem.message)
+
+    def _catalog_secret_read(self, table_id: str) -> None:
+        """The table's Secret was read: a problem it had is over, and a Normal Event says so."""
+        problem = self.catalog_problems.clear(table_id)
+        involved = self.tables.get(table_id)
+        if problem is not None and involved is not None:
+            message = f"catalog Secret {problem.secret!r} in namespace {involved.namespace!r} is readable"
+            self.kube.event(involved.as_dict(), "Normal", "SecretReadable", message)
+
+    def refresh_catalog_secrets(self) -> int:
+        """Re-read each Secret a table's catalog refers to; apply the tables waiting for it, and re-apply
+        the tables whose properties changed.
+
+        One GET per Secret, however many tables use it. A Secret that cannot be read is a
+        CatalogReady problem of each of its tables (an Event when it starts or changes; logged
+        once per failure, reason only); the tables the engine has keep their properties.
+        Returns how many tables were applied.
         """
         users: dict[tuple[str, str], list[str]] = {}
         for table_id, resource in list(self.resources.items()):
@@ -221,16 +317,18 @@ class Controller:
         applied = 0
         for (namespace, name), table_ids in users.items():
             try:
-                properties = self.kube.read_secret(name, namespace)
-            except ApiException as exc:
-                error = str(exc.reason)
-                if self._secret_errors.get((namespace, name)) != error:
-                    log.warning("catalog Secret %s/%s cannot be read: %s", namespace, name, error)
-                self._secret_errors[(namespace, name)] = error
+                properties = read_catalog_properties(self.kube, name, namespace)
+            except CatalogSecretError as exc:
+                if self._secret_errors.get((namespace, name)) != exc.problem.message:
+                    log.warning("%s", exc.problem.message)
+                self._secret_errors[(namespace, name)] = exc.problem.message
+                for table_id in table_ids:
+                    self._catalog_secret_failed(table_id, exc.problem)
                 continue
             self._secret_errors.pop((namespace, name), None)
             self.redact.add(properties)
             for table_id in table_ids:
+                self._catalog_secret_read(table_id)
                 applied += self._apply_catalog_properties(table_id, name, properties)
         return applied
 
@@ -258,10 +356,17 @@ class Controller:
     def _apply_catalog_properties(self, table_id: str, secret: str, properties: dict[str, str]) -> int:
         with self.apply_lock:
             base = self.resources.get(table_id)
-            runtime = self.engine.runtimes.get(table_id)
-            if base is None or runtime is None or base.spec.catalog.secret_ref != secret:
+            if base is None or base.spec.catalog.secret_ref != secret:
                 return 0
             resource = with_catalog_properties(base, properties)
+            waiting = self.awaiting_secret.get(table_id)
+            if waiting is not None:
+                self._register(table_id, resource, waiting, properties)
+                log.info("catalog Secret of %s is readable: applied", table_id)
+                return 1
+            runtime = self.engine.runtimes.get(table_id)
+            if runtime is None:
+                return 0
             mounted = self.mounted_secret_properties(base, properties)
             unchanged = resource.spec.catalog.properties == runtime.spec.catalog.properties
             if unchanged and self.engine.uses_mounted_secret(table_id) == (mounted is not None):
@@ -317,16 +422,23 @@ def install_redaction(redactor: Redactor) -> None:
 
 
 def kopf_settings(config: OperatorConfig) -> dict[str, Any]:
-    """Keyword arguments of `kopf.operator` / `kopf.run` for this configuration."""
-    return {
+    """Keyword arguments of `kopf.operator` / `kopf.run` for this configuration.
+
+    Standalone, kopf gets no peering name: kopf takes a peering name as "peering is
+    mandatory", and with peering off (standalone) it then finds no peering resource to watch
+    and pauses every handler for good, waiting for a peering that never comes: a standalone
+    operator reconciled nothing.
+    """
+    settings: dict[str, Any] = {
         "liveness_endpoint": config.liveness_endpoint,
         "standalone": config.standalone,
-        "priority": config.priority,
-        "peering_name": config.peering_name,
         "identity": config.identity,
         "clusterwide": not config.namespaces,
         "namespaces": config.namespaces,
     }
+    if not config.standalone:
+        settings.update(priority=config.priority, peering_name=config.peering_name)
+    return settings
 
 
 @kopf.on.startup()

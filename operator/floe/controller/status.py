@@ -4,18 +4,34 @@ The engine changes a table's state many times a minute under load; one API call 
 would flood the API server. `TableStatusFlusher.flush` runs every few seconds and patches
 each table's ``status`` subresource once, with only the fields that changed since the last
 successful flush.
+
+A table's ``CatalogReady`` condition says whether floe can reach its catalog:
+
+* False, ``SecretNotFound`` / ``SecretUnreadable``: the catalog Secret (``spec.catalog.secretRef``)
+  cannot be read; the message names the Secret and its namespace. A table that never got its
+  properties waits for the Secret (it is re-read every ``--secret-interval``) and is also
+  ``Degraded`` with the same reason; a table that had them keeps using them meanwhile.
+* False, ``CatalogUnavailable``: the catalog did not answer, or its properties are wrong (the
+  error, secret values masked); the table is ``Degraded`` (``TableUnavailable``) too.
+* True, ``CatalogAvailable``: the catalog answered the last refresh, whether or not the table
+  itself was found there (a missing table is ``Degraded``, not a catalog problem). Tables with
+  inline properties and tables with a Secret follow the same rule.
+* Unknown: not contacted yet (``NotChecked``), or never, since the table is disabled (``Disabled``).
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from floe.api.models import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH
 from floe.controller.kube import Kube
+from floe.controller.secrets import CatalogProblem, CatalogProblems
 from floe.maintenance.report import MaintenanceJob
 from floe.service.engine import OptimizingEngine, TableView
 from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
@@ -32,6 +48,7 @@ BUSY = {
 }
 
 Status = dict[str, Any]
+CATALOG_READY = "CatalogReady"
 
 
 def timestamp(seconds: float | None) -> str | None:
@@ -51,9 +68,20 @@ def epoch(text: Any) -> float | None:
         return None
 
 
-def condition(type_: str, true: bool, reason: str, message: str = "") -> dict[str, str]:
-    """A condition without its transition time (see `with_transition_times`)."""
-    return {"type": type_, "status": "True" if true else "False", "reason": reason, "message": message}
+def clip(text: str, limit: int = MAX_MESSAGE_LENGTH) -> str:
+    """``text`` cut to ``limit`` characters (an ellipsis marks the cut): the CRD bounds status text,
+    and a status patch with a longer value would be refused whole."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def condition(type_: str, true: bool | None, reason: str, message: str = "") -> dict[str, str]:
+    """A condition without its transition time (see `with_transition_times`); None is Unknown."""
+    return {
+        "type": type_,
+        "status": "Unknown" if true is None else "True" if true else "False",
+        "reason": clip(reason, MAX_REASON_LENGTH),
+        "message": clip(message),
+    }
 
 
 def with_transition_times(
@@ -71,7 +99,12 @@ def with_transition_times(
     return out
 
 
-def table_status(runtime: TableRuntime, view: TableView | None, redact: Callable[[str], str]) -> Status:
+def table_status(
+    runtime: TableRuntime,
+    view: TableView | None,
+    redact: Callable[[str], str],
+    problem: CatalogProblem | None = None,
+) -> Status:
     """A table's status fields (camelCase), every free text redacted."""
     state = runtime.state
     error = redact(runtime.last_error)
@@ -85,7 +118,7 @@ def table_status(runtime: TableRuntime, view: TableView | None, redact: Callable
         "lastMajorOptimizing": timestamp(runtime.last_major_s),
         "lastFullOptimizing": timestamp(runtime.last_full_s),
         "lastOptimized": timestamp(runtime.last_optimized_s),
-        "lastResult": redact(runtime.last_result) or None,
+        "lastResult": clip(redact(runtime.last_result)) or None,
         "currentProcess": runtime.process_id,
         "maintenance": maintenance_status(runtime, redact),
         "conditions": [
@@ -97,7 +130,37 @@ def table_status(runtime: TableRuntime, view: TableView | None, redact: Callable
                 redact(runtime.pending_reason),
             ),
             condition("Degraded", bool(error), degraded_reason(runtime), error),
+            catalog_condition(runtime, problem, redact),
         ],
+    }
+
+
+def catalog_condition(
+    runtime: TableRuntime, problem: CatalogProblem | None, redact: Callable[[str], str]
+) -> dict[str, str]:
+    """``CatalogReady`` of a table the engine knows (the rule is in this module's docstring)."""
+    if problem is not None:
+        return condition(CATALOG_READY, False, problem.reason, problem.message)
+    catalog = runtime.spec.catalog
+    if runtime.catalog_error is None:
+        if runtime.state == TableState.DISABLED:
+            return condition(
+                CATALOG_READY, None, "Disabled", "the catalog of a disabled table is not contacted"
+            )
+        return condition(CATALOG_READY, None, "NotChecked", f"catalog {catalog.name!r} not contacted yet")
+    if runtime.catalog_error:
+        return condition(CATALOG_READY, False, "CatalogUnavailable", redact(runtime.catalog_error))
+    source = f", with the properties of Secret {catalog.secret_ref!r}" if catalog.secret_ref else ""
+    return condition(CATALOG_READY, True, "CatalogAvailable", f"catalog {catalog.name!r} answered{source}")
+
+
+def awaiting_status(problem: CatalogProblem) -> Status:
+    """The status of a table that never reached the engine, because its catalog Secret cannot be read."""
+    return {
+        "conditions": [
+            condition(CATALOG_READY, False, problem.reason, problem.message),
+            condition("Degraded", True, problem.reason, problem.message),
+        ]
     }
 
 
@@ -108,7 +171,7 @@ def maintenance_status(runtime: TableRuntime, redact: Callable[[str], str]) -> S
         out[job.value] = {
             "lastRun": timestamp(run.finished_s),
             "nextDue": timestamp(runtime.next_maintenance_s(job, run.finished_s)),
-            "lastResult": redact(run.result),
+            "lastResult": clip(redact(run.result)),
             "filesReclaimed": run.files_removed,
             "bytesReclaimed": run.bytes_removed,
         }
@@ -162,7 +225,11 @@ def degraded_reason(runtime: TableRuntime) -> str:
 
 
 class TableStatusFlusher:
-    """Writes changed table status fields back, one merge patch per table per flush."""
+    """Writes changed table status fields back, one merge patch per table per flush.
+
+    It writes the tables the engine knows, and the tables waiting for their catalog Secret
+    (`CatalogProblems`), which the engine does not know yet.
+    """
 
     def __init__(
         self,
@@ -170,30 +237,48 @@ class TableStatusFlusher:
         engine: OptimizingEngine,
         redact: Callable[[str], str],
         now: Callable[[], float],
+        problems: CatalogProblems | None = None,
     ) -> None:
         self.kube = kube
         self.engine = engine
         self.redact = redact
         self.now = now
+        self.problems = problems or CatalogProblems()
         self._written: dict[str, Status] = {}
+        # The engine thread flushes every few seconds; a kopf handler flushes its table at once.
+        self._lock = threading.Lock()
         self.patches = 0
         """API calls made so far (tests check that flushing batches)."""
 
     def seed(self, table_id: str, status: Mapping[str, Any]) -> None:
         """What the resource's status already holds (at resume), so unchanged fields are not re-sent."""
-        self._written[table_id] = dict(status)
+        with self._lock:
+            self._written[table_id] = dict(status)
 
     def forget(self, table_id: str) -> None:
         """The table is gone; stop writing its status."""
-        self._written.pop(table_id, None)
+        with self._lock:
+            self._written.pop(table_id, None)
 
-    def flush(self) -> int:
-        """Patch every table whose status changed; returns how many patches were sent."""
+    def flush(self, only: Collection[str] | None = None) -> int:
+        """Patch every table (or those in ``only``) whose status changed; returns the patches sent."""
+        with self._lock:
+            return self._flush(only)
+
+    def _flush(self, only: Collection[str] | None) -> int:
         views = {v.table_id: v for v in self.engine.table_views()}
+        runtimes = dict(self.engine.runtimes)
+        table_ids = set(runtimes) | set(self.problems.tables())
         sent = 0
-        for table_id, runtime in list(self.engine.runtimes.items()):
+        for table_id in sorted(table_ids if only is None else table_ids & set(only)):
+            runtime, problem = runtimes.get(table_id), self.problems.get(table_id)
+            if runtime is not None:
+                status = table_status(runtime, views.get(table_id), self.redact, problem)
+            elif problem is not None:
+                status = awaiting_status(problem)
+            else:
+                continue
             written = self._written.setdefault(table_id, {})
-            status = table_status(runtime, views.get(table_id), self.redact)
             status["conditions"] = with_transition_times(
                 status["conditions"], written.get("conditions"), self.now
             )

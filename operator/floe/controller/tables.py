@@ -16,7 +16,10 @@ reconciled, and re-read by the leader every ``OperatorConfig.secret_interval_s``
 tables using it; no list or watch on Secrets, which the operator is not granted). A table
 whose catalog properties changed is re-applied. Fixing a wrong Secret therefore heals its
 tables without touching them; meanwhile their Degraded condition says what failed
-(reason ``TableUnavailable``), with secret values masked.
+(reason ``TableUnavailable``), with secret values masked. A Secret that is missing or cannot
+be read is the table's ``CatalogReady`` condition (``SecretNotFound``, ``SecretUnreadable``),
+written even for a table that never reached the engine, with a Warning Event naming it; the
+table is applied as soon as the refresh can read it (`floe.controller.status` has the rule).
 """
 
 from __future__ import annotations
@@ -24,16 +27,12 @@ from __future__ import annotations
 from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from floe.api.models import API_GROUP, OptimizedTable
-from floe.controller.runtime import Controller, InvolvedObject, post_event
-from floe.controller.secrets import with_catalog_properties
-from floe.controller.status import epoch, restore_maintenance
+from floe.controller.runtime import Controller, InvolvedObject
 
 VERSION = "v1alpha1"
 PLURAL = "optimizedtables"
-SECRET_RETRY_S = 15.0
 
 
 def table_model(body: kopf.Body) -> OptimizedTable:
@@ -53,48 +52,23 @@ def table_model(body: kopf.Body) -> OptimizedTable:
 @kopf.on.create(API_GROUP, VERSION, PLURAL)
 @kopf.on.update(API_GROUP, VERSION, PLURAL)
 def reconcile_table(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
-    """Create or update the table's runtime, catalog properties read from its Secret."""
+    """Create or update the table's runtime, catalog properties read from its Secret.
+
+    A Secret that cannot be read does not fail the handler (kopf would post an Event at every
+    retry): the controller records it as the table's CatalogReady condition and retries it
+    itself (`Controller.reconcile_table`).
+    """
     controller: Controller = memo.controller
     resource = table_model(body)
     meta = resource.metadata
-    table_id = f"{meta.namespace}/{meta.name}"
-    controller.tables[table_id] = InvolvedObject(
+    involved = InvolvedObject(
         str(body.get("apiVersion")), "OptimizedTable", meta.name, meta.namespace, body.metadata.uid or ""
     )
-    secret = resource.spec.catalog.secret_ref
-    mounted: dict[str, str] | None = None
-    if secret:
-        try:
-            properties = controller.kube.read_secret(secret, meta.namespace)
-        except ApiException as exc:
-            message = f"catalog Secret {secret!r}: {exc.reason}"
-            post_event(controller, body, "Warning", reason="CatalogSecretUnavailable", message=message)
-            raise kopf.TemporaryError(message, delay=SECRET_RETRY_S) from None
-        controller.redact.add(properties)
-        mounted = controller.mounted_secret_properties(resource, properties)
-        resource = with_catalog_properties(resource, properties)
-    controller.redact.add(resource.spec.catalog.properties)  # inline credentials too
-    with controller.apply_lock:  # against a concurrent Secret refresh applying an older spec
-        controller.resources[table_id] = table_model(body)
-        known = table_id in controller.engine.runtimes
-        runtime = controller.engine.apply_table(resource, secret_properties=mounted)
-        if not known and status:
-            controller.flusher.seed(table_id, status)
-            runtime.last_minor_s = runtime.last_minor_s or epoch(status.get("lastMinorOptimizing"))
-            runtime.last_major_s = runtime.last_major_s or epoch(status.get("lastMajorOptimizing"))
-            runtime.last_full_s = runtime.last_full_s or epoch(status.get("lastFullOptimizing"))
-            restore_maintenance(runtime, status)
-            # Re-applying hands the restored last-optimized time to the group's scheduler.
-            controller.engine.apply_table(resource)
+    controller.reconcile_table(f"{meta.namespace}/{meta.name}", involved, resource, dict(status or {}))
 
 
 @kopf.on.delete(API_GROUP, VERSION, PLURAL)
 def remove_table(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """The finalizer: the engine forgets the table (an in-flight process is cancelled uncommitted)."""
     controller: Controller = memo.controller
-    table_id = f"{body.metadata.namespace}/{body.metadata.name}"
-    with controller.apply_lock:
-        controller.resources.pop(table_id, None)
-        controller.engine.remove_table(table_id)
-    controller.flusher.forget(table_id)
-    controller.tables.pop(table_id, None)
+    controller.forget_table(f"{body.metadata.namespace}/{body.metadata.name}")

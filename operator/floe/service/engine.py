@@ -38,7 +38,13 @@ from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
 from floe.scheduling.queue import GroupScheduler, ProcessOutcome
 from floe.service.task_service import RefusedResult, TaskService
-from floe.tables.catalog import TableAccessError, load_table, open_catalog
+from floe.tables.catalog import (
+    CatalogConfigError,
+    CatalogUnreachable,
+    TableAccessError,
+    load_table,
+    open_catalog,
+)
 from floe.tables.history import optimizing_history
 from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
 from floe.tables.scan import ScannedTable, scan_table
@@ -367,10 +373,10 @@ class OptimizingEngine:
         now = self.clock()
         try:
             table = self._load(runtime)
+            runtime.on_loaded(now)
             current = table.metadata.current_snapshot()
             snapshot_id = current.snapshot_id if current else None
             if not runtime.needs_evaluation(snapshot_id):
-                runtime.last_refresh_s = now
                 return
             scanned = scan_table(table)
             history = optimizing_history(table.metadata)
@@ -384,7 +390,9 @@ class OptimizingEngine:
         except TableAccessError as exc:
             if runtime.last_error != str(exc):
                 self._emit(runtime.table_id, "Warning", "TableUnavailable", str(exc))
-            runtime.on_access_error(str(exc), now)
+            runtime.on_access_error(
+                str(exc), now, catalog_failed=isinstance(exc, CatalogConfigError | CatalogUnreachable)
+            )
             return
         with self._lock:
             self._scans[runtime.table_id] = scanned

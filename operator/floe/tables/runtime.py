@@ -78,6 +78,9 @@ class TableRuntime:
     maintenance_runs: dict[MaintenanceJob, MaintenanceRun] = field(default_factory=dict)
     maintaining: MaintenanceJob | None = None
     """The maintenance job running now (at most one per table)."""
+    catalog_error: str | None = None
+    """What the last refresh made of the catalog: None, not contacted yet (or since the catalog
+    changed); "", it answered (the table itself may still be missing); else why it did not."""
 
     @property
     def group(self) -> str:
@@ -108,6 +111,8 @@ class TableRuntime:
         The last evaluation is forgotten so the next refresh re-evaluates with the new
         thresholds even when the snapshot did not change.
         """
+        if spec.catalog != self.spec.catalog:
+            self.catalog_error = None  # another catalog, or other properties: not contacted yet
         self.spec = spec
         self.evaluated_snapshot_id = None
         if not spec.enabled and not self.busy:
@@ -208,10 +213,21 @@ class TableRuntime:
         self.last_error = error
         self._finish(f"failed: {error}")
 
-    def on_access_error(self, error: str, now_s: float) -> None:
-        """The catalog or table could not be read; shown until a refresh succeeds."""
+    def on_loaded(self, now_s: float) -> None:
+        """A refresh loaded the table through its catalog."""
+        self.last_refresh_s = now_s
+        self.catalog_error = ""
+
+    def on_access_error(self, error: str, now_s: float, catalog_failed: bool) -> None:
+        """The catalog (``catalog_failed``) or the table could not be read; shown until a refresh succeeds.
+
+        The last evaluation is forgotten: the next refresh that reads the table evaluates it again,
+        which clears the error even when the snapshot is the one evaluated before.
+        """
         self.last_refresh_s = now_s
         self.last_error = error
+        self.catalog_error = error if catalog_failed else ""
+        self.evaluated_snapshot_id = None
 
     # -- maintenance ---------------------------------------------------------------------
 

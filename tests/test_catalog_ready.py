@@ -1,0 +1,250 @@
+"""The CatalogReady condition: catalog Secrets that cannot be read, catalogs that do or do not answer.
+
+No API server here (tests/k8s/test_controller_lifecycle.py runs the same on a real one): a fake
+Kube answers Secret reads and records status patches, and the engine refreshes real SQLite
+catalogs.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from kubernetes.client.exceptions import ApiException
+from pyiceberg.catalog.sql import SqlCatalog
+
+from floe.api.models import OptimizedTable
+from floe.controller.secrets import (
+    SECRET_NOT_FOUND,
+    SECRET_UNREADABLE,
+    CatalogProblem,
+    CatalogProblems,
+    CatalogSecretError,
+    read_catalog_properties,
+)
+from floe.controller.status import TableStatusFlusher, catalog_condition, table_status
+from floe.service.engine import OptimizingEngine
+from floe.service.task_service import TaskService
+from floe.tables.runtime import TableRuntime
+
+SECRET_VALUE = "p4ssw0rd-never-shown"
+
+
+class FakeKube:
+    """Answers ``read_secret`` from ``secrets`` (or raises ``errors``), records status patches."""
+
+    def __init__(self) -> None:
+        self.secrets: dict[tuple[str, str], dict[str, str]] = {}
+        self.errors: dict[tuple[str, str], Exception] = {}
+        self.patches: list[tuple[str, str, dict[str, Any]]] = []
+
+    def read_secret(self, name: str, namespace: str) -> dict[str, str]:
+        if (namespace, name) in self.errors:
+            raise self.errors[(namespace, name)]
+        if (namespace, name) not in self.secrets:
+            raise ApiException(status=404, reason="Not Found")
+        return self.secrets[(namespace, name)]
+
+    def patch_status(self, plural: str, name: str, namespace: str, status: dict[str, Any]) -> None:
+        self.patches.append((namespace, name, status))
+
+
+def _problem(kube: FakeKube, name: str = "catalog", namespace: str = "ns") -> CatalogProblem:
+    with pytest.raises(CatalogSecretError) as info:
+        read_catalog_properties(kube, name, namespace)  # type: ignore[arg-type]
+    return info.value.problem
+
+
+def test_a_missing_secret_is_secret_not_found_naming_it() -> None:
+    problem = _problem(FakeKube())
+    assert problem == CatalogProblem(
+        "catalog", SECRET_NOT_FOUND, "catalog Secret 'catalog' in namespace 'ns' not found"
+    )
+
+
+@pytest.mark.parametrize(("status", "reason"), [(403, "Forbidden"), (500, "Internal Server Error")])
+def test_a_secret_the_api_refuses_is_secret_unreadable(status: int, reason: str) -> None:
+    kube = FakeKube()
+    kube.errors[("ns", "catalog")] = ApiException(status=status, reason=reason)
+    problem = _problem(kube)
+    assert problem.reason == SECRET_UNREADABLE
+    assert (
+        problem.message == f"catalog Secret 'catalog' in namespace 'ns' cannot be read: {reason} ({status})"
+    )
+
+
+def test_a_secret_that_is_not_text_is_unreadable_without_its_contents() -> None:
+    """The real Kube.read_secret decodes; a value that is not UTF-8 is named by its key only."""
+    from floe.controller.kube import Kube
+
+    class Core:
+        def read_namespaced_secret(self, name: str, namespace: str) -> Any:
+            raw = SECRET_VALUE.encode() + b"\xff\xfe"
+            return type("Secret", (), {"data": {"token": base64.b64encode(raw).decode()}})()
+
+    kube = Kube.__new__(Kube)
+    kube.core = Core()  # type: ignore[assignment]
+    with pytest.raises(CatalogSecretError) as info:
+        read_catalog_properties(kube, "catalog", "ns")
+    problem = info.value.problem
+    assert problem.reason == SECRET_UNREADABLE
+    where = "catalog Secret 'catalog' in namespace 'ns'"
+    assert problem.message == f"{where} cannot be read: the value of key 'token' is not UTF-8 text"
+    assert SECRET_VALUE not in problem.message and "\\xff" not in problem.message
+
+
+def test_catalog_problems_say_when_a_problem_is_new() -> None:
+    problems = CatalogProblems()
+    first = CatalogProblem("s", SECRET_NOT_FOUND, "gone")
+    assert problems.record("ns/t", first) and not problems.record("ns/t", first)
+    assert problems.record("ns/t", CatalogProblem("s", SECRET_UNREADABLE, "forbidden"))
+    assert problems.tables() == ["ns/t"] and problems.clear("ns/t") is not None
+    assert problems.get("ns/t") is None and problems.clear("ns/t") is None
+
+
+# --------------------------------------------------------------------------------------------------
+# The engine's view of the catalog
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[SqlCatalog]:
+    catalog = SqlCatalog("ready", uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=tmp_path.as_uri())
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", schema=pa.schema([("id", pa.int64())]))
+    table.append(pa.table({"id": [1, 2]}))
+    yield catalog
+    catalog.engine.dispose()
+
+
+@pytest.fixture
+def engine() -> Iterator[OptimizingEngine]:
+    engine = OptimizingEngine(TaskService(clock=time.time, registration_token="t"), refresh_interval_s=0.0)
+    yield engine
+    engine.close()
+
+
+def _table(catalog: SqlCatalog, identifier: str = "db.t", **catalog_spec: Any) -> OptimizedTable:
+    properties = {"type": "sql", **{k: str(v) for k, v in catalog.properties.items()}}
+    return OptimizedTable.model_validate(
+        {
+            "apiVersion": "floe.dev/v1alpha1",
+            "kind": "OptimizedTable",
+            "metadata": {"name": "t", "namespace": "ns"},
+            "spec": {
+                "table": identifier,
+                "catalog": {"name": catalog.name, "properties": properties, **catalog_spec},
+            },
+        }
+    )
+
+
+def _condition(runtime: TableRuntime, problem: CatalogProblem | None = None) -> tuple[str, str, str]:
+    found = catalog_condition(runtime, problem, redact=lambda text: text)
+    return found["status"], found["reason"], found["message"]
+
+
+def test_catalog_ready_follows_the_engine(engine: OptimizingEngine, catalog: SqlCatalog) -> None:
+    runtime = engine.apply_table(_table(catalog, secretRef="catalog"))
+    assert _condition(runtime) == ("Unknown", "NotChecked", "catalog 'ready' not contacted yet")
+    engine.tick()
+    assert _condition(runtime) == (
+        "True",
+        "CatalogAvailable",
+        "catalog 'ready' answered, with the properties of Secret 'catalog'",
+    )
+    # A Secret problem wins over what the engine last saw (the engine keeps the old properties).
+    problem = CatalogProblem(
+        "catalog", SECRET_NOT_FOUND, "catalog Secret 'catalog' in namespace 'ns' not found"
+    )
+    assert _condition(runtime, problem) == ("False", SECRET_NOT_FOUND, problem.message)
+
+
+def test_a_catalog_that_does_not_answer_is_not_ready(
+    engine: OptimizingEngine, catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    resource = _table(catalog)
+    good = resource.spec.catalog.properties
+    broken = {**good, "uri": f"sqlite:///{tmp_path / 'missing' / 'catalog.db'}"}
+    spec = resource.spec.model_copy(
+        update={"catalog": resource.spec.catalog.model_copy(update={"properties": broken})}
+    )
+    runtime = engine.apply_table(resource.model_copy(update={"spec": spec}))
+    engine.tick()
+    status, reason, message = _condition(runtime)
+    assert (status, reason) == ("False", "CatalogUnavailable") and "catalog 'ready' is unreachable" in message
+    # Fixed properties: not contacted yet, then ready, and no longer Degraded.
+    runtime = engine.apply_table(resource)
+    assert _condition(runtime)[:2] == ("Unknown", "NotChecked")
+    engine.tick()
+    assert _condition(runtime)[:2] == ("True", "CatalogAvailable") and runtime.last_error == ""
+
+
+def test_a_missing_table_is_degraded_but_its_catalog_answered(
+    engine: OptimizingEngine, catalog: SqlCatalog
+) -> None:
+    runtime = engine.apply_table(_table(catalog, identifier="db.missing"))
+    engine.tick()
+    assert _condition(runtime)[:2] == ("True", "CatalogAvailable")
+    conditions = {c["type"]: c for c in table_status(runtime, None, redact=lambda text: text)["conditions"]}
+    assert (
+        conditions["Degraded"]["status"] == "True" and conditions["Degraded"]["reason"] == "TableUnavailable"
+    )
+
+
+def test_a_disabled_table_never_contacts_its_catalog(engine: OptimizingEngine, catalog: SqlCatalog) -> None:
+    resource = _table(catalog)
+    runtime = engine.apply_table(
+        resource.model_copy(update={"spec": resource.spec.model_copy(update={"enabled": False})})
+    )
+    engine.tick()
+    assert _condition(runtime) == ("Unknown", "Disabled", "the catalog of a disabled table is not contacted")
+
+
+def test_recovering_on_the_same_snapshot_clears_the_error(
+    engine: OptimizingEngine, catalog: SqlCatalog
+) -> None:
+    """A refresh that fails once and then reads the same snapshot again is healthy again (the last
+    evaluation is forgotten on failure, so the table is evaluated again)."""
+    runtime = engine.apply_table(_table(catalog))
+    engine.tick()
+    assert runtime.evaluated_snapshot_id is not None and runtime.last_error == ""
+    runtime.on_access_error("catalog 'ready' is unreachable: timeout", time.time(), catalog_failed=True)
+    engine.tick()
+    assert runtime.last_error == "" and runtime.catalog_error == ""
+
+
+# --------------------------------------------------------------------------------------------------
+# The status flush writes tables the engine does not know
+
+
+def test_a_table_waiting_for_its_secret_gets_a_status(engine: OptimizingEngine, catalog: SqlCatalog) -> None:
+    kube, problems = FakeKube(), CatalogProblems()
+    flusher = TableStatusFlusher(kube, engine, lambda text: text, time.time, problems)  # type: ignore[arg-type]
+    problem = CatalogProblem(
+        "catalog", SECRET_NOT_FOUND, "catalog Secret 'catalog' in namespace 'ns' not found"
+    )
+    problems.record("ns/waiting", problem)
+    engine.apply_table(_table(catalog))
+    assert flusher.flush(only={"ns/waiting"}) == 1
+    namespace, name, status = kube.patches[-1]
+    assert (namespace, name) == ("ns", "waiting") and set(status) == {"conditions"}
+    conditions = {c["type"]: c for c in status["conditions"]}
+    for type_ in ("CatalogReady", "Degraded"):
+        expected = "False" if type_ == "CatalogReady" else "True"
+        assert conditions[type_]["status"] == expected
+        assert (
+            conditions[type_]["reason"] == SECRET_NOT_FOUND
+            and conditions[type_]["message"] == problem.message
+        )
+        assert conditions[type_]["lastTransitionTime"]
+    assert flusher.flush(only={"ns/waiting"}) == 0  # unchanged: not sent again
+    assert flusher.flush() == 1 and kube.patches[-1][1] == "t"  # the engine's table, with CatalogReady
+    assert {c["type"] for c in kube.patches[-1][2]["conditions"]} >= {"CatalogReady", "Degraded"}
+    problems.clear("ns/waiting")
+    flusher.forget("ns/waiting")
+    assert flusher.flush() == 0
