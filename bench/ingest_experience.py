@@ -1,35 +1,12 @@
 """What users feel: a streaming-ingest run without and with ``floe run``, read side by side.
 
-Two identical SQLite-backed catalogs get the same writes: A is left alone, B is kept
-optimized by floe's engine, composed as ``floe run`` composes it (`OptimizingEngine`,
-`TaskServiceServer` on loopback and one in-process `floe_optimizer.app.Optimizer` on
-local Spark, all in this process), with a short refresh interval and minPlanInterval and
-Amoro's default thresholds otherwise. Every ``--write-interval`` seconds one round of
-writes lands in both catalogs, from writers with the same seeds:
-
-- ``clicks``: `ClickStream` appends, partitioned by day (3 small files per round);
-- ``pageviews``: `ClickStream` appends, unpartitioned (1 small file per round);
-- ``orders``: `OrderCdcStream` upserts, partitioned by region: new orders plus updates
-  of old ones as equality deletes (up to 3 data and 3 delete files per round).
-
-Every ``--sample-interval`` seconds the current snapshot of each table in A and B is
-pinned between two rounds, so both hold exactly the same rows, and then measured:
-data and delete file counts, and the time Iceberg's Java reader (Spark, through the
-project's reference reader) takes for a full read, ``SELECT count(*), sum(hash(*))``, and
-for a selective filtered read of the same shape. Counts and hashes of A and B must be
-identical at every sample. The timed queries never overlap floe's rewrite jobs on the
-shared Spark session (a gate holds new rewrite jobs back while a query runs and waits
-for running ones to finish first), so the times measure the tables' layout rather than
-the two competing for the 2 cores; the writers and floe's planning and commits go on
-meanwhile, as they would for a user. A and B are read in alternating order.
-
-Writers' commits on B that lose the race against one of floe's commits are retried, as
-a streaming writer's would be: the appends by pyiceberg's own commit retries (counted
-from its log), the upserts by `commit_row_delta`'s.
-
-Output: a PNG per metric in ``bench/plots/`` (one panel per table, "without floe" and
-"with floe run" lines), the samples as JSON in the work directory, and a markdown
-summary of final and mean figures and their ratios.
+Catalogs A and B get the same rounds of streaming writes (`harness.streams`); B is kept
+optimized by floe's engine, task service and one optimizer, composed in this process as
+``floe run`` composes them. Every ``--sample-interval`` seconds both are pinned between
+two rounds and measured: data and delete file counts, and the time Iceberg's Java reader
+takes for a full and a filtered read, whose counts and hashes must be identical on both
+sides. Output: a PNG per metric in ``bench/plots/``, the samples as JSON in the work
+directory, and a markdown summary. Described in full in ``bench/README.md``.
 
 Run: ``nice -n 10 .venv/bin/python bench/ingest_experience.py [--minutes 1]``.
 """
@@ -46,21 +23,22 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from common import load_average, markdown_table
+from harness.cli import benchmark_parser
+from harness.machine import load_average
+from harness.report import emit, markdown_table, times
+from harness.streams import SIDES, WORKLOADS, Catalogs, CommitRetries, Rounds
 from matplotlib.figure import Figure
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from floe.api.models import OptimizedTable, OptimizerGroup, resource_from_dict
 from floe.local.reference_reader import ReferenceReader, qualified_name
-from floe.local.workload import CLICKS_SPEC, ClickStream, OrderCdcStream
 from floe.optimizer.spark_runner import TaskOutcome
 from floe.optimizer.task_spec import RewriteTaskSpec
 from floe.service.engine import EngineEvent, OptimizingEngine
@@ -71,81 +49,13 @@ from floe_optimizer.app import Optimizer
 from floe_optimizer.runner import SparkTaskRunner, TaskRunner
 
 SCRIPT = Path(__file__).resolve()
-NAMESPACE = "bench"
 GROUP = "ingest"
-SIDES = {"A": "without floe", "B": "with floe run"}
 METRICS = {
     "data_files": "data files",
     "delete_files": "delete files",
     "full_scan_s": "full read, s",
     "filtered_scan_s": "filtered read, s",
 }
-
-log = logging.getLogger("ingest_experience")
-
-
-# -- writers --------------------------------------------------------------------------------
-
-
-def clicks_writer(
-    rows: int, seed: int, spec: PartitionSpec
-) -> Callable[[SqlCatalog, str], Callable[[], None]]:
-    """A `ClickStream` appending ``rows`` per round."""
-
-    def create(catalog: SqlCatalog, identifier: str) -> Callable[[], None]:
-        stream = ClickStream(catalog, identifier, seed=seed, partition_spec=spec)
-        return lambda: stream.append_batch(rows)
-
-    return create
-
-
-def orders_writer(inserts: int, updates: int) -> Callable[[SqlCatalog, str], Callable[[], None]]:
-    """An `OrderCdcStream` upserting ``inserts`` new and ``updates`` old orders per round."""
-
-    def create(catalog: SqlCatalog, identifier: str) -> Callable[[], None]:
-        stream = OrderCdcStream(catalog, identifier, seed=2)
-        return lambda: stream.upsert_batch(inserts=inserts, updates=updates)
-
-    return create
-
-
-class CommitRetries(logging.Handler):
-    """Counts the commits pyiceberg retried because another commit (floe's) got in first."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        """Count pyiceberg's "retrying" warnings."""
-        if record.getMessage().startswith("Commit failed due to a concurrent update"):
-            self.count += 1
-
-
-@dataclass(frozen=True)
-class Workload:
-    """One table of the run: how to create its writer and how to read it selectively."""
-
-    name: str
-    where: str
-    create: Callable[[SqlCatalog, str], Callable[[], None]]
-
-    @property
-    def identifier(self) -> str:
-        """``namespace.table``."""
-        return f"{NAMESPACE}.{self.name}"
-
-
-WORKLOADS = (
-    Workload(
-        "clicks",
-        "ts >= TIMESTAMP_NTZ '2024-03-02 10:00:00' AND ts < TIMESTAMP_NTZ '2024-03-02 11:00:00'",
-        clicks_writer(2000, seed=1, spec=CLICKS_SPEC),
-    ),
-    Workload("pageviews", "user_id BETWEEN 4200 AND 4299", clicks_writer(500, seed=4, spec=PartitionSpec())),
-    Workload("orders", "region = 'apac' AND order_id < 2000", orders_writer(inserts=400, updates=200)),
-)
-
 
 # -- floe, embedded as `floe run` embeds it ---------------------------------------------
 
@@ -319,42 +229,6 @@ class Sample:
     filtered_hash_sum: int
 
 
-class Catalogs:
-    """Catalogs A and B, their writers, and the Spark names the reference reader knows them by."""
-
-    def __init__(self, work: Path, reader: ReferenceReader) -> None:
-        self.catalogs: dict[str, SqlCatalog] = {}
-        self.properties: dict[str, dict[str, str]] = {}
-        self.writers: dict[str, list[Callable[[], None]]] = {}
-        for side in SIDES:
-            directory = work / side
-            (directory / "warehouse").mkdir(parents=True)
-            properties = {
-                "type": "sql",
-                "uri": f"sqlite:///{directory / 'catalog.db'}",
-                "warehouse": (directory / "warehouse").as_uri(),
-            }
-            name = f"ingest_{side.lower()}"
-            catalog = SqlCatalog(name, **properties)
-            catalog.create_namespace(NAMESPACE)
-            reader.register_sql_catalog(name, directory / "catalog.db", properties["warehouse"])
-            self.catalogs[side] = catalog
-            self.properties[side] = properties
-            self.writers[side] = [w.create(catalog, w.identifier) for w in WORKLOADS]
-
-    def write_round(self) -> None:
-        """One batch into every table, A's then B's (same seeds, so the same rows)."""
-        for side in SIDES:
-            for write in self.writers[side]:
-                write()
-
-    def pin(self) -> dict[tuple[str, str], Table]:
-        """Every table as of now, by (table name, side); call between rounds."""
-        return {
-            (w.name, side): self.catalogs[side].load_table(w.identifier) for w in WORKLOADS for side in SIDES
-        }
-
-
 def timed_read(reader: ReferenceReader, gate: ScanGate, query: str) -> tuple[float, int, int]:
     """Seconds, count and hash sum of ``query`` (``SELECT count(*), sum(hash(*)) ...``)."""
     with gate.query():
@@ -408,53 +282,6 @@ def measure(
 
 
 # -- the run --------------------------------------------------------------------------------
-
-
-class Rounds:
-    """The writer thread: a round of writes into A and B every interval until the end."""
-
-    def __init__(self, catalogs: Catalogs, interval_s: float, end_s: float, started: float) -> None:
-        self.catalogs = catalogs
-        self.interval_s = interval_s
-        self.end_s = end_s
-        self.started = started
-        self.lock = threading.Lock()
-        self.done = 0
-        self.late = 0
-        self.failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="bench-writers", daemon=True)
-
-    def start(self) -> None:
-        """Start writing in the background."""
-        self._thread.start()
-
-    def join(self) -> None:
-        """Wait for the last round; re-raise what stopped the writers, if anything did."""
-        self._thread.join()
-        if self.failure is not None:
-            raise RuntimeError("a writer failed") from self.failure
-
-    def alive(self) -> bool:
-        """Whether rounds are still being written."""
-        return self._thread.is_alive()
-
-    def _run(self) -> None:
-        try:
-            while True:
-                due = self.started + self.done * self.interval_s
-                if due - self.started >= self.end_s:
-                    return
-                wait = due - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
-                else:
-                    self.late += 1
-                with self.lock:
-                    self.catalogs.write_round()
-                    self.done += 1
-        except BaseException as exc:
-            self.failure = exc
-            log.exception("writer round %d failed", self.done)
 
 
 def run(args: argparse.Namespace) -> tuple[list[Sample], dict[str, Any]]:
@@ -582,11 +409,6 @@ def plot(samples: list[Sample], out: Path) -> list[Path]:
     return written
 
 
-def ratio(a: float, b: float) -> str:
-    """``a / b`` as ``12.3x`` (``-`` when b is 0)."""
-    return f"{a / b:.1f}x" if b else "-"
-
-
 def summary(samples: list[Sample], facts: dict[str, Any], args: argparse.Namespace, plots: list[Path]) -> str:
     """The markdown results section: final and mean figures of A and B and their ratios."""
     rows = []
@@ -601,10 +423,10 @@ def summary(samples: list[Sample], facts: dict[str, Any], args: argparse.Namespa
                     label,
                     fmt.format(a[-1]),
                     fmt.format(b[-1]),
-                    ratio(a[-1], b[-1]),
+                    times(a[-1], b[-1]),
                     fmt.format(statistics.fmean(a)),
                     fmt.format(statistics.fmean(b)),
-                    ratio(statistics.fmean(a), statistics.fmean(b)),
+                    times(statistics.fmean(a), statistics.fmean(b)),
                 ]
             )
     headers = ["table", "metric", "final A", "final B", "final A/B", "mean A", "mean B", "mean A/B"]
@@ -664,9 +486,7 @@ def pair_mismatches(samples: list[Sample]) -> list[str | None]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__, "ingest")
     parser.add_argument("--minutes", type=float, default=8.0, help="how long the writers write")
     parser.add_argument("--write-interval", type=float, default=5.0, help="seconds between rounds of writes")
     parser.add_argument("--sample-interval", type=float, default=20.0, help="seconds between samples")
@@ -674,9 +494,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--optimizer-threads", type=int, default=2, help="task threads of floe's optimizer")
     parser.add_argument("--refresh-interval", type=float, default=5.0, help="floe's table refresh, seconds")
     parser.add_argument("--min-plan-interval", type=float, default=10.0, help="floe's minPlanInterval, s")
-    parser.add_argument("--dir", type=Path, default=SCRIPT.parent / ".work" / "ingest", help="work directory")
     parser.add_argument("--plots", type=Path, default=SCRIPT.parent / "plots", help="where the PNGs go")
-    parser.add_argument("--markdown", type=Path, help="also write the results section here")
     return parser.parse_args(argv)
 
 
@@ -686,9 +504,7 @@ def main() -> int:
     samples, facts = run(args)
     plots = plot(samples, args.plots)
     text = summary(samples, facts, args, plots)
-    print(text)
-    if args.markdown is not None:
-        args.markdown.write_text(text)
+    emit(text, args.markdown)
     return 1 if any(pair_mismatches(samples)) else 0
 
 

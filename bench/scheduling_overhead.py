@@ -1,42 +1,13 @@
 """Scheduling overhead: how many tasks floe's task service hands out per second, and how fast.
 
-The real `TaskService` (one `GroupScheduler` per group) holds 1,000 tables, each with a
-process of synthetic `RewriteTaskSpec`s that are never executed. 64 simulated optimizer
-threads poll → ack → complete as fast as they can, completing each task with a small
-fake `RewriteTaskResult`; each completion asks for the thread's next task (``next_poll``),
-as the optimizer does, so a thread polls only when a completion brought none
-(``--separate-poll``: every task is polled for, the three-request cycle of the first
-runs). A simulated engine thread in the service's process plays the
-engine's part in the steady state: every 100 ms it takes the finished processes and
-queues a new process for each of their tables, so the queue never runs dry.
-
-Three kinds of run, each in fresh processes:
-
-- ``http``: the service behind the real HTTP server (`TaskServiceServer`, aiohttp) in a
-  child process, the optimizer threads in another child using the real
-  `TaskServiceClient` over 127.0.0.1. The service's CPU is read from
-  ``/proc/<pid>/stat`` at the start and end of the measured window.
-- ``direct``: the same threads calling the in-memory `TaskService` in one process, no
-  HTTP: the cost of the scheduler itself (that process's CPU is the service's, plus a
-  negligible loop around the calls).
-- ``heartbeat``: the optimizer threads only send heartbeats over HTTP: the floor of
-  one authenticated request (on a kept-alive connection: aiohttp, a worker thread, the
-  service's lock) with no scheduling in it. A task costs two requests (ack, and complete
-  carrying the next poll), three with ``--separate-poll``.
-
-``direct`` and ``http`` run once per policy (``--policies``, both by default): the
-balanced policy orders the tables by a cheap key, so quota against balanced isolates
-the cost of computing quota occupation at every poll.
-
-Reported per run: tasks handed out per second over the window (and per quarter of it,
-since the quota ledger grows as tasks finish), poll latency p50/p99/max as the client
-sees it (for a task a completion brought: that completion's latency), ack and complete
-latency, the service's CPU seconds per task, the tasks per second one full core would
-give at that cost (other work shares this machine), the service's and the client's share
-of a core. ``--profile`` adds an ``http`` run of the
-first policy with the service under ``cProfile`` (per-thread CPU time, every thread)
-and prints where its CPU goes, by area of code and by function. Targets (figures, not
-asserted): ≥ 1,000 tasks/s, p99 poll latency < 50 ms.
+The real `TaskService` holds 1,000 tables, each with a queued process of synthetic task
+specs (`harness.task_workload`); 64 simulated optimizer threads poll → ack → complete as
+fast as they can, each completion asking for the thread's next task. Runs: ``direct``
+(the in-memory service, no HTTP) and ``http`` (the real server and client over
+127.0.0.1), once per policy, and ``heartbeat`` (the floor of one HTTP request). Reported
+per run: tasks per second, poll / ack / complete latency as the client sees it, and the
+service's CPU per task. Targets (not asserted): ≥ 1,000 tasks/s, p99 poll < 50 ms.
+Described in full in ``bench/README.md``.
 
 Run: ``nice -n 10 .venv/bin/python bench/scheduling_overhead.py [--seconds 5]``.
 """
@@ -44,192 +15,38 @@ Run: ``nice -n 10 .venv/bin/python bench/scheduling_overhead.py [--seconds 5]``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import cProfile
-import io
 import json
 import os
-import pstats
 import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from common import load_average, markdown_table, run_step, write_result
+from harness.cli import benchmark_parser
+from harness.cpu import process_cpu_seconds
+from harness.machine import load_average
+from harness.profiling import listing, own_time_by_area, profiling_every_thread
+from harness.report import columns_table, emit, markdown_table
+from harness.steps import run_requested_step, run_step
+from harness.task_workload import Completions, build_service, group_name
 
 from floe.api.models import SchedulingPolicy
-from floe.local.workload import CLICKS_SCHEMA, CLICKS_SPEC
-from floe.optimizer.task_spec import (
-    InputDataFile,
-    InputDeleteFile,
-    RewriteTaskResult,
-    RewriteTaskSpec,
-    WrittenFile,
-)
 from floe.service.client import TaskServiceClient
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.service.wire import CompleteRequest, NextPoll, PollRequest, RegisterRequest, TaskAssignment
 
 SCRIPT = Path(__file__).resolve()
-REFILL_INTERVAL_S = 0.1
 EMPTY_POLL_PAUSE_S = 0.002
 """The in-memory poll never waits; a thread that got nothing pauses this long (HTTP long-polls)."""
 HTTP_POLL_WAIT_S = 1.0
 TARGET_TASKS_PER_S = 1000.0
 TARGET_P99_POLL_MS = 50.0
-
-
-# -- the workload ---------------------------------------------------------------------------
-
-
-def table_id(index: int) -> str:
-    """The id of the index-th synthetic table, ``default/t0042``-style like the engine's."""
-    return f"default/t{index:04d}"
-
-
-def group_name(index: int) -> str:
-    """The name of the index-th optimizer group."""
-    return f"group-{index}"
-
-
-def synthetic_specs(table: str, tasks: int) -> list[RewriteTaskSpec]:
-    """A process's worth of realistic task specs for ``table``: 6 data and 2 delete files each."""
-    base = f"file:///warehouse/bench/{table.replace('/', '_')}"
-    schema_json = CLICKS_SCHEMA.model_dump_json()
-    spec_json = CLICKS_SPEC.model_dump_json()
-    specs = []
-    for task in range(tasks):
-        partition = f"{base}/data/ts_day=2024-03-{task % 28 + 1:02d}"
-        specs.append(
-            RewriteTaskSpec(
-                task_id=f"{table}-task-{task}",
-                io_properties={},
-                table_schema_json=schema_json,
-                partition_spec_json=spec_json,
-                output_dir=partition,
-                data_files=[
-                    InputDataFile(
-                        path=f"{partition}/00000-{task}-{n}-0f3c9a2e-6d1b-4c55-9a7e-{n:012d}.parquet",
-                        record_count=20_000 + n,
-                        size_bytes=2_000_000 + n,
-                        data_sequence_number=n + 1,
-                    )
-                    for n in range(6)
-                ],
-                delete_files=[
-                    InputDeleteFile(
-                        path=f"{partition}/00001-{task}-{n}-deletes-{n:012d}.parquet",
-                        kind=2,
-                        record_count=500,
-                        size_bytes=8_000,
-                        data_sequence_number=10 + n,
-                        equality_ids=[1],
-                    )
-                    for n in range(2)
-                ],
-                target_file_size_bytes=128 * 1024 * 1024,
-                delete_memory_limit_bytes=512 * 1024 * 1024,
-                file_name_prefix=f"proc-{table.replace('/', '_')}-{task}",
-            )
-        )
-    return specs
-
-
-def fake_completion(task_id: str) -> CompleteRequest:
-    """A small successful outcome: one written file with metrics for the 4 columns."""
-    columns = range(1, 5)
-    return CompleteRequest(
-        result=RewriteTaskResult(
-            task_id=task_id,
-            files=[
-                WrittenFile(
-                    path=f"file:///warehouse/bench/out/{task_id}.parquet",
-                    record_count=120_000,
-                    size_bytes=12_000_000,
-                    column_sizes={c: 3_000_000 for c in columns},
-                    value_counts={c: 120_000 for c in columns},
-                    null_value_counts={c: 0 for c in columns},
-                    nan_value_counts={},
-                    lower_bounds={c: "0000000000000000" for c in columns},
-                    upper_bounds={c: "ffffffffffffff7f" for c in columns},
-                    split_offsets=[4],
-                )
-            ],
-            rows_read=121_000,
-            rows_deleted=1_000,
-            bytes_read=12_016_000,
-        )
-    )
-
-
-class Refiller:
-    """The engine's part in the steady state: requeue a process for every table whose process finished."""
-
-    def __init__(
-        self, service: TaskService, groups: list[str], specs: dict[str, list[RewriteTaskSpec]]
-    ) -> None:
-        self.service = service
-        self.groups = groups
-        self.specs = specs
-        self.processes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-refiller", daemon=True)
-
-    def start(self) -> None:
-        """Start requeueing in the background."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop requeueing and wait for the thread."""
-        self._stop.set()
-        self._thread.join()
-
-    def refill(self) -> None:
-        """Queue a new process for every table whose process finished since the last call."""
-        for name in self.groups:
-            scheduler = self.service.group(name)
-            for outcome in scheduler.take_finished():
-                self.processes += 1
-                scheduler.add_process(
-                    outcome.table_id,
-                    f"process-{self.processes}",
-                    self.specs[outcome.table_id],
-                    max_retries=5,
-                    allow_partial_commit=False,
-                )
-
-    def _run(self) -> None:
-        while not self._stop.wait(REFILL_INTERVAL_S):
-            self.refill()
-
-
-def build_service(tables: int, groups: int, tasks_per_table: int, policy: SchedulingPolicy) -> Refiller:
-    """The simulated engine over a new TaskService: ``tables`` tables spread over ``groups`` groups,
-    one process of ``tasks_per_table`` tasks queued for each.
-
-    Table specs are built once and reused by every later process of the table (task ids
-    only need to be unique within a process), so refilling costs no pydantic work.
-    """
-    service = TaskService(clock=time.time)
-    names = [group_name(g) for g in range(groups)]
-    for name in names:
-        service.add_group(name, policy)
-    specs: dict[str, list[RewriteTaskSpec]] = {}
-    refiller = Refiller(service, names, specs)
-    for index in range(tables):
-        tid = table_id(index)
-        specs[tid] = synthetic_specs(tid, tasks_per_table)
-        scheduler = service.group(names[index % groups])
-        scheduler.upsert_table(tid, quota=0.5, last_optimized_s=None)
-        refiller.processes += 1
-        scheduler.add_process(tid, f"process-{refiller.processes}", specs[tid], 5, False)
-    return refiller
 
 
 # -- the simulated optimizers -------------------------------------------------------------
@@ -321,20 +138,6 @@ class ThreadLog:
     errors: list[str] = field(default_factory=list)
 
 
-class Completions:
-    """Fake completions, built once per task id and shared by the threads."""
-
-    def __init__(self) -> None:
-        self._cache: dict[str, CompleteRequest] = {}
-
-    def get(self, task_id: str) -> CompleteRequest:
-        """The completion for ``task_id``."""
-        request = self._cache.get(task_id)
-        if request is None:
-            request = self._cache.setdefault(task_id, fake_completion(task_id))
-        return request
-
-
 def task_loop(
     transport: Transport,
     token: str,
@@ -416,13 +219,6 @@ def heartbeat_loop(
             continue
         log.handed_at.append(t1)
         log.poll_s.append(t1 - t0)
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far, every thread included (``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    # After the ")" of comm, field 3 (state) is index 0: utime is field 14, stime field 15.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -537,44 +333,6 @@ def summarize(
 # -- child process steps --------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def profiling_every_thread(out: Path) -> Iterator[None]:
-    """Profile every thread started inside the block, and the block itself, by thread CPU time.
-
-    Python 3.11's cProfile follows one thread only, so each thread gets its own profiler
-    (``threading.Thread.run`` is wrapped) and the profiles are merged into ``out``.
-    """
-    profiles: list[cProfile.Profile] = []
-    lock = threading.Lock()
-    original_run = threading.Thread.run
-
-    def profiled_run(self: threading.Thread) -> None:
-        profile = cProfile.Profile(time.thread_time)
-        with lock:
-            profiles.append(profile)
-        profile.enable()
-        try:
-            original_run(self)
-        finally:
-            profile.disable()
-
-    threading.Thread.run = profiled_run  # type: ignore[method-assign]
-    main = cProfile.Profile(time.thread_time)
-    profiles.append(main)
-    main.enable()
-    try:
-        yield
-    finally:
-        main.disable()
-        threading.Thread.run = original_run  # type: ignore[method-assign]
-        with lock:
-            for profile in profiles:
-                profile.create_stats()
-            # pstats refuses a profile that recorded nothing (a thread that never ran Python code).
-            stats = pstats.Stats(*[p for p in profiles if p.stats])
-        stats.dump_stats(out)
-
-
 def step_serve(args: argparse.Namespace) -> dict[str, Any]:
     """Serve the service over HTTP until stdin closes; the URL goes to ``--url-file``.
 
@@ -582,7 +340,7 @@ def step_serve(args: argparse.Namespace) -> dict[str, Any]:
     and processes are set up before).
     """
     refiller = build_service(args.tables, args.groups, args.tasks_per_table, SchedulingPolicy(args.policy))
-    with profiling_every_thread(args.profile_out) if args.profile_out else contextlib.nullcontext():
+    with profiling_every_thread(args.profile_out) if args.profile_out else nullcontext():
         server = TaskServiceServer(refiller.service)
         server.start()
         refiller.start()
@@ -596,7 +354,7 @@ def step_serve(args: argparse.Namespace) -> dict[str, Any]:
 def step_load(args: argparse.Namespace) -> dict[str, Any]:
     """The simulated optimizers against the HTTP service at ``--url`` (pid ``--service-pid``)."""
     config = load_config(args)
-    return run_load(HttpTransport(args.url), config, lambda: process_cpu_s(args.service_pid))
+    return run_load(HttpTransport(args.url), config, lambda: process_cpu_seconds(args.service_pid))
 
 
 def step_direct(args: argparse.Namespace) -> dict[str, Any]:
@@ -690,7 +448,8 @@ PROFILE_AREAS = (
     ("pydantic (validation, serialization)", ("pydantic",)),
     ("aiohttp", ("aiohttp", "multidict", "yarl")),
     ("asyncio, threads, sockets", ("asyncio", "selectors", "concurrent/futures", "threading", "socket")),
-    ("the benchmark's simulated engine", ("scheduling_overhead.py",)),
+    # The simulated engine (the refiller) is in harness/task_workload.py, the step in this script.
+    ("the benchmark's simulated engine", ("scheduling_overhead.py", "bench/harness/")),
 )
 """Areas of code the service's CPU time is split into, by ``file:function`` of each profiled function."""
 
@@ -705,48 +464,48 @@ def profile_area(file: str, function: str) -> str:
 
 
 def profile_report(path: Path, limit: int) -> str:
-    """Where the profiled service's CPU went, by area of code, then its top functions.
-
-    Each function's own time counts for its file's area; a built-in's (``sorted``,
-    ``dict.get``, ...) is split between its callers' areas by what each caller spent in it.
-    """
-    out = io.StringIO()
-    stats = pstats.Stats(str(path), stream=out)
-    entries: dict[tuple[str, int, str], Any] = stats.stats  # type: ignore[attr-defined]
-    areas: dict[str, float] = defaultdict(float)
-    for (file, _, function), (_, _, own, _, callers) in entries.items():
-        if file != "~":
-            areas[profile_area(file, function)] += own
-            continue
-        via_callers = sum(c[2] for c in callers.values())
-        for (caller_file, _, caller), (_, _, spent, _) in callers.items():
-            areas[profile_area(caller_file, caller)] += own * spent / via_callers if via_callers else 0.0
+    """Where the profiled service's CPU went, by area of code (`own_time_by_area`), then its top functions."""
+    areas = own_time_by_area(path, profile_area)
     total = sum(areas.values())
     ranked = sorted(areas.items(), key=lambda item: -item[1])
     rows = [[label, f"{seconds:.2f}", f"{seconds / total:.0%}"] for label, seconds in ranked]
-    out.write(f"Service CPU under cProfile (thread CPU time, every thread): {total:.2f} s.\n\n")
-    out.write(markdown_table(["area of code (own time)", "CPU s", "share"], rows) + "\n\n```\n")
-    stats.sort_stats("tottime").print_stats(limit)
-    stats.sort_stats("cumulative").print_stats(limit)
-    out.write("```\n")
-    return out.getvalue()
+    return (
+        f"Service CPU under cProfile (thread CPU time, every thread): {total:.2f} s.\n\n"
+        + markdown_table(["area of code (own time)", "CPU s", "share"], rows)
+        + "\n\n```\n"
+        + listing(path, [("tottime", limit), ("cumulative", limit)])
+        + "```\n"
+    )
 
 
-def row(name: str, r: dict[str, Any]) -> list[str]:
-    """One results-table row."""
-    return [
-        name,
-        f"{r['tasks_per_s']:,.0f}",
-        " / ".join(f"{q:,.0f}" for q in r["tasks_per_s_by_quarter"]),
-        f"{r['poll_ms']['p50']:.1f} / {r['poll_ms']['p99']:.1f} / {r['poll_ms']['max']:.0f}",
-        f"{r['ack_ms']['p50']:.1f} / {r['complete_ms']['p50']:.1f}",
-        f"{r['service_cpu_ms_per_task']:.2f}",
-        f"{1000 / r['service_cpu_ms_per_task']:,.0f}" if r["service_cpu_ms_per_task"] else "-",
-        f"{r['service_core_pct']:.0f}%",
-        f"{r['client_core_pct']:.0f}%",
-        str(r["empty_polls"]),
-        str(r["errors"]),
-    ]
+def results_table(results: dict[str, dict[str, Any]]) -> str:
+    """One row per run: tasks handed out, latency as the client sees it, CPU of service and client."""
+    return columns_table(
+        [
+            ("run", lambda r: r["name"]),
+            ("tasks/s", lambda r: f"{r['tasks_per_s']:,.0f}"),
+            ("tasks/s by quarter", lambda r: " / ".join(f"{q:,.0f}" for q in r["tasks_per_s_by_quarter"])),
+            (
+                "poll ms p50 / p99 / max",
+                lambda r: (
+                    f"{r['poll_ms']['p50']:.1f} / {r['poll_ms']['p99']:.1f} / {r['poll_ms']['max']:.0f}"
+                ),
+            ),
+            ("ack / complete ms p50", lambda r: f"{r['ack_ms']['p50']:.1f} / {r['complete_ms']['p50']:.1f}"),
+            ("service CPU ms/task", lambda r: f"{r['service_cpu_ms_per_task']:.2f}"),
+            (
+                "tasks/s per service core",
+                lambda r: (
+                    f"{1000 / r['service_cpu_ms_per_task']:,.0f}" if r["service_cpu_ms_per_task"] else "-"
+                ),
+            ),
+            ("service core", lambda r: f"{r['service_core_pct']:.0f}%"),
+            ("client core", lambda r: f"{r['client_core_pct']:.0f}%"),
+            ("empty polls", lambda r: str(r["empty_polls"])),
+            ("errors", lambda r: str(r["errors"])),
+        ],
+        [{"name": name, **r} for name, r in results.items()],
+    )
 
 
 def main_parent(args: argparse.Namespace) -> int:
@@ -776,19 +535,6 @@ def main_parent(args: argparse.Namespace) -> int:
         profile_text = profile_report(profile, args.profile_lines)
     load_after = load_average()
 
-    headers = [
-        "run",
-        "tasks/s",
-        "tasks/s by quarter",
-        "poll ms p50 / p99 / max",
-        "ack / complete ms p50",
-        "service CPU ms/task",
-        "tasks/s per service core",
-        "service core",
-        "client core",
-        "empty polls",
-        "errors",
-    ]
     lines = [
         "## Scheduling overhead (task service + scheduler)",
         "",
@@ -797,7 +543,7 @@ def main_parent(args: argparse.Namespace) -> int:
         f"window {args.seconds:g} s; {os.cpu_count()} cores; load average {load_before} before, "
         f"{load_after} after.",
         "",
-        markdown_table(headers, [row(name, r) for name, r in results.items()]),
+        results_table(results),
         "",
         f"HTTP floor (heartbeats only, {args.threads} threads): {floor['tasks_per_s']:,.0f} requests/s, "
         f"latency p50 {floor['poll_ms']['p50']:.1f} ms / p99 {floor['poll_ms']['p99']:.1f} ms, "
@@ -824,16 +570,17 @@ def main_parent(args: argparse.Namespace) -> int:
     text = "\n".join(lines) + "\n"
     if profile_text:
         text += f"\n### Service profile ({args.policies[0]} policy, HTTP)\n\n{profile_text}"
-    print(text)
-    if args.markdown is not None:
-        args.markdown.write_text(text)
+    emit(text, args.markdown)
     return 1 if errors else 0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = benchmark_parser(
+        __doc__,
+        "scheduling",
+        profile="add an HTTP run with the service profiled",
+        steps=("serve", "load", "direct"),
     )
     parser.add_argument("--tables", type=int, default=1000)
     parser.add_argument("--groups", type=int, default=1, help="tables are spread round-robin over them")
@@ -851,19 +598,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--policies", nargs="+", default=["quota", "balanced"], choices=[p.value for p in SchedulingPolicy]
     )
-    parser.add_argument("--profile", action="store_true", help="add an HTTP run with the service profiled")
     parser.add_argument("--profile-lines", type=int, default=25)
-    parser.add_argument("--dir", type=Path, default=SCRIPT.parent / ".work" / "scheduling")
-    parser.add_argument("--markdown", type=Path, help="also write the results section here")
     # Child steps.
-    parser.add_argument("--step", choices=["serve", "load", "direct"], help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=["tasks", "heartbeat"], default="tasks", help=argparse.SUPPRESS)
     parser.add_argument("--policy", default="quota", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--url-file", help=argparse.SUPPRESS)
     parser.add_argument("--service-pid", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--profile-out", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.threads % args.optimizers or args.optimizers % args.groups:
         parser.error("--threads must divide evenly over --optimizers, and --optimizers over --groups")
@@ -875,12 +617,7 @@ def main() -> int:
     args = parse_args()
     if args.step is None:
         return main_parent(args)
-    steps: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
-        "serve": step_serve,
-        "load": step_load,
-        "direct": step_direct,
-    }
-    write_result(args.result, steps[args.step](args))
+    run_requested_step(args, {"serve": step_serve, "load": step_load, "direct": step_direct})
     return 0
 
 
