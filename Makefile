@@ -90,6 +90,7 @@ lint: venv
 	$(VENV)/bin/ruff check $(LINT_DIRS)
 	$(VENV)/bin/ruff format --check $(LINT_DIRS)
 	$(VENV)/bin/mypy --strict $(MYPY_DIRS)
+	$(VENV)/bin/lint-imports --no-cache
 
 test: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env kind-env images lint
 	@rc=0; $(VENV)/bin/pytest -q || rc=$$?; \

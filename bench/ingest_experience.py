@@ -39,7 +39,6 @@ from pyspark.sql import SparkSession
 
 from floe.api.models import OptimizedTable, OptimizerGroup, resource_from_dict
 from floe.local.reference_reader import ReferenceReader, qualified_name
-from floe.optimizer.spark_runner import TaskOutcome
 from floe.optimizer.task_spec import RewriteTaskSpec
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
@@ -47,6 +46,7 @@ from floe.service.task_service import TaskService
 from floe.tables.scan import scan_table
 from floe_optimizer.app import Optimizer
 from floe_optimizer.runner import SparkTaskRunner, TaskRunner
+from floe_optimizer.spark_runner import TaskOutcome
 
 SCRIPT = Path(__file__).resolve()
 GROUP = "ingest"

@@ -59,11 +59,11 @@ from floe.local.reference_jars import reference_jars
 from floe.local.reference_reader import ReferenceReader
 from floe.optimizer.process import build_process
 from floe.optimizer.rewrite import run_rewrite_task
-from floe.optimizer.spark_session import get_spark
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
 from floe.tables.scan import scan_table
+from floe_optimizer.spark_session import get_spark
 
 ENGINES = ("bound", "floe", "iceberg")
 TARGET_FILE_BYTES = 128 * MiB

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from floe.local.reference_jars import reference_jars
 from floe.local.reference_reader import ReferenceReader
-from floe.optimizer.spark_session import get_spark
+from floe_optimizer.spark_session import get_spark
 
 _catalog_numbers = itertools.count()
 

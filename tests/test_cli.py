@@ -240,7 +240,7 @@ def test_standalone_runs_kopf_without_peering() -> None:
     """kopf takes a peering name as "peering is mandatory": given one while standalone, it found no
     peering to watch and paused every handler for good, so `--standalone` reconciled nothing."""
     from floe.controller.leader import Leadership
-    from floe.controller.runtime import kopf_settings
+    from floe.controller.main import kopf_settings
 
     standalone = operator_config(build_parser().parse_args(["operator", "--standalone"]))
     settings = kopf_settings(standalone)

@@ -17,7 +17,6 @@ from rest_s3 import RestS3Stack, rest_catalog, rest_s3_stack, s3_filesystem
 from test_correctness import CONFIG, LAYOUTS, MOR, SCHEMA, Writer
 
 from floe.commit.rewrite import (
-    SUMMARY_PROCESS_ID,
     CommitConflict,
     CommitPending,
     RewriteRequest,
@@ -28,6 +27,7 @@ from floe.local.reference_reader import ReferenceReader
 from floe.optimizer.process import build_process, commit_request
 from floe.optimizer.rewrite import run_rewrite_task
 from floe.planning.plan import OptimizingType
+from floe.tables.history import SUMMARY_PROCESS_ID
 
 CATALOG = "faults_rest"
 

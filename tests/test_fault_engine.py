@@ -26,7 +26,6 @@ from rest_s3 import RestS3Stack, rest_s3_stack, s3_filesystem
 from test_correctness import LAYOUTS, MOR, SCHEMA, Writer
 
 from floe.api.models import OptimizedTable, OptimizerGroup
-from floe.commit.rewrite import SUMMARY_PROCESS_ID
 from floe.controller.status import degraded_reason
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.reachable import referenced_files
@@ -36,6 +35,7 @@ from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.service.wire import CompleteRequest, RegisterRequest
+from floe.tables.history import SUMMARY_PROCESS_ID
 from floe.tables.runtime import TableRuntime, TableState
 from floe_optimizer.app import Optimizer
 

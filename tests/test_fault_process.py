@@ -37,7 +37,6 @@ from rest_s3 import RestS3Stack, rest_s3_stack, s3_filesystem
 from test_correctness import CONFIG, LAYOUTS, MOR, SCHEMA, Writer
 
 from floe.api.models import OptimizedTable, OptimizerGroup
-from floe.commit.rewrite import SUMMARY_PROCESS_ID
 from floe.local.optimize import optimize_once
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.orphans import remove_orphan_files
@@ -47,6 +46,7 @@ from floe.planning.plan import OptimizingType
 from floe.service.engine import OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
+from floe.tables.history import SUMMARY_PROCESS_ID
 from floe.tables.runtime import TableRuntime, TableState
 from floe_optimizer.app import Optimizer
 

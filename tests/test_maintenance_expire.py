@@ -18,7 +18,7 @@ from pyiceberg.table.statistics import StatisticsFile
 
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.expire import expire_snapshots
-from floe.maintenance.report import MaintenanceJob
+from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.writer import conform
 
 DAY = 86400.0

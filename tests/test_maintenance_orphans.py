@@ -14,7 +14,7 @@ from pyiceberg.table import Table
 
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.orphans import remove_orphan_files
-from floe.maintenance.report import MaintenanceJob
+from floe.tables.maintenance_job import MaintenanceJob
 
 HOUR = 3600.0
 DAY = 86400.0

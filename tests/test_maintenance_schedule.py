@@ -8,12 +8,12 @@ import pytest
 
 from floe.api.models import OptimizedTableSpec, SchedulingPolicy
 from floe.controller.status import maintenance_status, restore_maintenance
-from floe.maintenance.report import MaintenanceJob, MaintenanceReport
-from floe.maintenance.schedule import JOB_ORDER, due_jobs, job_intervals, next_due_s
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType, PlannedTask
 from floe.scheduling.occupation import TaskTimeLedger
 from floe.scheduling.queue import GroupScheduler
+from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
+from floe.tables.maintenance_schedule import JOB_ORDER, due_jobs, job_intervals, next_due_s
 from floe.tables.runtime import IllegalTransition, MaintenanceRun, TableRuntime, TableState
 
 P = PartitionKey(0, ())

@@ -44,7 +44,7 @@ from floe.local.reference_reader import (
     ReferenceTableNotFound,
     arrow_rows,
 )
-from floe.optimizer.spark_session import ICEBERG_EXTENSIONS, get_spark
+from floe_optimizer.spark_session import ICEBERG_EXTENSIONS, get_spark
 
 EVENTS_SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

@@ -23,11 +23,12 @@ from test_service_http import Clock, scrape
 
 from floe.optimizer.rewrite import run_rewrite_task
 from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTaskSpec
+from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.queue import GroupScheduler
 from floe.service.client import RequestFailed, ServiceUnavailable, TaskServiceClient
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import RefusedResult, TaskService
-from floe.service.wire import CompleteRequest, RegisterRequest, RegisterResponse, TaskAssignment
+from floe.service.wire import CompleteRequest, RegisterRequest, RegisterResponse
 
 GROUP = "g"
 TABLE = "ns/t"

@@ -15,8 +15,8 @@ from pyiceberg.transforms import DayTransform
 from pyiceberg.types import DateType, LongType, NestedField, TimestampType
 
 from floe.local.reference_reader import ReferenceReader, arrow_rows, qualified_name
-from floe.maintenance.report import MaintenanceJob
 from floe.maintenance.retention import expire_rows
+from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.writer import conform
 
 SCHEMA = Schema(

@@ -12,8 +12,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
-from floe.optimizer.spark_runner import TaskOutcome, describe_job_failure, run_tasks_on_spark
 from floe.optimizer.task_spec import OUT_OF_MEMORY, InputDataFile, RewriteTaskSpec
+from floe_optimizer.spark_runner import TaskOutcome, describe_job_failure, run_tasks_on_spark
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

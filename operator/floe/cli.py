@@ -115,7 +115,7 @@ def _optimize(args: argparse.Namespace) -> int:
 
 def _local_spark(cores: int) -> SparkSession:
     """Local Spark for one command; SIGINT back to floe's handler, which SparkContext took."""
-    from floe.optimizer.spark_session import get_spark
+    from floe_optimizer.spark_session import get_spark
 
     session = get_spark(master=f"local[{cores}]")
     reinstall()
@@ -159,7 +159,7 @@ def _maintain(args: argparse.Namespace, table: Table, catalog_name: str) -> int:
     from floe.api.models import OptimizedTableSpec
     from floe.local.report import human_bytes
     from floe.maintenance.jobs import run_maintenance_job
-    from floe.maintenance.report import MaintenanceJob
+    from floe.tables.maintenance_job import MaintenanceJob
 
     try:
         spec = OptimizedTableSpec.model_validate(
@@ -216,7 +216,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _operator(args: argparse.Namespace) -> int:
-    from floe.controller.runtime import run_operator
+    from floe.controller.main import run_operator
 
     return run_operator(operator_config(args))
 

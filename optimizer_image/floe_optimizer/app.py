@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from pyspark.sql import SparkSession
 
-from floe.optimizer.spark_runner import TaskOutcome
+from floe.scheduling.assignment import TaskAssignment
 from floe.service.client import (
     RegistrationToken,
     RequestFailed,
@@ -35,9 +35,10 @@ from floe.service.client import (
     Unauthorized,
     UnknownGroup,
 )
-from floe.service.wire import CompleteRequest, NextPoll, RegisterRequest, RegisterResponse, TaskAssignment
+from floe.service.wire import CompleteRequest, NextPoll, RegisterRequest, RegisterResponse
 from floe_optimizer.retry import Backoff, Outage
 from floe_optimizer.runner import SparkTaskRunner, TaskRunner, discard_written_files
+from floe_optimizer.spark_runner import TaskOutcome
 
 log = logging.getLogger(__name__)
 

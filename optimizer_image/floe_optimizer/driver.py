@@ -25,7 +25,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from floe.api.units import parse_quantity
-from floe.controller.spark_conf import parse_properties
+from floe.optimizer.spark_properties import parse_properties
 from floe.service.client import RegistrationToken, registration_token_from_env
 from floe_optimizer.app import Optimizer
 from floe_optimizer.lifecycle import configure_logging, exit_code, serve_until_signalled, stop_spark

@@ -11,10 +11,10 @@ from pyiceberg.io import load_file_io
 from pyspark.sql import SparkSession
 
 from floe.commit.snapshot import delete_quietly
-from floe.optimizer.spark_runner import TaskOutcome, run_tasks_on_spark
-from floe.optimizer.spark_session import get_spark
 from floe.optimizer.storage_credentials import executor_io_properties
 from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
+from floe_optimizer.spark_runner import TaskOutcome, run_tasks_on_spark
+from floe_optimizer.spark_session import get_spark
 
 APP_NAME = "floe-optimizer"
 

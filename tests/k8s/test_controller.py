@@ -26,8 +26,9 @@ from pyspark.sql import SparkSession
 from test_correctness import build_table
 
 from floe.controller import kube as kube_module
+from floe.controller.main import run_kopf
 from floe.controller.objects import PROPERTIES_KEY, REGISTRATION_KEY, REGISTRATION_SECRET, TEMPLATE_KEY
-from floe.controller.runtime import Controller, OperatorConfig, run_kopf
+from floe.controller.runtime import Controller, OperatorConfig
 from floe.local.reference_reader import ReferenceReader
 from floe.service.client import TOKEN_FILE_ENV
 from floe_optimizer.app import Optimizer

@@ -38,14 +38,16 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from floe.controller import kube as kube_module
+from floe.controller.main import run_kopf
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
-from floe.controller.runtime import Controller, OperatorConfig, run_kopf
+from floe.controller.runtime import Controller, OperatorConfig
 from floe.controller.status import epoch, timestamp
 from floe.local.reference_reader import ReferenceReader
+from floe.scheduling.assignment import TaskAssignment
 from floe.service.client import TaskServiceClient, Unauthorized
 from floe.service.engine import EngineEvent
 from floe.service.errors import UnknownGroup
-from floe.service.wire import RegisterRequest, RegisterResponse, TaskAssignment
+from floe.service.wire import RegisterRequest, RegisterResponse
 from floe.tables.runtime import TableRuntime, TableState
 from floe_optimizer.app import Optimizer
 

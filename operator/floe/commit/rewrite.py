@@ -27,13 +27,10 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 from floe.commit.retry import on_fresh_head
 from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft, UnsupportedTableError
 from floe.planning.files import ContentFile, DeleteIndex
+from floe.tables.history import SUMMARY_DEFERRED_PARTITIONS, SUMMARY_OPTIMIZING_TYPE, SUMMARY_PROCESS_ID
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID, content_file
 
 log = logging.getLogger(__name__)
-
-SUMMARY_OPTIMIZING_TYPE = "floe.optimizing-type"
-SUMMARY_PROCESS_ID = "floe.process-id"
-SUMMARY_DEFERRED_PARTITIONS = "floe.deferred-partitions"
 
 
 class CommitFailed(RuntimeError):

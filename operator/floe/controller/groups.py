@@ -128,14 +128,19 @@ def _group_object(pod: dict[str, Any], group: str, namespace: str) -> InvolvedOb
 
 def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup) -> None:
     """Apply ConfigMaps, Service and the registration Secret; create or replace the driver pod
-    when needed."""
-    kube = controller.kube
+    when needed. One group's at a time: its handlers and its status timer run in parallel."""
     meta = body.metadata
     ref = GroupRef(name=meta.name, namespace=meta.namespace or "default", uid=meta.uid or "")
+    with controller.group_lock(ref.service_group):
+        _ensure_driver(controller, body, group, ref)
+
+
+def _ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup, ref: GroupRef) -> None:
+    kube = controller.kube
     spec = group.spec
     image = spec.image or controller.config.default_image
     template = executor_template_of(body)
-    secrets = controller.storage_secrets_of(ref.namespace, meta.name)
+    secrets = controller.storage_secrets_of(ref.namespace, ref.name)
     spark_config = spark_config_map(ref, spec, image, template, secrets)
 
     previous = kube.read_config_map_data(ref.scale_config_name, ref.namespace)
@@ -200,6 +205,9 @@ def _create_driver_pod(
     try:
         controller.kube.create_pod(manifest)
     except ApiException as exc:
+        if exc.status == 409:
+            # Made meanwhile (a handler and the status timer both saw none): check it next round.
+            raise kopf.TemporaryError("the driver pod was created meanwhile", delay=RESTART_DELAY_S) from exc
         if exc.status != 403 or MISSING_SERVICE_ACCOUNT not in str(exc.body):
             raise
         account = manifest["spec"]["serviceAccountName"]

@@ -40,9 +40,9 @@ from floe.controller.spark_conf import (
     GROUP_LABEL,
     IN_CLUSTER_MASTER,
     ROLE_LABEL,
-    render_properties,
     spark_properties,
 )
+from floe.optimizer.spark_properties import render_properties
 from floe.optimizer.storage_credentials import DEFAULT_CATALOG_SECRETS_DIR as CATALOG_SECRETS_DIR
 
 SPARK_DIR = "/etc/floe/spark"

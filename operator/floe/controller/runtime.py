@@ -1,15 +1,14 @@
-"""The operator process: kopf, the task service and the engine, in one process.
+"""The state the operator's handlers share: the `Controller`, with the task service and the engine.
 
 kopf runs the handlers of `floe.controller.groups` and `floe.controller.tables` on its
-event loop in the main thread (or a thread of the caller's choosing: see `run_kopf`). The
-task service answers the optimizer drivers on ``0.0.0.0:PORT`` from its own thread. The
-engine ticks, and table status is flushed, from a third thread, and only while this
-replica is the leader (see `floe.controller.leader`).
+event loop in the main thread (or a thread of the caller's choosing: see
+`floe.controller.main.run_kopf`). The task service answers the optimizer drivers on
+``0.0.0.0:PORT`` from its own thread. The engine ticks, and table status is flushed, from a
+third thread, and only while this replica is the leader (see `floe.controller.leader`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import secrets
@@ -22,7 +21,7 @@ from typing import Any
 import kopf
 
 from floe.api.models import API_VERSION, OptimizedTable
-from floe.controller.kube import Kube, load_config
+from floe.controller.kube import Kube
 from floe.controller.leader import CHECK_INTERVAL_S, Leadership, random_priority
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.controller.pod_health import PodProblem, PodProblemLog
@@ -162,6 +161,8 @@ class Controller:
         self.mounted_secrets: dict[str, frozenset[str]] = {}
         """Per group (namespace/name): the catalog Secrets its driver and executors mount. Tasks
         of a table whose Secret is among them leave its storage credentials out."""
+        self._group_locks: dict[str, threading.Lock] = {}
+        self._group_locks_lock = threading.Lock()
         self.secrets_remounted = threading.Event()
         """Set when a group's pods mount other Secrets: the next round re-applies the tables'
         catalog properties at once, rather than at the next Secret refresh."""
@@ -332,6 +333,11 @@ class Controller:
                 applied += self._apply_catalog_properties(table_id, name, properties)
         return applied
 
+    def group_lock(self, group: str) -> threading.Lock:
+        """The lock that serializes changes to one group's Kubernetes objects (namespace/name)."""
+        with self._group_locks_lock:
+            return self._group_locks.setdefault(group, threading.Lock())
+
     def storage_secrets_of(self, namespace: str, group: str) -> list[str]:
         """The catalog Secrets the tables of a group name, which its pods mount."""
         return sorted(
@@ -419,91 +425,6 @@ def install_redaction(redactor: Redactor) -> None:
     """Mask secret values in every record the root logger's handlers write."""
     for handler in logging.getLogger().handlers:
         handler.addFilter(RedactingFilter(redactor))
-
-
-def kopf_settings(config: OperatorConfig) -> dict[str, Any]:
-    """Keyword arguments of `kopf.operator` / `kopf.run` for this configuration.
-
-    Standalone, kopf gets no peering name: kopf takes a peering name as "peering is
-    mandatory", and with peering off (standalone) it then finds no peering resource to watch
-    and pauses every handler for good, waiting for a peering that never comes: a standalone
-    operator reconciled nothing.
-    """
-    settings: dict[str, Any] = {
-        "liveness_endpoint": config.liveness_endpoint,
-        "standalone": config.standalone,
-        "identity": config.identity,
-        "clusterwide": not config.namespaces,
-        "namespaces": config.namespaces,
-    }
-    if not config.standalone:
-        settings.update(priority=config.priority, peering_name=config.peering_name)
-    return settings
-
-
-@kopf.on.startup()
-def _configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    # Handler progress goes into annotations: floe's status schema has no place for kopf's.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="floe.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="floe.dev")
-    settings.posting.level = logging.WARNING
-    settings.watching.server_timeout = 60
-    controller: Controller | None = getattr(memo, "controller", None)
-    if controller is not None:
-        settings.peering.lifetime = controller.config.peering_lifetime_s
-
-
-@kopf.on.probe(id="engine")
-def _engine_alive(memo: kopf.Memo, **_: Any) -> dict[str, float]:
-    """Part of the liveness endpoint: fails (500) when the engine loop has stalled.
-
-    kopf serves the endpoint from its own event loop, so an answer also shows that kopf's
-    loop runs; the task service's ``/healthz`` (readiness) shows that the service answers.
-    """
-    controller: Controller = memo.controller
-    idle = time.monotonic() - controller.loop_seen
-    if idle > controller.config.engine_stall_s:
-        raise kopf.PermanentError(f"the engine loop has not come round for {idle:.0f} s")
-    return {"engine_idle_s": round(idle, 1), "rounds": float(controller.rounds)}
-
-
-@kopf.on.login()
-def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    # kopf's own loaders read the service account or KUBECONFIG at login time, like `load_config`.
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-
-
-def run_kopf(
-    controller: Controller,
-    stop_flag: threading.Event | None = None,
-    ready_flag: threading.Event | None = None,
-) -> None:
-    """Run kopf until ``stop_flag`` is set (or forever); blocks. Safe to call from any thread."""
-    from floe.controller import groups, tables  # noqa: F401  (registers the handlers)
-
-    asyncio.run(
-        kopf.operator(
-            memo=kopf.Memo(controller=controller),
-            stop_flag=stop_flag,
-            ready_flag=ready_flag,
-            **kopf_settings(controller.config),
-        )
-    )
-
-
-def run_operator(config: OperatorConfig, stop_flag: threading.Event | None = None) -> int:
-    """``floe operator``: serve until interrupted (or ``stop_flag``); returns the exit code."""
-    load_config()
-    controller = Controller(config, Kube())
-    install_redaction(controller.redact)
-    controller.start()
-    try:
-        run_kopf(controller, stop_flag)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        controller.stop()
-    return 0
 
 
 def operator_namespaces(values: Sequence[str] | None) -> list[str]:

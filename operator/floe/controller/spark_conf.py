@@ -99,19 +99,3 @@ def spark_properties(
         "spark.driver.port": str(DRIVER_PORT),
         "spark.blockManager.port": str(BLOCK_MANAGER_PORT),
     }
-
-
-def render_properties(properties: dict[str, str]) -> str:
-    """Java properties text, one ``key=value`` a line, sorted (stable for change detection)."""
-    return "".join(f"{key}={value}\n" for key, value in sorted(properties.items()))
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Inverse of `render_properties` (blank lines and ``#`` comments ignored)."""
-    properties = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            properties[key.strip()] = value.strip()
-    return properties

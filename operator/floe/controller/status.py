@@ -32,8 +32,8 @@ from kubernetes.client.exceptions import ApiException
 from floe.api.models import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH
 from floe.controller.kube import Kube
 from floe.controller.secrets import CatalogProblem, CatalogProblems
-from floe.maintenance.report import MaintenanceJob
 from floe.service.engine import OptimizingEngine, TableView
+from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
 
 log = logging.getLogger(__name__)

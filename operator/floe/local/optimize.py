@@ -28,13 +28,13 @@ from floe.optimizer.process import (
     commit_request,
 )
 from floe.optimizer.result_check import ResultCheckFailed, check_result
-from floe.optimizer.spark_runner import TaskOutcome, run_tasks_on_spark, wait_for_idle_executors
 from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.planning.planner import plan_optimizing
 from floe.tables.history import optimizing_history
 from floe.tables.scan import ScannedTable, scan_table
+from floe_optimizer.spark_runner import TaskOutcome, run_tasks_on_spark, wait_for_idle_executors
 
 
 @dataclass

@@ -41,7 +41,7 @@ from pyspark.sql.types import (
 )
 
 from floe.local.reference_jars import reference_jars
-from floe.optimizer.spark_session import get_spark
+from floe_optimizer.spark_session import get_spark
 
 SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 S3_FILE_IO_CLASS = "org.apache.iceberg.aws.s3.S3FileIO"

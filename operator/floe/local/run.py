@@ -20,12 +20,12 @@ from rich.table import Table as RichTable
 from floe.api.manifests import load_manifests
 from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
 from floe.local.interrupt import Interrupted, deferred_interrupts, reinstall
-from floe.optimizer.spark_runner import wait_for_idle_executors
-from floe.optimizer.spark_session import get_spark
 from floe.service.engine import EngineEvent, OptimizingEngine, TableView
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe_optimizer.app import Optimizer
+from floe_optimizer.spark_runner import wait_for_idle_executors
+from floe_optimizer.spark_session import get_spark
 
 
 @dataclass

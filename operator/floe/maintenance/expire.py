@@ -36,7 +36,7 @@ from pyiceberg.table.update import (
 )
 
 from floe.maintenance.reachable import delete_files, referenced_files
-from floe.maintenance.report import MaintenanceJob, MaintenanceReport
+from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from floe.maintenance.dangling import remove_dangling_deletes
 from floe.maintenance.expire import expire_snapshots
 from floe.maintenance.manifests import rewrite_manifests
 from floe.maintenance.orphans import remove_orphan_files
-from floe.maintenance.report import MaintenanceJob, MaintenanceReport
 from floe.maintenance.retention import expire_rows
+from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 
 
 def run_maintenance_job(

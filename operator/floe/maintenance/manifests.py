@@ -20,7 +20,7 @@ from pyiceberg.table.snapshots import Operation
 
 from floe.commit.retry import on_fresh_head
 from floe.commit.snapshot import SnapshotDraft
-from floe.maintenance.report import MaintenanceJob, MaintenanceReport
+from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 
 SUMMARY_MANIFESTS_CREATED = "manifests-created"
 SUMMARY_MANIFESTS_REPLACED = "manifests-replaced"

@@ -24,8 +24,8 @@ from pyiceberg.table import Table
 
 from floe.api.models import MIN_ORPHAN_AGE_S
 from floe.maintenance.reachable import delete_files, referenced_files
-from floe.maintenance.report import MaintenanceJob, MaintenanceReport
 from floe.tables.listing import fs_path, list_files
+from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 
 # Hadoop-catalog tables point at their current metadata with this file; no metadata names it.
 VERSION_HINT = "version-hint.text"

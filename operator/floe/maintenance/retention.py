@@ -31,7 +31,7 @@ from pyiceberg.types import DateType, NestedField, PrimitiveType, TimestampType,
 from floe.commit.retry import on_fresh_head
 from floe.commit.rewrite import removable_delete_paths
 from floe.commit.snapshot import SnapshotDraft, delete_quietly
-from floe.maintenance.report import MaintenanceJob, MaintenanceReport
+from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID
 from floe.tables.writer import write_position_deletes
 

@@ -32,11 +32,11 @@ from enum import StrEnum
 
 from floe.api.models import SchedulingPolicy
 from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
+from floe.scheduling.assignment import TaskAssignment
+from floe.scheduling.errors import InvalidRequest, StaleAttempt
 from floe.scheduling.monitor import ChangeMonitor
 from floe.scheduling.occupation import QUOTA_WINDOW_S, TaskTimeLedger, quota_limit
 from floe.scheduling.policy import policy_for
-from floe.service.errors import InvalidRequest, StaleAttempt
-from floe.service.wire import TaskAssignment
 
 
 class TaskStatus(StrEnum):

@@ -35,6 +35,8 @@ from urllib.parse import quote, urlsplit
 
 from pydantic import BaseModel, ValidationError
 
+from floe.scheduling import errors as scheduling_errors
+from floe.scheduling.assignment import TaskAssignment
 from floe.service import errors
 from floe.service.wire import (
     API_VERSION,
@@ -46,7 +48,6 @@ from floe.service.wire import (
     PollResponse,
     RegisterRequest,
     RegisterResponse,
-    TaskAssignment,
 )
 
 _Model = TypeVar("_Model", bound=BaseModel)
@@ -103,7 +104,7 @@ class Unauthorized(errors.Unauthorized):
         Exception.__init__(self, message)
 
 
-class StaleAttempt(errors.StaleAttempt):
+class StaleAttempt(scheduling_errors.StaleAttempt):
     """409: the attempt was superseded or already finished; the call was ignored."""
 
     def __init__(self, attempt_id: str, message: str) -> None:

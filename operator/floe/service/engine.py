@@ -30,7 +30,6 @@ from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
 from floe.commit.rewrite import CommitFailed, CommitPending, commit_rewrite
 from floe.commit.snapshot import UnsupportedTableError
 from floe.maintenance.jobs import run_maintenance_job
-from floe.maintenance.report import MaintenanceJob
 from floe.optimizer.leftovers import remove_uncommitted_outputs
 from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
 from floe.optimizer.task_spec import OUT_OF_MEMORY
@@ -46,6 +45,7 @@ from floe.tables.catalog import (
     open_catalog,
 )
 from floe.tables.history import optimizing_history
+from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
 from floe.tables.scan import ScannedTable, scan_table
 
@@ -138,7 +138,7 @@ class OptimizingEngine:
         self._maintenance_pool = ThreadPoolExecutor(
             max_workers=maintenance_threads, thread_name_prefix="floe-maintenance"
         )
-        service.metrics.watch_engine(self)
+        service.metrics.watch_tables(self.table_views)
         service.on_refused(self._on_refused)
         service.results.use_storage(self._process_io_properties)
         self._secret_properties: dict[str, dict[str, str]] = {}

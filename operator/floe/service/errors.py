@@ -1,4 +1,5 @@
-"""Errors the task service raises to optimizers; the HTTP layer maps each to one status code.
+"""Errors the task service raises to optimizers; the HTTP layer maps each to one status code
+(with those of the scheduler, `floe.scheduling.errors`).
 
 Every one of them but `ResultRefused` is raised before anything changes: a rejected call has
 no effect. A refused result is recorded as the attempt's failure.
@@ -21,15 +22,6 @@ class Unauthorized(Exception):
         )
 
 
-class StaleAttempt(Exception):
-    """An ack or completion for an attempt that is no longer current, or not the caller's."""
-
-    def __init__(self, attempt_id: str, reason: str) -> None:
-        super().__init__(f"attempt {attempt_id!r} is stale ({reason}); its outcome is ignored")
-        self.attempt_id = attempt_id
-        self.reason = reason
-
-
 class UnknownGroup(Exception):
     """No optimizer group of that name exists."""
 
@@ -37,10 +29,6 @@ class UnknownGroup(Exception):
         listed = ", ".join(sorted(known)) or "none"
         super().__init__(f"unknown optimizer group {group!r} (known groups: {listed})")
         self.group = group
-
-
-class InvalidRequest(ValueError):
-    """A well-formed call that contradicts what the optimizer registered or was given."""
 
 
 class ResultRefused(Exception):

@@ -30,14 +30,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from floe.service.errors import (
-    InvalidRequest,
-    ResultRefused,
-    ResultUnverifiable,
-    StaleAttempt,
-    Unauthorized,
-    UnknownGroup,
-)
+from floe.scheduling.errors import InvalidRequest, StaleAttempt
+from floe.service.errors import ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
 from floe.service.openapi import ROUTES, build_openapi
 from floe.service.task_service import TaskService
 from floe.service.wire import (

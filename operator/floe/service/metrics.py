@@ -1,24 +1,44 @@
 """Prometheus metrics of the task service and the engine, served at ``/metrics``.
 
 Events are counted where they happen (completions, registrations, commits, poll
-durations); gauges (queues, optimizers, per-table occupation and state) are read from
-the service and the engine at scrape time, so they are never stale and cost nothing
-between scrapes. Each `TaskService` has its own registry: several services in one
-process (the tests, the benchmarks) never share counters.
+durations); gauges (queues, optimizers, per-table occupation and state) are read at scrape
+time from the sources the service and the engine hand in (`watch_groups`, `watch_tables`),
+so they are never stale and cost nothing between scrapes. Each `TaskService` has its own
+registry: several services in one process (the tests, the benchmarks) never share counters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from floe.service.engine import OptimizingEngine
-    from floe.service.task_service import TaskService
+from floe.scheduling.queue import GroupSchedulingStats
+
+
+class TableGauges(Protocol):
+    """What the per-table gauges show of a table (the engine's `TableView`)."""
+
+    @property
+    def group_key(self) -> str: ...
+    @property
+    def table_id(self) -> str: ...
+    @property
+    def occupation(self) -> float: ...
+    @property
+    def running_tasks(self) -> int: ...
+    @property
+    def queued_tasks(self) -> int: ...
+    @property
+    def state(self) -> str: ...
+
+
+GroupsSource = Callable[[], Iterable[tuple[str, GroupSchedulingStats, int]]]
+"""Per group: its name, its scheduling figures and its registered optimizers."""
+TablesSource = Callable[[], Iterable[TableGauges]]
 
 POLL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 """Seconds: the scheduler answers a poll in well under a millisecond unless its lock is contended."""
@@ -83,21 +103,21 @@ class ServiceMetrics:
         self._state = _StateCollector()
         self.registry.register(self._state)
 
-    def watch(self, service: TaskService) -> None:
-        """Report ``service``'s groups and optimizers at each scrape."""
-        self._state.service = service
+    def watch_groups(self, groups: GroupsSource) -> None:
+        """Report the groups `groups()` gives at each scrape (the task service's)."""
+        self._state.groups = groups
 
-    def watch_engine(self, engine: OptimizingEngine) -> None:
-        """Report ``engine``'s tables at each scrape (the last engine given wins)."""
-        self._state.engine = engine
+    def watch_tables(self, tables: TablesSource) -> None:
+        """Report the tables `tables()` gives at each scrape (the engine's; the last one given wins)."""
+        self._state.tables = tables
 
 
 class _StateCollector(Collector):
     """Gauges read at scrape time."""
 
     def __init__(self) -> None:
-        self.service: TaskService | None = None
-        self.engine: OptimizingEngine | None = None
+        self.groups: GroupsSource | None = None
+        self.tables: TablesSource | None = None
 
     def collect(self) -> Iterator[Metric]:
         """One sample per group and per table, from the current state."""
@@ -105,8 +125,7 @@ class _StateCollector(Collector):
         yield from self._tables()
 
     def _groups(self) -> Iterator[Metric]:
-        service = self.service
-        if service is None:
+        if self.groups is None:
             return
         families = {
             "pending": GaugeMetricFamily(
@@ -125,7 +144,7 @@ class _StateCollector(Collector):
                 "floe_group_pending_tables", "Tables waiting to be planned.", labels=["group"]
             ),
         }
-        for group, stats, optimizers in service.snapshot():
+        for group, stats, optimizers in self.groups():
             families["pending"].add_metric([group], stats.pending_tasks)
             families["running"].add_metric([group], stats.running_tasks)
             families["optimizers"].add_metric([group], optimizers)
@@ -134,8 +153,7 @@ class _StateCollector(Collector):
         yield from families.values()
 
     def _tables(self) -> Iterator[Metric]:
-        engine = self.engine
-        if engine is None:
+        if self.tables is None:
             return
         labels = ["group", "table"]
         occupation = GaugeMetricFamily(
@@ -152,7 +170,7 @@ class _StateCollector(Collector):
             "1 for the table's current state (IDLE, PENDING, PLANNING, ...); other states are not listed.",
             labels=[*labels, "state"],
         )
-        for view in engine.table_views():
+        for view in self.tables():
             key = [view.group_key, view.table_id]
             occupation.add_metric(key, view.occupation)
             running.add_metric(key, view.running_tasks)

@@ -27,16 +27,17 @@ from dataclasses import asdict, dataclass
 from floe.api.models import SchedulingPolicy
 from floe.optimizer.result_check import ResultChecker, ResultCheckFailed
 from floe.optimizer.task_spec import RewriteTaskResult
+from floe.scheduling.assignment import TaskAssignment
+from floe.scheduling.errors import InvalidRequest
 from floe.scheduling.monitor import ChangeMonitor
 from floe.scheduling.queue import GroupScheduler, GroupSchedulingStats
-from floe.service.errors import InvalidRequest, ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
+from floe.service.errors import ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
 from floe.service.metrics import ServiceMetrics
 from floe.service.wire import (
     CompleteRequest,
     PollRequest,
     RegisterRequest,
     RegisterResponse,
-    TaskAssignment,
 )
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class TaskService:
         if registration_token is not None and not registration_token:
             raise ValueError("the registration token must not be empty")
         self.metrics = ServiceMetrics()
-        self.metrics.watch(self)
+        self.metrics.watch_groups(self.snapshot)
         self._clock = clock
         self._registration_token = registration_token
         self._heartbeat_interval_s = heartbeat_interval_s

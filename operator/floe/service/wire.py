@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
+from floe.optimizer.task_spec import RewriteTaskResult
+from floe.scheduling.assignment import TaskAssignment
 
 API_VERSION = "v1"
 
@@ -46,16 +47,6 @@ class PollRequest(_Wire):
 
     thread: int = Field(ge=0)
     wait_s: float = Field(default=20.0, ge=0, le=60)
-
-
-class TaskAssignment(_Wire):
-    """One attempt at one task; ``attempt_id`` names this attempt and no other."""
-
-    attempt_id: str
-    task_id: str
-    process_id: str
-    table: str
-    spec: RewriteTaskSpec
 
 
 class PollResponse(_Wire):

@@ -11,7 +11,12 @@ from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata
 
-from floe.commit.rewrite import SUMMARY_DEFERRED_PARTITIONS, SUMMARY_OPTIMIZING_TYPE
+SUMMARY_OPTIMIZING_TYPE = "floe.optimizing-type"
+"""Snapshot summary key of floe's commits: minor, major or full."""
+SUMMARY_PROCESS_ID = "floe.process-id"
+"""Snapshot summary key: the optimizing process that committed the snapshot (at most one does)."""
+SUMMARY_DEFERRED_PARTITIONS = "floe.deferred-partitions"
+"""Snapshot summary key: triggered partitions the process left for the next one."""
 
 
 @dataclass(frozen=True)

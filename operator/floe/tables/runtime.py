@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from floe.api.models import OptimizedTableSpec
-from floe.maintenance.report import MaintenanceJob, MaintenanceReport
-from floe.maintenance.schedule import due_jobs, next_due_s
 from floe.planning.files import TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.history import OptimizingHistory
+from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
+from floe.tables.maintenance_schedule import due_jobs, next_due_s
 
 
 class TableState(StrEnum):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from floe.api.models import MaintenanceSpec
-from floe.maintenance.report import MaintenanceJob
+from floe.tables.maintenance_job import MaintenanceJob
 
 # Retention first: the files it drops become history that expiry, then orphan cleanup, reclaim.
 # Dangling deletes before manifests, so the rewritten manifests no longer carry them.
