@@ -140,12 +140,20 @@ def kind_cluster(request: pytest.FixtureRequest, e2e_tools: E2ETools) -> Iterato
     sysctls = cache_dir() / "kind" / f"{name}.sysctls"
     sysctls.parent.mkdir(parents=True, exist_ok=True)
     host_sysctls = str(SCRIPTS / "kind" / "host-sysctls.sh")
-    existing = _script_output(str(e2e_tools.kind), "get", "clusters").split()
-    if name not in existing:  # a kept cluster is reused; the saved values are the host's own
-        subprocess.run([host_sysctls, "save", str(sysctls)], check=True)
     cluster = KindCluster(
         name, image=e2e_tools.node_image, kind_path=e2e_tools.kind, kubectl_path=e2e_tools.kubectl
     )
+    existing = _script_output(str(e2e_tools.kind), "get", "clusters").split()
+    if name not in existing:
+        subprocess.run([host_sysctls, "save", str(sysctls)], check=True)
+    elif not _has_kubeconfig(cluster):
+        # Left by a run that was killed, or by another checkout: its state is unknown and this
+        # checkout cannot reach it, so it is replaced (pytest-kind would reuse it blindly). The
+        # values saved before it changed them stay, as they are the host's own.
+        subprocess.run([str(e2e_tools.kind), "delete", "cluster", "--name", name], check=True)
+        if not sysctls.exists():
+            subprocess.run([host_sysctls, "save", str(sysctls)], check=True)
+    # Otherwise a kept cluster is reused, with the values saved when it was made.
     try:
         cluster.create(config_file=KIND_CONFIG)
         cluster.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=180s")
@@ -167,6 +175,11 @@ def kind_cluster(request: pytest.FixtureRequest, e2e_tools: E2ETools) -> Iterato
             cluster.delete()
             _remove_kind_network(e2e_tools.kind)
             subprocess.run([host_sysctls, "restore", str(sysctls)], check=True)
+
+
+def _has_kubeconfig(cluster: KindCluster) -> bool:
+    path = Path(cluster.kubeconfig_path)
+    return path.is_file() and path.stat().st_size > 0
 
 
 def _remove_kind_network(kind: Path) -> None:
