@@ -95,10 +95,11 @@ def test_minor_by_file_count() -> None:
 
 def test_minor_by_interval() -> None:
     two = fragments(2)
-    elapsed = evaluate_one(two, last_minor_s=NOW - 3600)
+    elapsed = evaluate_one(two, last_minor_s=NOW - 3601)
     assert elapsed.optimizing_type == OptimizingType.MINOR
     assert "interval" in elapsed.reason
-    assert evaluate_one(two, last_minor_s=NOW - 3599).optimizing_type is None
+    # Strictly longer than the interval, as in Amoro.
+    assert evaluate_one(two, last_minor_s=NOW - 3600).optimizing_type is None
     assert evaluate_one(two, last_minor_s=None).optimizing_type == OptimizingType.MINOR
 
 
@@ -120,13 +121,33 @@ def test_minor_by_more_than_one_pos_delete_on_a_segment() -> None:
     two = evaluate_one(files, [pos("p1", ref="seg"), pos("p2", ref="seg")])
     assert two.optimizing_type == OptimizingType.MINOR
     assert "1 segments with > 1 pos-delete file" in two.reason
-    assert paths(two.rewrite_files) == ["seg"]
+    # The segment stays; its two position-delete files become one.
+    assert paths(two.rewrite_files) == []
+    assert paths(two.convert_files) == ["seg"]
 
 
-def test_pos_delete_on_an_undersized_segment_counts_too() -> None:
-    e = evaluate_one([data("small-seg", 500)], [pos("p1"), pos("p2")])
+def test_pos_deletes_on_an_undersized_segment_do_not_trigger_minor() -> None:
+    assert evaluate_one([data("small-seg", 500)], [pos("p1"), pos("p2")]).optimizing_type is None
+
+
+def test_minor_rewrites_an_undersized_segment_with_deletes_and_converts_a_segment() -> None:
+    files = [*fragments(12), data("small-seg", 500), data("seg", 900), data("clean", 900)]
+    deletes = [
+        pos("p1", ref="small-seg"),
+        pos("p2", ref="small-seg"),
+        pos("p3", ref="seg"),
+        pos("p4", ref="seg"),
+    ]
+    e = evaluate_one(files, deletes)
     assert e.optimizing_type == OptimizingType.MINOR
-    assert paths(e.rewrite_files) == ["small-seg"]
+    assert sorted(paths(e.rewrite_files)) == sorted([f.path for f in fragments(12)] + ["small-seg"])
+    assert paths(e.convert_files) == ["seg"]
+
+
+def test_one_position_delete_file_on_a_segment_is_left_alone() -> None:
+    e = evaluate_one([*fragments(12), data("seg", 900)], [pos("p1", ref="seg")])
+    assert e.optimizing_type == OptimizingType.MINOR
+    assert e.convert_files == () and "seg" not in paths(e.rewrite_files)
 
 
 def test_equality_deletes_count_toward_minor_and_pull_their_segments_in() -> None:
@@ -135,8 +156,8 @@ def test_equality_deletes_count_toward_minor_and_pull_their_segments_in() -> Non
     assert e.optimizing_type == OptimizingType.MINOR
     assert "10 fragments + 2 eq-deletes >= 12" in e.reason
     # "clean" has a data sequence number above the deletes': they do not apply to it.
-    assert "seg" in paths(e.rewrite_files)
-    assert "clean" not in paths(e.rewrite_files)
+    assert paths(e.convert_files) == ["seg"]
+    assert "seg" not in paths(e.rewrite_files) and "clean" not in paths(e.rewrite_files)
     assert paths(e.delete_files) == ["e1", "e2"]
 
 
@@ -198,9 +219,15 @@ def test_major_by_duplicate_ratio() -> None:
     assert paths(over.rewrite_files) == ["seg"]
 
 
-def test_duplicate_ratio_counts_equality_delete_records() -> None:
-    e = evaluate_one([data("seg", 900, records=100)], [pos("p", records=6), eq("e", records=5)])
-    assert e.optimizing_type == OptimizingType.MAJOR
+def test_duplicate_ratio_counts_position_deleted_rows_only() -> None:
+    seg = [data("seg", 900, records=100)]
+    assert evaluate_one(seg, [pos("p", records=11)]).optimizing_type == OptimizingType.MAJOR
+    # Large equality deletes are converted first (minor), not a reason to rewrite the segment.
+    deletes = [pos("p", records=6), eq("e1", records=500), eq("e2", records=500)]
+    assert evaluate_one(seg, deletes).optimizing_type is None  # two eq-deletes: below the count
+    e = evaluate_one(seg, deletes, last_minor_s=None)
+    assert e.optimizing_type == OptimizingType.MINOR
+    assert paths(e.convert_files) == ["seg"] and e.rewrite_files == ()
 
 
 def test_major_also_does_the_minor_work() -> None:
@@ -210,11 +237,19 @@ def test_major_also_does_the_minor_work() -> None:
     assert sorted(paths(e.rewrite_files)) == sorted([f.path for f in fragments(12)] + ["dup", "u1"])
 
 
+def test_major_converts_the_segments_it_does_not_rewrite() -> None:
+    files = [data("dup", 900), data("seg", 900)]
+    deletes = [pos("p", records=50, ref="dup"), pos("p1", ref="seg"), pos("p2", ref="seg")]
+    e = evaluate_one(files, deletes)
+    assert e.optimizing_type == OptimizingType.MAJOR
+    assert paths(e.rewrite_files) == ["dup"] and paths(e.convert_files) == ["seg"]
+
+
 def test_full_only_when_interval_elapsed_and_something_to_gain() -> None:
     config = replace(CFG, full_trigger_interval_s=86400)
     files = [*fragments(2), data("seg", 900)]
-    assert evaluate_one(files, config=config, last_full_s=NOW - 86399).optimizing_type is None
-    due = evaluate_one(files, config=config, last_full_s=NOW - 86400)
+    assert evaluate_one(files, config=config, last_full_s=NOW - 86400).optimizing_type is None
+    due = evaluate_one(files, config=config, last_full_s=NOW - 86401)
     assert due.optimizing_type == OptimizingType.FULL
     assert due.reason == "full interval 86400s elapsed"
     assert len(due.rewrite_files) == 3

@@ -25,7 +25,7 @@ from floe.commit.rewrite import (
 from floe.local.optimize import plan_table
 from floe.local.reference_reader import ReferenceReader
 from floe.optimizer.process import build_process, commit_request
-from floe.optimizer.rewrite import run_rewrite_task
+from floe.optimizer.rewrite import run_task
 from floe.planning.plan import OptimizingType
 from floe.tables.history import SUMMARY_PROCESS_ID
 
@@ -67,7 +67,7 @@ def _request(table: Table) -> RewriteRequest:
     """A full optimizing of the table, its tasks run for real."""
     scanned, plan = plan_table(table, CONFIG, forced=OptimizingType.FULL)
     process = build_process(table, ".".join(table.name()), scanned, plan, CONFIG)
-    results = [run_rewrite_task(spec) for spec in process.specs]
+    results = [run_task(spec) for spec in process.specs]
     return commit_request(process, results, {}, allow_partial_commit=False)
 
 

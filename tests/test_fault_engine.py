@@ -29,7 +29,7 @@ from floe.api.models import OptimizedTable, OptimizerGroup
 from floe.controller.status import degraded_reason
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.reachable import referenced_files
-from floe.optimizer.rewrite import run_rewrite_task
+from floe.optimizer.rewrite import run_task
 from floe.service.client import RequestFailed, TaskServiceClient
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
@@ -235,7 +235,7 @@ def test_forged_completions_are_refused_and_the_process_commits_honest_results(
         assignment = forger.poll(session.token, thread, wait_s=5)
         assert assignment is not None
         forger.ack(session.token, assignment.attempt_id)
-        honest = run_rewrite_task(assignment.spec)
+        honest = run_task(assignment.spec)
         with pytest.raises(RequestFailed, match="result_refused"):
             forger.complete(session.token, assignment.attempt_id, CompleteRequest(result=forge(honest)))
     forger.unregister(session.token)

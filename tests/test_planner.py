@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from floe.planning.config import OptimizingConfig
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
-from floe.planning.plan import OptimizingPlan, OptimizingType
+from floe.planning.plan import POSITIONS, REWRITE, OptimizingPlan, OptimizingType
 from floe.planning.planner import plan_optimizing
 
 # fragment <= 125 B, undersized segment <= 750 B, segment above; bins of 1000 B.
@@ -213,3 +213,21 @@ def test_partitions_cut_by_max_tasks_are_counted_as_deferred() -> None:
     assert len(plan.partitions) == 1 and plan.deferred_partitions == 2
     whole = plan_optimizing(files, OptimizingConfig(), now_s=0, last_minor_s=0, last_full_s=None)
     assert len(whole.partitions) == 3 and whole.deferred_partitions == 0
+
+
+def test_converted_segments_go_to_positions_tasks_with_their_deletes() -> None:
+    segments = [data(f"seg-{i}", 900) for i in range(10)]
+    deletes = [pos(f"p-{i}-{j}", ref=f"seg-{i}") for i in range(10) for j in range(2)]
+    result = plan([*fragments(12), *segments, data("clean", 900)], [*deletes, eq("e", seq=3)])
+    assert result.optimizing_type == OptimizingType.MINOR
+    positions = [t for t in result.tasks if t.kind == POSITIONS]
+    rewrites = [t for t in result.tasks if t.kind == REWRITE]
+    # Bins of 8 x 1000 B: the ten 900 B segments (and the clean one, which the
+    # equality delete reaches) fill two positions tasks.
+    assert sorted(len(t.data_files) for t in positions) == [3, 8]
+    assert {f.path for t in positions for f in t.data_files} == {f"seg-{i}" for i in range(10)} | {"clean"}
+    for task in positions:
+        carried = {d.path for d in task.delete_files}
+        segment_numbers = [f.path.removeprefix("seg-") for f in task.data_files if f.path != "clean"]
+        assert carried == {"e"} | {f"p-{i}-{j}" for i in segment_numbers for j in range(2)}
+    assert {f.path for t in rewrites for f in t.data_files} == {f.path for f in fragments(12)}

@@ -35,9 +35,11 @@ from pyiceberg.types import (
 )
 
 from floe.optimizer import rewrite
+from floe.optimizer.result_check import ResultCheckFailed, check_result
 from floe.optimizer.rewrite import (
     DeleteSetTooLarge,
     RewriteError,
+    run_position_task,
     run_rewrite_task,
     written_file_to_data_file,
 )
@@ -684,3 +686,65 @@ def test_list_and_map_columns_are_rewritten(tmp_path: Path) -> None:
         {"id": 1, "tags": ["a", "b"], "attrs": [("k", 1)]},
         {"id": 3, "tags": None, "attrs": [("x", 2), ("y", 3)]},
     ]
+
+
+def _positions_of(result: RewriteTaskResult) -> dict[str, list[int]]:
+    """Per data file, the positions its written position-delete file holds."""
+    out: dict[str, list[int]] = {}
+    for written in result.files:
+        assert written.content == 1 and written.referenced_data_file is not None
+        rows = pq.read_table(written.path)
+        assert set(rows.column("file_path").to_pylist()) == {written.referenced_data_file}
+        out[written.referenced_data_file] = rows.column("pos").to_pylist()
+    return out
+
+
+def test_a_positions_task_converts_equality_deletes_and_merges_position_deletes(tmp_path: Path) -> None:
+    a = _data(tmp_path, "a.parquet", [1, 2, 3, 4, 5], seq=1)
+    b = _data(tmp_path, "b.parquet", [6, 7, 8], seq=3)
+    untouched = _data(tmp_path, "c.parquet", [20, 21], seq=1)
+    key = Schema(NestedField(1, "id", LongType(), required=True))
+    positions = [
+        _position_deletes(tmp_path, "p1.parquet", [(a.path, 0), (a.path, 4)], seq=2),
+        _position_deletes(tmp_path, "p2.parquet", [(a.path, 0), (b.path, 2)], seq=3),
+    ]
+    # Applies to a (seq 1 < 2), not to b (seq 3): b's id 7 stays.
+    equality = _equality_deletes(tmp_path, "eq.parquet", key, {"id": [2, 7]}, seq=2)
+    spec = _spec(tmp_path, [a, b, untouched], [*positions, equality]).model_copy(update={"kind": "positions"})
+
+    result = run_position_task(spec)
+
+    # a: rows 0 and 4 by position (0 twice), row 1 (id 2) by equality; b: row 2 by position.
+    assert _positions_of(result) == {a.path: [0, 1, 4], b.path: [2]}
+    assert (result.rows_read, result.rows_deleted) == (10, 4)
+    assert all(Path(f.path).name.startswith("p1-t1-a0-") for f in result.files)
+    # Full metrics: file_path bounds name the data file, as conflict checks need.
+    bounds = {
+        f.referenced_data_file: bytes.fromhex(f.upper_bounds[2147483546]).decode() for f in result.files
+    }
+    assert bounds == {a.path: a.path, b.path: b.path}
+    # The task service takes the result; it refuses one that claims another file's rows.
+    check_result(spec, result, PyArrowFileIO())
+    forged = result.files[1].model_copy(update={"referenced_data_file": untouched.path})
+    with pytest.raises(ResultCheckFailed, match="names other data files"):
+        check_result(spec, result.model_copy(update={"files": [result.files[0], forged]}), PyArrowFileIO())
+
+
+def test_a_positions_task_reads_only_the_equality_deletes_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = _data(tmp_path, "a.parquet", [1, 2, 3], seq=1)
+    key = Schema(NestedField(1, "id", LongType(), required=True))
+    equality = _equality_deletes(tmp_path, "eq.parquet", key, {"id": [3]}, seq=2)
+    read_columns: list[list[str]] = []
+    original = rewrite._ParquetSource.batches
+
+    def spy(self: Any, requested: Schema, batch_rows: int) -> Any:
+        read_columns.append(requested.column_names)
+        return original(self, requested, batch_rows)
+
+    monkeypatch.setattr(rewrite._ParquetSource, "batches", spy)
+    result = run_position_task(_spec(tmp_path, [data], [equality]).model_copy(update={"kind": "positions"}))
+
+    assert _positions_of(result) == {data.path: [2]}
+    assert ["id"] in read_columns and not any("name" in cols for cols in read_columns)

@@ -107,8 +107,7 @@ def _optimize(args: argparse.Namespace) -> int:
     kind = result.plan.optimizing_type.label if result.plan.optimizing_type else "-"
     out.print(
         f"{args.table}: {kind} optimizing committed snapshot {c.snapshot_id}: "
-        f"{c.removed_data_files} data files and {c.removed_delete_files} delete files replaced by "
-        f"{c.added_data_files} files; read {human_bytes(result.bytes_read)} in {result.seconds:.1f}s"
+        f"{c.changes}; read {human_bytes(result.bytes_read)} in {result.seconds:.1f}s"
     )
     return 0
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pyspark import RDD, SparkContext, inheritable_thread_target
 from pyspark.sql import SparkSession
 
-from floe.optimizer.rewrite import run_rewrite_task
+from floe.optimizer.rewrite import run_task
 from floe.optimizer.task_spec import OUT_OF_MEMORY, RewriteTaskResult, RewriteTaskSpec
 
 MAX_ERROR_CHARS = 4000
@@ -124,7 +124,7 @@ def _run_partition(spec_jsons: Iterable[str]) -> Iterator[tuple[str, str | None,
     for spec_json in spec_jsons:
         spec = RewriteTaskSpec.model_validate_json(spec_json)
         try:
-            result = run_rewrite_task(spec)
+            result = run_task(spec)
         except Exception as exc:
             yield spec.task_id, None, _clip(f"{type(exc).__name__}: {exc}")
         else:

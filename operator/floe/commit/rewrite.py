@@ -3,9 +3,12 @@
 The rules (DESIGN.md, "Commit rules that keep data safe"):
 - new files carry the starting snapshot's data sequence number, so equality deletes
   committed after planning still apply to the rewritten rows;
-- the commit fails when, since the starting snapshot, a rewritten data file was removed
-  or a new position delete may target one (appends and equality deletes are fine);
-- a delete file is removed only when no live data file it can apply to remains;
+- the commit fails when, since the starting snapshot, a rewritten or converted data file
+  was removed, or a new position delete may target a rewritten one (appends, equality
+  deletes, and position deletes of converted files are fine: they stay in force);
+- a delete file is removed only when every live data file it can apply to is rewritten,
+  or converted (its deletes, as of the starting snapshot, are in its new position-delete
+  file);
 - on catalog conflicts the commit is rebuilt on the new head and retried; when it is
   abandoned, the caller deletes every file the process wrote (by name, in its output
   directories), unless the catalog may have applied an attempt after all.
@@ -76,7 +79,10 @@ class RewriteRequest:
     rewritten_data_paths: frozenset[str]
     candidate_delete_paths: frozenset[str]
     added_files: tuple[DataFile, ...]
+    """New data files, and the position-delete files of converted data files."""
     deferred_partitions: int = 0
+    converted_data_paths: frozenset[str] = frozenset()
+    """Data files kept, whose deletes the added position-delete files hold."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,17 @@ class RewriteCommitResult:
     removed_delete_files: int
     added_data_files: int
     attempts: int
+    added_delete_files: int = 0
+    """Position-delete files of converted data files."""
+
+    @property
+    def changes(self) -> str:
+        """What the snapshot swapped, in a few words: ``3 data + 2 delete files → 1 data file``."""
+        added = f"{self.added_data_files} data file{'s' if self.added_data_files != 1 else ''}"
+        if self.added_delete_files:
+            added += f" + {self.added_delete_files} position-delete"
+            added += " files" if self.added_delete_files != 1 else " file"
+        return f"{self.removed_data_files} data + {self.removed_delete_files} delete files → {added}"
 
 
 def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4) -> RewriteCommitResult:
@@ -164,7 +181,8 @@ def _commit_with_retries(
             sequence_number=snapshot.sequence_number or 0,
             removed_data_files=removed_data,
             removed_delete_files=removed_deletes,
-            added_data_files=len(request.added_files),
+            added_data_files=_added_data_count(request),
+            added_delete_files=len(request.added_files) - _added_data_count(request),
             attempts=attempts.count,
         )
 
@@ -208,9 +226,14 @@ def _result_of(snapshot: Snapshot, request: RewriteRequest, attempts: int) -> Re
         sequence_number=snapshot.sequence_number or 0,
         removed_data_files=len(request.rewritten_data_paths),
         removed_delete_files=removed_deletes,
-        added_data_files=len(request.added_files),
+        added_data_files=_added_data_count(request),
+        added_delete_files=len(request.added_files) - _added_data_count(request),
         attempts=attempts,
     )
+
+
+def _added_data_count(request: RewriteRequest) -> int:
+    return sum(1 for f in request.added_files if f.content == DataFileContent.DATA)
 
 
 def validate_since_start(table: Table, metadata: TableMetadata, request: RewriteRequest) -> None:
@@ -243,7 +266,9 @@ def _snapshots_since(metadata: TableMetadata, starting_snapshot_id: int) -> list
 def _check_entry(entry: ManifestEntry, snapshot: Snapshot, request: RewriteRequest) -> None:
     df = entry.data_file
     op = snapshot.summary.operation.value if snapshot.summary else "?"
-    if entry.status == ManifestEntryStatus.DELETED and df.file_path in request.rewritten_data_paths:
+    if entry.status == ManifestEntryStatus.DELETED and (
+        df.file_path in request.rewritten_data_paths or df.file_path in request.converted_data_paths
+    ):
         raise CommitConflict(
             f"data file {df.file_path} was removed by snapshot {snapshot.snapshot_id} ({op}) after planning"
         )
@@ -277,12 +302,16 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Sn
     head_entries = draft.head_entries()
     live = [e for _, entries in head_entries for e in entries]
     live_paths = {e.data_file.file_path for e in live}
-    missing = request.rewritten_data_paths - live_paths
+    missing = (request.rewritten_data_paths | request.converted_data_paths) - live_paths
     if missing:
-        raise CommitConflict(f"rewritten data file {sorted(missing)[0]} is no longer live")
+        raise CommitConflict(f"rewritten or converted data file {sorted(missing)[0]} is no longer live")
 
     removed_deletes = removable_delete_paths(
-        draft.metadata, live, request.rewritten_data_paths, request.candidate_delete_paths
+        draft.metadata,
+        live,
+        request.rewritten_data_paths,
+        request.candidate_delete_paths,
+        request.converted_data_paths,
     )
     removed = set(request.rewritten_data_paths) | removed_deletes
 
@@ -313,11 +342,15 @@ def removable_delete_paths(
     live: Iterable[ManifestEntry],
     removed_data_paths: Collection[str],
     candidate_delete_paths: Collection[str],
+    converted_data_paths: Collection[str] = (),
 ) -> set[str]:
-    """Candidate delete files that no live data file, but those removed, can be affected by.
+    """Candidate delete files that no live data file, but those removed or converted, can be
+    affected by.
 
-    A rewrite's added files are not considered: position deletes cannot name them and
-    they carry the starting sequence number, which no pre-existing equality delete exceeds.
+    A converted data file needs none of the candidates: each candidate that applies to it
+    existed when it was planned, so its task applied it. A rewrite's added files are not
+    considered: position deletes cannot name them and they carry the starting sequence
+    number, which no pre-existing equality delete exceeds.
     A position delete without a single referenced data file is taken to apply to every
     data file of its partition with a sequence number not above its own.
     """
@@ -326,7 +359,7 @@ def removable_delete_paths(
     for entry in live:
         path = entry.data_file.file_path
         if entry.data_file.content == DataFileContent.DATA:
-            if path not in removed_data_paths:
+            if path not in removed_data_paths and path not in converted_data_paths:
                 remaining_data.append(content_file(metadata, entry))
         elif path in candidate_delete_paths:
             candidates.append(content_file(metadata, entry))

@@ -22,7 +22,7 @@ from floe.optimizer.rewrite import written_file_to_data_file
 from floe.optimizer.storage_credentials import task_io_properties
 from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
 from floe.planning.config import OptimizingConfig
-from floe.planning.plan import OptimizingPlan, PlannedTask
+from floe.planning.plan import POSITIONS, OptimizingPlan, PlannedTask
 from floe.tables.scan import ScannedTable
 
 DEFAULT_DELETE_MEMORY_LIMIT = 1024 * 1024 * 1024
@@ -95,6 +95,7 @@ def build_process(
         specs.append(
             RewriteTaskSpec(
                 task_id=task_id,
+                kind=task.kind,
                 io_properties=io_properties,
                 storage_secret=secret,
                 table_schema_json=schema_json,
@@ -149,7 +150,8 @@ def commit_request(
     """The commit of the finished tasks; raises ProcessFailed if failures forbid it.
 
     With partial commit, only succeeded tasks' input files are replaced: the failed
-    tasks' files stay live and are picked up by a later plan.
+    tasks' files stay live and are picked up by a later plan. A positions task's data files
+    stay, converted: its position-delete files are added beside them.
     """
     if failures and not allow_partial_commit:
         first = min(failures)
@@ -160,6 +162,7 @@ def commit_request(
     if not results:
         raise ProcessFailed("no task of the process succeeded")
     rewritten: set[str] = set()
+    converted: set[str] = set()
     deletes: set[str] = set()
     added: list[DataFile] = []
     specs = {spec.task_id: spec for spec in process.specs}
@@ -167,7 +170,7 @@ def commit_request(
         task = process.tasks[result.task_id]
         record = process.scanned.partition_records[task.partition]
         sort_order_id = output_sort_order_id(specs[result.task_id].output_order)
-        rewritten.update(f.path for f in task.data_files)
+        (converted if task.kind == POSITIONS else rewritten).update(f.path for f in task.data_files)
         deletes.update(f.path for f in task.delete_files)
         added.extend(
             written_file_to_data_file(w, task.partition.spec_id, record, sort_order_id) for w in result.files
@@ -179,6 +182,7 @@ def commit_request(
         starting_snapshot_id=process.starting_snapshot_id,
         starting_sequence_number=process.plan.sequence_number,
         rewritten_data_paths=frozenset(rewritten),
+        converted_data_paths=frozenset(converted),
         candidate_delete_paths=frozenset(deletes),
         added_files=tuple(added),
         deferred_partitions=process.plan.deferred_partitions,

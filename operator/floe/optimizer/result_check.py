@@ -40,11 +40,15 @@ from pyiceberg.types import FixedType, IcebergType, ListType, MapType, NestedFie
 
 from floe.commit.snapshot import delete_quietly
 from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTaskSpec, WrittenFile
+from floe.planning.plan import POSITIONS
+from floe.tables.writer import POSITION_DELETE_METRICS, POSITION_DELETE_SCHEMA
 
 log = logging.getLogger(__name__)
 
 POSITION_DELETES = 1
 EQUALITY_DELETES = 2
+POS_FILE_PATH_ID = 2147483546
+POS_ID = 2147483545
 
 
 class ResultCheckFailed(ValueError):
@@ -62,10 +66,76 @@ class ResultCheckFailed(ValueError):
 def check_result(spec: RewriteTaskSpec, result: RewriteTaskResult, io: FileIO) -> None:
     """Raise ResultCheckFailed unless `result` is exactly what `spec`'s attempt may produce."""
     check_locations(spec, result)
+    if spec.kind == POSITIONS:
+        check_position_accounting(spec, result)
+        for written in result.files:
+            check_stored_file(written, io, POSITION_DELETE_SCHEMA, POSITION_DELETE_METRICS)
+        check_position_targets(spec, result)
+        return
     check_row_accounting(spec, result)
     schema = sanitize_column_names(Schema.model_validate_json(spec.table_schema_json))
     for written in result.files:
         check_stored_file(written, io, schema)
+
+
+def check_position_accounting(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
+    """For a positions task: one position-delete file per data file at most, each no longer than
+    its data file; positions written = rows deleted <= what the task's delete files can remove."""
+    read = sum(f.record_count for f in spec.data_files)
+    if result.rows_read != read:
+        raise ResultCheckFailed(
+            "rows",
+            f"task {spec.task_id} reports {result.rows_read} rows read, but its data files hold {read}",
+        )
+    records = {f.path: f.record_count for f in spec.data_files}
+    targets: set[str] = set()
+    for written in result.files:
+        target = written.referenced_data_file
+        if written.content != 1 or target not in records:
+            raise ResultCheckFailed(
+                "rows",
+                f"{written.path} is not a position-delete file of one of task {spec.task_id}'s data files",
+            )
+        if target in targets:
+            raise ResultCheckFailed(
+                "rows", f"task {spec.task_id} wrote two position-delete files for {target}"
+            )
+        targets.add(target)
+        if written.record_count > records[target]:
+            raise ResultCheckFailed(
+                "rows",
+                f"{written.path} deletes {written.record_count} rows of {target}, "
+                f"which holds {records[target]}",
+            )
+    positions = sum(f.record_count for f in result.files)
+    removable = removable_rows(spec)
+    if positions != result.rows_deleted or positions > removable:
+        raise ResultCheckFailed(
+            "rows",
+            f"task {spec.task_id} wrote {positions} positions and reports {result.rows_deleted} rows "
+            f"deleted; its delete files can remove at most {removable}",
+        )
+
+
+def check_position_targets(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
+    """Each position-delete file names only its data file, and only rows it has (by the footer's
+    bounds, which `check_stored_file` matched against the claimed ones)."""
+    records = {f.path: f.record_count for f in spec.data_files}
+    for written in result.files:
+        target = written.referenced_data_file or ""
+        path_bounds = {
+            bytes.fromhex(written.lower_bounds.get(POS_FILE_PATH_ID, "")).decode("utf-8", "replace"),
+            bytes.fromhex(written.upper_bounds.get(POS_FILE_PATH_ID, "")).decode("utf-8", "replace"),
+        }
+        if path_bounds != {target}:
+            raise ResultCheckFailed("rows", f"{written.path} names other data files than {target}")
+        lowest = int.from_bytes(bytes.fromhex(written.lower_bounds.get(POS_ID, "")), "little", signed=True)
+        highest = int.from_bytes(bytes.fromhex(written.upper_bounds.get(POS_ID, "")), "little", signed=True)
+        if written.record_count and not 0 <= lowest <= highest < records[target]:
+            raise ResultCheckFailed(
+                "rows",
+                f"{written.path} deletes rows {lowest}..{highest} of {target}, which holds {records[target]}",
+            )
 
 
 def check_row_accounting(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
@@ -144,8 +214,11 @@ def is_own_file(spec: RewriteTaskSpec, path: str) -> bool:
     )
 
 
-def check_stored_file(written: WrittenFile, io: FileIO, schema: Schema) -> None:
-    """The stored file is what `written` says: size, row count, field ids and types, metrics."""
+def check_stored_file(
+    written: WrittenFile, io: FileIO, schema: Schema, metrics_properties: Mapping[str, str] | None = None
+) -> None:
+    """The stored file is what `written` says: size, row count, field ids and types, metrics (those
+    the writer keeps under `metrics_properties`, Iceberg's ``write.metadata.metrics.*``)."""
     metadata = _read_footer(written, io)
     if metadata.num_rows != written.record_count:
         raise ResultCheckFailed(
@@ -154,7 +227,9 @@ def check_stored_file(written: WrittenFile, io: FileIO, schema: Schema) -> None:
         )
     _check_schema(written.path, metadata.schema.to_arrow_schema(), schema)
     stats = data_file_statistics_from_parquet_metadata(
-        metadata, compute_statistics_plan(schema, {}), parquet_path_to_id_mapping(schema)
+        metadata,
+        compute_statistics_plan(schema, dict(metrics_properties or {})),
+        parquet_path_to_id_mapping(schema),
     )
     serialized = stats.to_serialized_dict()
     actual: dict[str, Any] = {

@@ -50,6 +50,8 @@ from floe.optimizer.task_spec import (
     RewriteTaskSpec,
     WrittenFile,
 )
+from floe.planning.plan import POSITIONS
+from floe.tables.writer import POSITION_DELETE_METRICS, POSITION_DELETE_SCHEMA
 
 logger = logging.getLogger(__name__)
 
@@ -100,17 +102,8 @@ def run_rewrite_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
     sets exceed the task's memory budget and `RewriteError` when the inputs cannot be
     read consistently with the table schema.
     """
-    io = load_file_io(executor_io_properties(spec), location=spec.output_dir)
-    # Parquet column names must be the sanitized ones, as pyiceberg and Iceberg Java write them.
-    schema = sanitize_column_names(Schema.model_validate_json(spec.table_schema_json))
-    context = _Context(
-        io=io,
-        schema=schema,
-        partition_spec=PartitionSpec.model_validate_json(spec.partition_spec_json),
-        resolver=_SchemaResolver(
-            parse_mapping_from_json(spec.name_mapping_json) if spec.name_mapping_json else None
-        ),
-    )
+    context = _task_context(spec)
+    io, schema = context.io, context.schema
     deletes = _load_deletes(context, spec)
     writer = _RollingParquetWriter(io, spec, schema)
     sink = _EqualityFilter(writer)
@@ -138,12 +131,156 @@ def run_rewrite_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
     )
 
 
+def _task_context(spec: RewriteTaskSpec) -> _Context:
+    # Parquet column names must be the sanitized ones, as pyiceberg and Iceberg Java write them.
+    return _Context(
+        io=load_file_io(executor_io_properties(spec), location=spec.output_dir),
+        schema=sanitize_column_names(Schema.model_validate_json(spec.table_schema_json)),
+        partition_spec=PartitionSpec.model_validate_json(spec.partition_spec_json),
+        resolver=_SchemaResolver(
+            parse_mapping_from_json(spec.name_mapping_json) if spec.name_mapping_json else None
+        ),
+    )
+
+
+def run_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
+    """Run a task of either kind (`RewriteTaskSpec.kind`)."""
+    return run_position_task(spec) if spec.kind == POSITIONS else run_rewrite_task(spec)
+
+
+def run_position_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
+    """Write, for each data file of the task, one position-delete file holding every row its
+    delete files remove: its position deletes merged, its equality deletes (by the sequence-number
+    rules) converted into positions. The data files stay as they are.
+
+    Only the columns the equality deletes compare are read. A data file nothing deletes gets
+    no file. ``rows_read`` counts the data files' rows, ``rows_deleted`` the positions written.
+    Files written before a failure are deleted before the error propagates.
+    """
+    context = _task_context(spec)
+    io, schema = context.io, context.schema
+    deletes = _load_deletes(context, spec)
+    keys = {field_id for d in deletes.equality for field_id in d.field_ids}
+    # The equality deletes' columns only, and at least one column to count the rows by.
+    key_schema = prune_columns(schema, keys or {schema.columns[0].field_id}, select_full_types=False)
+    writer = _PositionDeleteWriter(io, spec)
+    rows_read = positions_written = 0
+    try:
+        for data_file in sorted(spec.data_files, key=lambda f: f.data_sequence_number):
+            matchers = deletes.matchers_for(data_file, key_schema)
+            read, matched = _equality_positions(context, data_file, key_schema, matchers)
+            rows_read += read
+            positions = pc.unique(pa.concat_arrays([deletes.positions_for(data_file), matched])).sort()
+            # A position beyond the file (a stale delete) deletes nothing: it is not carried over.
+            positions = positions.filter(pc.less(positions, data_file.record_count))
+            if len(positions):
+                writer.write(data_file.path, positions)
+                positions_written += len(positions)
+    except BaseException:
+        writer.abort()
+        raise
+    return RewriteTaskResult(
+        task_id=spec.task_id,
+        files=writer.files,
+        rows_read=rows_read,
+        rows_deleted=positions_written,
+        bytes_read=deletes.bytes_read,
+    )
+
+
+def _equality_positions(
+    context: _Context, data_file: InputDataFile, key_schema: Schema, matchers: list[_EqualityMatcher]
+) -> tuple[int, pa.Array]:
+    """Read a data file's `key_schema` columns; return its row count and the positions (int64,
+    sorted) of the rows `matchers` match."""
+    rows_read = 0
+    matched: list[pa.Array] = []
+    with context.io.new_input(data_file.path).open() as stream:
+        source = _ParquetSource(stream, data_file.path, context.resolver)
+        _check_readable(context, data_file, source)
+        for batch in source.batches(key_schema, READ_BATCH_ROWS):
+            if matchers:
+                rows = pa.Table.from_batches([batch])
+                deleted = matchers[0].deleted(rows)
+                for matcher in matchers[1:]:
+                    deleted = pc.or_(deleted, matcher.deleted(rows))
+                hits = pc.indices_nonzero(deleted)
+                if len(hits):
+                    matched.append(pc.add(hits.cast(pa.int64()), rows_read))
+            rows_read += batch.num_rows
+    return rows_read, pa.concat_arrays(matched) if matched else pa.array([], type=pa.int64())
+
+
+class _PositionDeleteWriter:
+    """Writes one position-delete file per data file, with full metrics: its ``file_path``
+    bounds name the one data file, which keeps conflict checks and readers precise."""
+
+    def __init__(self, io: FileIO, spec: RewriteTaskSpec) -> None:
+        self._io = io
+        self._directory = spec.output_dir.rstrip("/")
+        self._prefix = spec.file_name_prefix
+        codec = spec.parquet_compression.lower()
+        self._compression = _PYARROW_UNCOMPRESSED if codec == _ICEBERG_UNCOMPRESSED else codec
+        self._arrow_schema = schema_to_pyarrow(POSITION_DELETE_SCHEMA)
+        self._stats_plan = compute_statistics_plan(POSITION_DELETE_SCHEMA, POSITION_DELETE_METRICS)
+        self._parquet_paths = parquet_path_to_id_mapping(POSITION_DELETE_SCHEMA)
+        self.files: list[WrittenFile] = []
+        self._created: list[str] = []
+
+    def write(self, data_path: str, positions: pa.Array) -> None:
+        """Write the position-delete file of `data_path` (`positions` sorted, distinct)."""
+        path = f"{self._directory}/{self._prefix}-{len(self._created):05d}-deletes.parquet"
+        rows = pa.table(
+            {"file_path": pa.array([data_path] * len(positions), pa.string()), "pos": positions},
+            schema=self._arrow_schema,
+        )
+        stream = self._io.new_output(path).create(overwrite=False)
+        self._created.append(path)
+        with stream:
+            writer = pq.ParquetWriter(
+                cast(IO[Any], stream), schema=self._arrow_schema, compression=self._compression
+            )
+            writer.write_table(rows)
+            writer.close()
+            size = stream.tell()
+        stats = data_file_statistics_from_parquet_metadata(
+            writer.writer.metadata, self._stats_plan, self._parquet_paths
+        )
+        metrics = stats.to_serialized_dict()
+        self.files.append(
+            WrittenFile(
+                path=path,
+                content=1,
+                referenced_data_file=data_path,
+                record_count=stats.record_count,
+                size_bytes=size,
+                column_sizes=stats.column_sizes,
+                value_counts=stats.value_counts,
+                null_value_counts=stats.null_value_counts,
+                nan_value_counts={},
+                lower_bounds={k: v.hex() for k, v in metrics["lower_bounds"].items()},
+                upper_bounds={k: v.hex() for k, v in metrics["upper_bounds"].items()},
+                split_offsets=stats.split_offsets,
+            )
+        )
+
+    def abort(self) -> None:
+        """Delete every file this writer created."""
+        for path in self._created:
+            try:
+                self._io.delete(path)
+            except Exception:
+                logger.warning("could not delete %s of an aborted task", path, exc_info=True)
+        self._created.clear()
+
+
 def written_file_to_data_file(
     written: WrittenFile, spec_id: int, partition: Record, sort_order_id: int | None = None
 ) -> DataFile:
-    """Build the pyiceberg `DataFile` (content DATA, Parquet) a commit adds for a written file."""
+    """Build the pyiceberg `DataFile` (Parquet; content DATA, or POSITION_DELETES for the file of a
+    positions task) a commit adds for a written file."""
     data_file = DataFile.from_args(
-        content=DataFileContent.DATA,
+        content=DataFileContent.POSITION_DELETES if written.content == 1 else DataFileContent.DATA,
         file_path=written.path,
         file_format=FileFormat.PARQUET,
         partition=partition,
@@ -157,7 +294,7 @@ def written_file_to_data_file(
         upper_bounds={k: bytes.fromhex(v) for k, v in written.upper_bounds.items()},
         split_offsets=list(written.split_offsets),
         equality_ids=None,
-        sort_order_id=sort_order_id,
+        sort_order_id=sort_order_id if written.content == 0 else None,
         key_metadata=None,
     )
     # from_args only binds the manifest struct's fields; the spec id is kept beside them.
@@ -408,8 +545,11 @@ class _DeleteIndex:
         arrays = [positions.cast(pa.int64()) for positions in self.positions.get(data_file.path, [])]
         return pa.concat_arrays(arrays).sort() if arrays else pa.array([], type=pa.int64())
 
-    def matchers_for(self, data_file: InputDataFile) -> list[_EqualityMatcher]:
-        """One matcher per equality field set with deletes applying to a data file.
+    def matchers_for(
+        self, data_file: InputDataFile, rows_schema: Schema | None = None
+    ) -> list[_EqualityMatcher]:
+        """One matcher per equality field set with deletes applying to a data file, for rows read
+        as `rows_schema` (the table schema by default).
 
         The same list object is returned for consecutive data files to which the same
         equality delete files apply: building a matcher hashes every delete key, so it is
@@ -417,12 +557,13 @@ class _DeleteIndex:
         in sequence-number order). Only the latest set's matchers are kept in memory.
         """
         applying = [d for d in self.equality if data_file.data_sequence_number < d.sequence_number]
-        key = tuple(id(d) for d in applying)
+        rows_schema = rows_schema or self.schema
+        key = (*(id(d) for d in applying), id(rows_schema))
         if key != self._matchers_key:
             by_ids: dict[tuple[int, ...], list[_EqualityDeletes]] = defaultdict(list)
             for deletes in applying:
                 by_ids[deletes.field_ids].append(deletes)
-            accessors = build_position_accessors(self.schema)
+            accessors = build_position_accessors(rows_schema)
             # Released before the next set is built, so two sets are never held at once.
             self._matchers = []
             self._matchers = [

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from floe.planning.plan import REWRITE, TaskKind
+
 OUT_OF_MEMORY = "ExecutorOutOfMemory"
 """How a task's error starts when its executor, or the Python worker in it, was killed for memory."""
 
@@ -65,9 +67,17 @@ class OutputOrder(_Wire):
 
 
 class RewriteTaskSpec(_Wire):
-    """One bin of files of one partition to rewrite into target-sized files."""
+    """One bin of files of one partition: rewritten into target-sized files (``kind`` rewrite),
+    or their deletes turned into one position-delete file each (``kind`` positions)."""
 
     task_id: str
+    # Left out of the JSON when "rewrite", so optimizers from before it keep working; an
+    # older optimizer refuses a positions task (extra="forbid") rather than rewrite it.
+    kind: TaskKind = Field(
+        default=REWRITE,
+        exclude_if=lambda kind: kind == REWRITE,
+        description="rewrite: new data files; positions: one position-delete file per data file",
+    )
     io_properties: dict[str, str] = Field(
         description="pyiceberg FileIO properties; never the catalog's own authentication, and no "
         "storage credential that `storage_secret` names"
@@ -110,6 +120,18 @@ class WrittenFile(_Wire):
     """
 
     path: str
+    content: int = Field(
+        default=0,
+        ge=0,
+        le=1,
+        exclude_if=lambda content: content == 0,
+        description="0: data (rewrite tasks); 1: position deletes (positions tasks)",
+    )
+    referenced_data_file: str | None = Field(
+        default=None,
+        exclude_if=lambda path: path is None,
+        description="for a position-delete file: the one data file all its rows name",
+    )
     record_count: int
     size_bytes: int
     column_sizes: dict[int, int]

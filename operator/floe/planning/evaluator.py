@@ -9,13 +9,17 @@ Where DESIGN.md is silent, floe decides:
 - The minor interval is off when negative (0 means "whenever there is more than one
   fragment/eq-delete file"); the full interval is off unless strictly positive, so that
   0 cannot mean "full optimizing forever".
-- floe never writes delete files, so the segments whose deletes minor would rewrite in
-  Amoro (more than one position-delete file, or any equality delete) are rewritten
-  whole; otherwise equality deletes would never go away and minor would fire forever.
+- Minor keeps segments: a segment with equality deletes or more than one position-delete
+  file is converted (its deletes become one position-delete file), as in Amoro. An
+  undersized segment with such deletes is rewritten instead, since rewriting it makes it
+  neither smaller nor a worse fit (Amoro bin-packs undersized segments with the rest).
 - A stronger type does the weaker types' work too: major rewrites what minor would,
-  plus every undersized segment and the segments over the duplicate ratio.
-- The duplicate ratio counts position and equality delete records (an upper bound of
-  the rows deleted) and applies to undersized segments as well as to segments.
+  plus every undersized segment and the segments over the duplicate ratio, and converts
+  the other segments minor would convert; full leaves no delete file behind.
+- The duplicate ratio counts the records of the position-delete files that apply to a
+  file (an upper bound of its position-deleted rows; exact for the files floe writes),
+  for undersized segments as for segments. Equality-delete rows are not counted: a
+  segment's equality deletes are converted first, and then counted as positions.
 - Nothing to gain: for minor and major, a rewrite of a single data file with no delete
   applying to it; for full, a partition with no delete and fewer than two
   fragments/undersized segments. Such partitions are not optimized, even when forced.
@@ -49,8 +53,8 @@ def evaluate_partition(
     its evaluation has no type and no rewrite files. `cost` is `partition_cost` of the
     files to rewrite (0 when nothing is rewritten).
 
-    `last_minor_s` is when the table last finished an optimizing that did minor work
-    (minor, major or full all do); `last_full_s` when it last finished a full one.
+    `last_minor_s` is when the table last finished a minor optimizing; `last_full_s` when
+    it last finished a full one.
     """
     files = sorted(data_files, key=lambda f: f.path)
     deletes_of = {f.path: tuple(delete_index.deletes_for(f)) for f in files}
@@ -59,9 +63,11 @@ def evaluate_partition(
     segments = tuple(f for f in files if f.size_bytes > config.undersized_size)
     partition_deletes = delete_index.deletes_for_all(files)
 
-    def evaluation(kind: OptimizingType | None, reason: str, rewrite: set[str]) -> PartitionEvaluation:
+    def evaluation(
+        kind: OptimizingType | None, reason: str, rewrite: set[str], convert: set[str]
+    ) -> PartitionEvaluation:
         rewrite_files = tuple(f for f in files if f.path in rewrite)
-        rewrite_deletes = delete_index.deletes_for_all(rewrite_files)
+        convert_files = tuple(f for f in files if f.path in convert)
         return PartitionEvaluation(
             partition=partition,
             fragments=fragments,
@@ -71,18 +77,31 @@ def evaluate_partition(
             optimizing_type=kind,
             reason=reason,
             rewrite_files=rewrite_files,
-            cost=partition_cost(rewrite_files, rewrite_deletes, config) if rewrite_files else 0.0,
+            convert_files=convert_files,
+            cost=partition_cost(
+                rewrite_files,
+                delete_index.deletes_for_all(rewrite_files),
+                config,
+                convert_files,
+                delete_index.deletes_for_all(convert_files),
+            ),
         )
 
-    non_fragments = undersized + segments
-    multi_pos = {f.path for f in non_fragments if _count(deletes_of[f.path], FileKind.POSITION_DELETES) > 1}
-    with_eq = {f.path for f in non_fragments if _count(deletes_of[f.path], FileKind.EQUALITY_DELETES) > 0}
+    def needs_positions(f: ContentFile) -> bool:
+        deletes = deletes_of[f.path]
+        equalities = _count(deletes, FileKind.EQUALITY_DELETES)
+        return equalities > 0 or _count(deletes, FileKind.POSITION_DELETES) > 1
+
+    # Only segments count for the multi-position-delete trigger, as in Amoro: an undersized
+    # segment's deletes go when major packs it.
+    multi_pos = {f.path for f in segments if _count(deletes_of[f.path], FileKind.POSITION_DELETES) > 1}
     duplicated = {
         f.path
-        for f in non_fragments
-        if sum(d.record_count for d in deletes_of[f.path]) > config.major_duplicate_ratio * f.record_count
+        for f in undersized + segments
+        if _position_deleted(deletes_of[f.path]) > config.major_duplicate_ratio * f.record_count
     }
-    minor_rewrite = {f.path for f in fragments} | multi_pos | with_eq
+    minor_rewrite = {f.path for f in fragments} | {f.path for f in undersized if needs_positions(f)}
+    minor_convert = {f.path for f in segments if needs_positions(f)}
     major_rewrite = minor_rewrite | {f.path for f in undersized} | duplicated
     if config.full_rewrite_all_files:
         full_rewrite = {f.path for f in files}
@@ -113,17 +132,18 @@ def evaluate_partition(
     elif minor_reasons:
         kind, reason = OptimizingType.MINOR, "; ".join(minor_reasons)
     else:
-        return evaluation(None, "no trigger", set())
+        return evaluation(None, "no trigger", set(), set())
 
     if kind == OptimizingType.FULL:
-        rewrite = full_rewrite
+        rewrite, convert = full_rewrite, set()
         gain = bool(partition_deletes) or len(fragments) + len(undersized) >= 2
     else:
         rewrite = major_rewrite if kind == OptimizingType.MAJOR else minor_rewrite
-        gain = len(rewrite) >= 2 or any(deletes_of[path] for path in rewrite)
+        convert = minor_convert - rewrite
+        gain = bool(convert) or len(rewrite) >= 2 or any(deletes_of[path] for path in rewrite)
     if not gain:
-        return evaluation(None, f"{reason}, but nothing to gain", set())
-    return evaluation(kind, reason, rewrite)
+        return evaluation(None, f"{reason}, but nothing to gain", set(), set())
+    return evaluation(kind, reason, rewrite, convert)
 
 
 def evaluate_table(
@@ -155,22 +175,28 @@ def partition_cost(
     rewrite_files: Sequence[ContentFile],
     deletes: Sequence[ContentFile],
     config: OptimizingConfig,
+    convert_files: Sequence[ContentFile] = (),
+    convert_deletes: Sequence[ContentFile] = (),
 ) -> float:
-    """Estimated cost, in bytes, of rewriting `rewrite_files` (DESIGN.md's partition cost).
+    """Estimated cost, in bytes, of rewriting `rewrite_files` and converting the deletes of
+    `convert_files` (DESIGN.md's partition cost).
 
     - data bytes * 2: every rewritten data file (fragment, undersized segment or
-      segment) is read once and written once;
+      segment) is read once and written once; a converted segment is not rewritten, and
+      only the columns its equality deletes compare are read, so its bytes do not count;
     - position-delete records / 10: applying a position delete costs a little per
       deleted row on top of reading its file;
     - delete bytes: each applying delete file is read once;
     - files * open-file cost: the fixed price of opening each data and delete file.
 
-    `deletes` are the delete files that apply to any of `rewrite_files`, each once.
+    `deletes` are the delete files that apply to any of `rewrite_files`, each once, and
+    `convert_deletes` those of `convert_files`.
     """
     data_bytes = sum(f.size_bytes for f in rewrite_files)
-    pos_records = sum(d.record_count for d in deletes if d.kind == FileKind.POSITION_DELETES)
-    delete_bytes = sum(d.size_bytes for d in deletes)
-    opened = len(rewrite_files) + len(deletes)
+    all_deletes = {d.path: d for d in (*deletes, *convert_deletes)}.values()
+    pos_records = sum(d.record_count for d in all_deletes if d.kind == FileKind.POSITION_DELETES)
+    delete_bytes = sum(d.size_bytes for d in all_deletes)
+    opened = len(rewrite_files) + len(convert_files) + len(all_deletes)
     return data_bytes * 2 + pos_records / 10 + delete_bytes + opened * config.open_file_cost_bytes
 
 
@@ -215,10 +241,15 @@ def _major_reasons(
 
 
 def _elapsed(now_s: float, last_s: float | None, interval_s: float) -> bool:
-    """Whether an interval (off when negative) has passed since `last_s` (None: never)."""
+    """Whether an interval (off when negative) has passed since `last_s` (None: never): strictly
+    more time than the interval, as in Amoro."""
     if interval_s < 0:
         return False
-    return last_s is None or now_s - last_s >= interval_s
+    return last_s is None or now_s - last_s > interval_s
+
+
+def _position_deleted(deletes: Iterable[ContentFile]) -> int:
+    return sum(d.record_count for d in deletes if d.kind == FileKind.POSITION_DELETES)
 
 
 def _count(deletes: Iterable[ContentFile], kind: FileKind) -> int:

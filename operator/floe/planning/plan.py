@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Literal
 
 from floe.planning.files import ContentFile, PartitionKey
+
+TaskKind = Literal["rewrite", "positions"]
+REWRITE: TaskKind = "rewrite"
+"""A task that rewrites its data files, minus their deleted rows, into new data files."""
+POSITIONS: TaskKind = "positions"
+"""A task that keeps its data files and writes, for each, one position-delete file holding
+every row its delete files remove (equality deletes converted, position deletes merged)."""
 
 
 class OptimizingType(IntEnum):
@@ -34,20 +42,24 @@ class PartitionEvaluation:
     reason: str
     rewrite_files: tuple[ContentFile, ...]
     cost: float
+    convert_files: tuple[ContentFile, ...] = ()
+    """Segments kept, whose deletes become one position-delete file each (minor optimizing)."""
 
     @property
     def needs_optimizing(self) -> bool:
-        """True when a trigger fired and there is something to rewrite."""
-        return self.optimizing_type is not None and bool(self.rewrite_files)
+        """True when a trigger fired and there is something to rewrite or convert."""
+        return self.optimizing_type is not None and bool(self.rewrite_files or self.convert_files)
 
 
 @dataclass(frozen=True)
 class PlannedTask:
-    """One bin: data files of a single partition and the delete files that apply to them."""
+    """One bin: data files of a single partition and the delete files that apply to them, to
+    rewrite (``kind`` rewrite) or whose deletes become position-delete files (``kind`` positions)."""
 
     partition: PartitionKey
     data_files: tuple[ContentFile, ...]
     delete_files: tuple[ContentFile, ...]
+    kind: TaskKind = REWRITE
 
     @property
     def input_bytes(self) -> int:

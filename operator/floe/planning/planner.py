@@ -6,10 +6,12 @@ whatever order the files came in.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from floe.planning.config import OptimizingConfig
 from floe.planning.evaluator import evaluate_table
 from floe.planning.files import ContentFile, DeleteIndex, TableFiles
-from floe.planning.plan import OptimizingPlan, OptimizingType, PartitionEvaluation, PlannedTask
+from floe.planning.plan import POSITIONS, OptimizingPlan, OptimizingType, PartitionEvaluation, PlannedTask
 
 
 def plan_optimizing(
@@ -64,20 +66,49 @@ def plan_optimizing(
     )
 
 
+POSITIONS_BIN_FACTOR = 8
+"""A positions task's bin holds this many times a rewrite bin's data bytes: it reads only the
+columns the equality deletes compare and writes a few KiB, and reads its delete files once for
+all its segments, so fewer, larger bins cost less."""
+
+
 def pack_partition(
     evaluation: PartitionEvaluation, delete_index: DeleteIndex, bin_size: int
 ) -> list[PlannedTask]:
-    """Bin-pack a partition's rewrite files into tasks, first-fit decreasing by size.
+    """Bin-pack a partition's rewrite files, and its convert files, into tasks, first-fit
+    decreasing by size.
 
-    Bins hold at most `bin_size` bytes of data files; a file larger than that gets a bin
-    of its own. Delete bytes do not count towards the bin: the output size follows the
+    Rewrite bins hold at most `bin_size` bytes of data files; a file larger than that gets a
+    bin of its own. Delete bytes do not count towards the bin: the output size follows the
     data. A bin with a single data file and no delete applying to it is dropped, since
-    rewriting it would change nothing. Each task carries the delete files that apply
-    to any of its data files.
+    rewriting it would change nothing. Convert files go to positions tasks, whose bins hold
+    `POSITIONS_BIN_FACTOR` times as much. Each task carries the delete files that apply to
+    any of its data files.
     """
+    tasks = []
+    for data_files in _first_fit(evaluation.rewrite_files, bin_size):
+        deletes = delete_index.deletes_for_all(data_files)
+        if len(data_files) == 1 and not deletes:
+            continue
+        tasks.append(
+            PlannedTask(partition=evaluation.partition, data_files=tuple(data_files), delete_files=deletes)
+        )
+    for data_files in _first_fit(evaluation.convert_files, bin_size * POSITIONS_BIN_FACTOR):
+        tasks.append(
+            PlannedTask(
+                partition=evaluation.partition,
+                data_files=tuple(data_files),
+                delete_files=delete_index.deletes_for_all(data_files),
+                kind=POSITIONS,
+            )
+        )
+    return tasks
+
+
+def _first_fit(files: Sequence[ContentFile], bin_size: int) -> list[list[ContentFile]]:
     bins: list[list[ContentFile]] = []
     used: list[int] = []
-    for f in sorted(evaluation.rewrite_files, key=lambda f: (-f.size_bytes, f.path)):
+    for f in sorted(files, key=lambda f: (-f.size_bytes, f.path)):
         slot = next((i for i, u in enumerate(used) if u + f.size_bytes <= bin_size), None)
         if slot is None:
             bins.append([f])
@@ -85,12 +116,4 @@ def pack_partition(
         else:
             bins[slot].append(f)
             used[slot] += f.size_bytes
-    tasks = []
-    for data_files in bins:
-        deletes = delete_index.deletes_for_all(data_files)
-        if len(data_files) == 1 and not deletes:
-            continue
-        tasks.append(
-            PlannedTask(partition=evaluation.partition, data_files=tuple(data_files), delete_files=deletes)
-        )
-    return tasks
+    return bins

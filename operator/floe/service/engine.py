@@ -661,10 +661,7 @@ class OptimizingEngine:
                 self._emit(runtime.table_id, "Warning", OUT_OF_MEMORY, f"{outcome.process_id}: {exc}")
             return
         self._discard(outcome, flight, committed=frozenset(f.file_path for f in request.added_files))
-        summary = (
-            f"{result.removed_data_files} data + {result.removed_delete_files} delete files "
-            f"→ {result.added_data_files} files"
-        )
+        summary = result.changes
         with self._lock:
             runtime.on_committed(flight.optimizing_type, result.snapshot_id, summary, now)
             self._scans.pop(runtime.table_id, None)

@@ -37,10 +37,10 @@ class OptimizingHistory:
 def optimizing_history(metadata: TableMetadata) -> OptimizingHistory:
     """Walk main's ancestry newest first and note the first floe commit of each type.
 
-    A major or full optimizing also counts as minor (it rewrites at least what a minor
-    would), and a full as major, as in Amoro. A process that left triggered partitions
-    for later (``floe.deferred-partitions`` > 0) does not count: the interval that
-    triggered them must stay elapsed until they are done too.
+    Each commit counts for its own type only, as in Amoro: a major or full optimizing does
+    not restart the minor interval. A process that left triggered partitions for later
+    (``floe.deferred-partitions`` > 0) does not count: the interval that triggered them must
+    stay elapsed until they are done too.
     """
     found: dict[str, float] = {}
     snapshot = metadata.snapshot_by_name("main")
@@ -49,10 +49,7 @@ def optimizing_history(metadata: TableMetadata) -> OptimizingHistory:
         kind = summary[SUMMARY_OPTIMIZING_TYPE] if summary else None
         deferred = int(summary[SUMMARY_DEFERRED_PARTITIONS] or 0) if summary else 0
         if kind in ("minor", "major", "full") and deferred == 0:
-            seconds = snapshot.timestamp_ms / 1000.0
-            implied = {"minor": ("minor",), "major": ("minor", "major"), "full": ("minor", "major", "full")}
-            for k in implied[kind]:
-                found.setdefault(k, seconds)
+            found.setdefault(kind, snapshot.timestamp_ms / 1000.0)
         parent = snapshot.parent_snapshot_id
         snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
     return OptimizingHistory(found.get("minor"), found.get("major"), found.get("full"))

@@ -197,13 +197,14 @@ class TableRuntime:
         self.last_error = error
 
     def on_committed(self, kind: OptimizingType, snapshot_id: int, summary: str, now_s: float) -> None:
-        """The process committed `snapshot_id`."""
+        """The process committed `snapshot_id`; the time of its own type is updated (as in
+        Amoro, and as `optimizing_history` reads it back)."""
         self._expect(TableState.COMMITTING)
-        if kind >= OptimizingType.MINOR:
+        if kind == OptimizingType.MINOR:
             self.last_minor_s = now_s
-        if kind >= OptimizingType.MAJOR:
+        elif kind == OptimizingType.MAJOR:
             self.last_major_s = now_s
-        if kind == OptimizingType.FULL:
+        else:
             self.last_full_s = now_s
         self.last_error = ""
         self._finish(f"{kind.label} committed snapshot {snapshot_id}: {summary}")

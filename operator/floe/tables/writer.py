@@ -27,6 +27,8 @@ POSITION_DELETE_SCHEMA = Schema(
     NestedField(2147483546, "file_path", StringType(), required=True),
     NestedField(2147483545, "pos", LongType(), required=True),
 )
+POSITION_DELETE_METRICS = {"write.metadata.metrics.default": "full"}
+"""Metrics of position-delete files floe writes: full bounds, so ``file_path``'s name the data file."""
 
 
 def _delete_path(table: Table, spec_id: int, partition: Record) -> str:
