@@ -10,15 +10,18 @@ from dataclasses import dataclass
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
+from test_cdc_positions import cdc_table, deletes_of, segments
 from test_correctness import build_table, rows_at
 from test_service_http import scrape
 
 from floe.api.models import OptimizedTable, OptimizerGroup
 from floe.local.reference_reader import ReferenceReader
+from floe.planning.files import FileKind
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.tables.runtime import TableState
+from floe.tables.scan import scan_table
 from floe_optimizer.app import Optimizer
 
 TOKEN = "engine-test-registration-token"
@@ -190,3 +193,24 @@ def test_unreachable_catalog_is_reported_not_fatal(stack: Stack, sql_catalog: Sq
     assert "table 'db.missing' not found" in runtime.last_error
     assert any(e.reason == "TableUnavailable" for e in stack.events)
     assert stack.engine.converged() and "default/t" in stack.engine.stuck_tables()
+
+
+def test_cdc_segments_are_converted_through_the_task_service(
+    stack: Stack, sql_catalog: SqlCatalog, reference: ReferenceReader, spark: SparkSession
+) -> None:
+    table, _ = cdc_table(sql_catalog)
+    start = scan_table(table).files
+    before = rows_at(reference, sql_catalog)
+    stack.engine.apply_group(_group("g1"))
+    runtime = stack.engine.apply_table(_table(sql_catalog, "g1"))
+    _start_optimizer(stack, spark, "g1")
+
+    # The positions tasks' results pass the service's checks (read back from storage) and commit.
+    _tick_until(stack, lambda: "committed" in runtime.last_result and stack.engine.converged())
+    assert "position-delete files" in runtime.last_result, runtime.last_result
+    assert not any(e.reason == "TaskResultRefused" for e in stack.events)
+    assert rows_at(reference, sql_catalog) == before
+    table.refresh()
+    after = scan_table(table).files
+    assert segments(after) == segments(start)
+    assert deletes_of(after, FileKind.EQUALITY_DELETES) == []
