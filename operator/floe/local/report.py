@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyiceberg.table.metadata import TableMetadata
 from rich.table import Table as RichTable
 
-from floe.planning.plan import OptimizingPlan
+from floe.planning.plan import POSITIONS, OptimizingPlan, PlannedTask
 from floe.tables.scan import ScannedTable
 
 
@@ -20,7 +20,8 @@ def human_bytes(num: float) -> str:
 
 
 def plan_table(plan: OptimizingPlan, scanned: ScannedTable, metadata: TableMetadata) -> RichTable:
-    """One row per evaluated partition: type, reason, and the tasks, files and bytes planned."""
+    """One row per evaluated partition: type, reason, and the tasks, files and bytes planned (data
+    files kept whose deletes become position-delete files are counted as converted)."""
     kind = plan.optimizing_type.label if plan.optimizing_type else "none"
     out = RichTable(title=f"plan on snapshot {plan.snapshot_id}: {kind}, {len(plan.tasks)} tasks")
     for column in ("partition", "type", "reason", "tasks", "data files", "delete files", "bytes"):
@@ -32,8 +33,14 @@ def plan_table(plan: OptimizingPlan, scanned: ScannedTable, metadata: TableMetad
             evaluation.optimizing_type.label if evaluation.optimizing_type else "-",
             evaluation.reason,
             str(len(tasks)),
-            str(sum(len(t.data_files) for t in tasks)),
+            _data_files(tasks),
             str(len({d.path for t in tasks for d in t.delete_files})),
             human_bytes(sum(t.input_bytes for t in tasks)),
         )
     return out
+
+
+def _data_files(tasks: list[PlannedTask]) -> str:
+    rewritten = sum(len(t.data_files) for t in tasks if t.kind != POSITIONS)
+    converted = sum(len(t.data_files) for t in tasks if t.kind == POSITIONS)
+    return f"{rewritten} + {converted} converted" if converted else str(rewritten)
