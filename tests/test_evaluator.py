@@ -8,6 +8,7 @@ from dataclasses import replace
 from floe.planning.config import OptimizingConfig
 from floe.planning.evaluator import evaluate_table
 from floe.planning.files import (
+    MERGED_POSITIONS_SUFFIX,
     ContentFile,
     DeleteIndex,
     FileKind,
@@ -130,18 +131,21 @@ def test_pos_deletes_on_an_undersized_segment_do_not_trigger_minor() -> None:
     assert evaluate_one([data("small-seg", 500)], [pos("p1"), pos("p2")]).optimizing_type is None
 
 
-def test_minor_rewrites_an_undersized_segment_with_deletes_and_converts_a_segment() -> None:
+def test_minor_converts_undersized_segments_as_segments_and_major_rewrites_them() -> None:
     files = [*fragments(12), data("small-seg", 500), data("seg", 900), data("clean", 900)]
     deletes = [
         pos("p1", ref="small-seg"),
         pos("p2", ref="small-seg"),
         pos("p3", ref="seg"),
-        pos("p4", ref="seg"),
+        eq("e", seq=2),
     ]
     e = evaluate_one(files, deletes)
     assert e.optimizing_type == OptimizingType.MINOR
-    assert sorted(paths(e.rewrite_files)) == sorted([f.path for f in fragments(12)] + ["small-seg"])
-    assert paths(e.convert_files) == ["seg"]
+    assert sorted(paths(e.rewrite_files)) == sorted(f.path for f in fragments(12))
+    assert paths(e.convert_files) == ["clean", "seg", "small-seg"]
+    major = evaluate_one(files, deletes, forced=OptimizingType.MAJOR)
+    assert "small-seg" in paths(major.rewrite_files)
+    assert paths(major.convert_files) == ["clean", "seg"]
 
 
 def test_one_position_delete_file_on_a_segment_is_left_alone() -> None:
@@ -395,3 +399,25 @@ def test_delete_index_finds_what_the_all_pairs_rule_finds() -> None:
         union = {d.path: d for f in chosen for d in deletes if delete_applies_to(d, f)}
         assert index.deletes_for_all(chosen) == tuple(union[path] for path in sorted(union))
     assert index.deletes_for_all([]) == ()
+
+
+def merged(path: str, ref: str, seq: int, records: int = 1) -> ContentFile:
+    name = path + MERGED_POSITIONS_SUFFIX
+    return ContentFile(name, FileKind.POSITION_DELETES, P, records, 10, seq, referenced_data_file=ref)
+
+
+def test_deletes_merged_into_a_segments_position_file_do_not_count_again() -> None:
+    # "q" (partition-wide) and "e" were merged into seg's file "m"; they stay for "other".
+    files = [data("seg", 900), data("other", 900, seq=2)]
+    deletes = [eq("e", seq=2), pos("q", seq=2, records=5), merged("m", "seg", seq=3, records=8)]
+    e = evaluate_one(files, deletes, last_minor_s=None)
+    assert e.convert_files == () and e.rewrite_files == ()
+    # 8 position-deleted rows of 100, not 8 + 5: below the duplicate ratio.
+    assert e.optimizing_type is None
+
+
+def test_a_position_delete_newer_than_the_merged_file_is_merged_again() -> None:
+    deletes = [pos("q", seq=2), merged("m", "seg", seq=3), pos("r", seq=4, ref="seg")]
+    e = evaluate_one([data("seg", 900)], deletes)
+    assert e.optimizing_type == OptimizingType.MINOR
+    assert paths(e.convert_files) == ["seg"]

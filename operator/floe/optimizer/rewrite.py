@@ -50,6 +50,7 @@ from floe.optimizer.task_spec import (
     RewriteTaskSpec,
     WrittenFile,
 )
+from floe.planning.files import MERGED_POSITIONS_SUFFIX
 from floe.planning.plan import POSITIONS
 from floe.tables.writer import POSITION_DELETE_METRICS, POSITION_DELETE_SCHEMA
 
@@ -229,7 +230,7 @@ class _PositionDeleteWriter:
 
     def write(self, data_path: str, positions: pa.Array) -> None:
         """Write the position-delete file of `data_path` (`positions` sorted, distinct)."""
-        path = f"{self._directory}/{self._prefix}-{len(self._created):05d}-deletes.parquet"
+        path = f"{self._directory}/{self._prefix}-{len(self._created):05d}{MERGED_POSITIONS_SUFFIX}"
         rows = pa.table(
             {"file_path": pa.array([data_path] * len(positions), pa.string()), "pos": positions},
             schema=self._arrow_schema,

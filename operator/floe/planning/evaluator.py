@@ -9,13 +9,17 @@ Where DESIGN.md is silent, floe decides:
 - The minor interval is off when negative (0 means "whenever there is more than one
   fragment/eq-delete file"); the full interval is off unless strictly positive, so that
   0 cannot mean "full optimizing forever".
-- Minor keeps segments: a segment with equality deletes or more than one position-delete
-  file is converted (its deletes become one position-delete file), as in Amoro. An
-  undersized segment with such deletes is rewritten instead, since rewriting it makes it
-  neither smaller nor a worse fit (Amoro bin-packs undersized segments with the rest).
+- Minor keeps segments, undersized or not: one with equality deletes or more than one
+  position-delete file is converted (its deletes become one position-delete file), as in
+  Amoro. Undersized segments are rewritten by major, which packs them into target-sized
+  files.
 - A stronger type does the weaker types' work too: major rewrites what minor would,
   plus every undersized segment and the segments over the duplicate ratio, and converts
   the other segments minor would convert; full leaves no delete file behind.
+- Deletes a positions task merged into a data file's position-delete file (those with a
+  sequence number up to that file's, `pending_deletes`) no longer count for it: they stay
+  in the table only while another file still needs them, and must not make the segment be
+  converted again, or counted twice.
 - The duplicate ratio counts the records of the position-delete files that apply to a
   file (an upper bound of its position-deleted rows; exact for the files floe writes),
   for undersized segments as for segments. Equality-delete rows are not counted: a
@@ -31,7 +35,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from floe.planning.config import OptimizingConfig
-from floe.planning.files import ContentFile, DeleteIndex, FileKind, PartitionKey, TableFiles
+from floe.planning.files import (
+    ContentFile,
+    DeleteIndex,
+    FileKind,
+    PartitionKey,
+    TableFiles,
+    pending_deletes,
+)
 from floe.planning.plan import OptimizingType, PartitionEvaluation
 
 
@@ -57,7 +68,8 @@ def evaluate_partition(
     it last finished a full one.
     """
     files = sorted(data_files, key=lambda f: f.path)
-    deletes_of = {f.path: tuple(delete_index.deletes_for(f)) for f in files}
+    # A data file's deletes already merged into its position-delete file count no more.
+    deletes_of = {f.path: pending_deletes(f, delete_index.deletes_for(f)) for f in files}
     fragments = tuple(f for f in files if f.size_bytes <= config.fragment_size)
     undersized = tuple(f for f in files if config.fragment_size < f.size_bytes <= config.undersized_size)
     segments = tuple(f for f in files if f.size_bytes > config.undersized_size)
@@ -100,8 +112,8 @@ def evaluate_partition(
         for f in undersized + segments
         if _position_deleted(deletes_of[f.path]) > config.major_duplicate_ratio * f.record_count
     }
-    minor_rewrite = {f.path for f in fragments} | {f.path for f in undersized if needs_positions(f)}
-    minor_convert = {f.path for f in segments if needs_positions(f)}
+    minor_rewrite = {f.path for f in fragments}
+    minor_convert = {f.path for f in undersized + segments if needs_positions(f)}
     major_rewrite = minor_rewrite | {f.path for f in undersized} | duplicated
     if config.full_rewrite_all_files:
         full_rewrite = {f.path for f in files}

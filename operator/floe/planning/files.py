@@ -7,7 +7,7 @@ into these values, and everything downstream works on them.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -65,6 +65,32 @@ class ContentFile:
     def is_delete(self) -> bool:
         """True for position and equality delete files."""
         return self.kind != FileKind.DATA
+
+
+MERGED_POSITIONS_SUFFIX = "-merged-positions.parquet"
+"""How the name of a position-delete file a positions task wrote for one data file ends."""
+
+
+def pending_deletes(data: ContentFile, deletes: Sequence[ContentFile]) -> tuple[ContentFile, ...]:
+    """The deletes applying to `data` that are not yet in its merged position-delete file.
+
+    A positions task merges into one file every delete that applied to its data file when
+    the process was planned, and that file carries the planning snapshot's sequence number:
+    so the deletes with a sequence number up to that file's are in it. The latest merged
+    file is kept in the result, as the one holding them; the others are left out. Without a
+    merged file, every delete is pending.
+    """
+    merged = [
+        d
+        for d in deletes
+        if d.kind == FileKind.POSITION_DELETES
+        and d.referenced_data_file == data.path
+        and d.path.endswith(MERGED_POSITIONS_SUFFIX)
+    ]
+    if not merged:
+        return tuple(deletes)
+    latest = max(merged, key=lambda d: (d.data_sequence_number, d.path))
+    return tuple(d for d in deletes if d is latest or d.data_sequence_number > latest.data_sequence_number)
 
 
 def delete_applies_to(delete: ContentFile, data: ContentFile) -> bool:
