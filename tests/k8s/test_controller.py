@@ -496,7 +496,8 @@ def test_table_status_after_optimizing_keeps_secrets_out(
         optimizer.stop(grace_s=5)
     status = _status(k8s, "ot", "orders", namespace)
     assert status["state"]  # whatever comes next: another round of optimizing may already have started
-    assert status["lastMinorOptimizing"] or status["lastMajorOptimizing"] or status["lastFullOptimizing"]
+    # Each process sets its own type's time only; which types ran depends on the triggers.
+    assert any(status.get(f"last{kind}Optimizing") for kind in ("Minor", "Major", "Full"))
     assert status["lastOptimized"]
     assert status["dataFiles"] > 0
     assert {c["type"] for c in status["conditions"]} == {"Optimizing", "Pending", "Degraded", "CatalogReady"}
