@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from pyiceberg.exceptions import ResolveError
 from pyiceberg.io import FileIO, InputStream, OutputStream, load_file_io
 from pyiceberg.io.pyarrow import (
+    StatisticsCollector,
     _to_requested_schema,
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
@@ -220,8 +221,7 @@ class _PositionDeleteWriter:
         self._io = io
         self._directory = spec.output_dir.rstrip("/")
         self._prefix = spec.file_name_prefix
-        codec = spec.parquet_compression.lower()
-        self._compression = _PYARROW_UNCOMPRESSED if codec == _ICEBERG_UNCOMPRESSED else codec
+        self._compression = _pyarrow_compression(spec)
         self._arrow_schema = schema_to_pyarrow(POSITION_DELETE_SCHEMA)
         self._stats_plan = compute_statistics_plan(POSITION_DELETE_SCHEMA, POSITION_DELETE_METRICS)
         self._parquet_paths = parquet_path_to_id_mapping(POSITION_DELETE_SCHEMA)
@@ -244,35 +244,61 @@ class _PositionDeleteWriter:
             writer.write_table(rows)
             writer.close()
             size = stream.tell()
-        stats = data_file_statistics_from_parquet_metadata(
-            writer.writer.metadata, self._stats_plan, self._parquet_paths
-        )
-        metrics = stats.to_serialized_dict()
         self.files.append(
-            WrittenFile(
-                path=path,
-                content=1,
-                referenced_data_file=data_path,
-                record_count=stats.record_count,
-                size_bytes=size,
-                column_sizes=stats.column_sizes,
-                value_counts=stats.value_counts,
-                null_value_counts=stats.null_value_counts,
-                nan_value_counts={},
-                lower_bounds={k: v.hex() for k, v in metrics["lower_bounds"].items()},
-                upper_bounds={k: v.hex() for k, v in metrics["upper_bounds"].items()},
-                split_offsets=stats.split_offsets,
+            _written_file(
+                path, size, writer, self._stats_plan, self._parquet_paths, {}, referenced_data_file=data_path
             )
         )
 
     def abort(self) -> None:
         """Delete every file this writer created."""
-        for path in self._created:
-            try:
-                self._io.delete(path)
-            except Exception:
-                logger.warning("could not delete %s of an aborted task", path, exc_info=True)
-        self._created.clear()
+        _delete_created(self._io, self._created)
+
+
+def _pyarrow_compression(spec: RewriteTaskSpec) -> str:
+    """The task's Iceberg compression codec, as pyarrow names it."""
+    codec = spec.parquet_compression.lower()
+    return _PYARROW_UNCOMPRESSED if codec == _ICEBERG_UNCOMPRESSED else codec
+
+
+def _written_file(
+    path: str,
+    size: int,
+    writer: pq.ParquetWriter,
+    stats_plan: dict[int, StatisticsCollector],
+    parquet_paths: dict[str, int],
+    nan_counts: dict[int, int],
+    referenced_data_file: str | None = None,
+) -> WrittenFile:
+    """A closed file's `WrittenFile`, its metrics read from the writer's footer: a data file, or
+    with `referenced_data_file`, the position-delete file of that one data file."""
+    stats = data_file_statistics_from_parquet_metadata(writer.writer.metadata, stats_plan, parquet_paths)
+    metrics = stats.to_serialized_dict()
+    return WrittenFile(
+        path=path,
+        content=0 if referenced_data_file is None else 1,
+        referenced_data_file=referenced_data_file,
+        record_count=stats.record_count,
+        size_bytes=size,
+        column_sizes=stats.column_sizes,
+        value_counts=stats.value_counts,
+        null_value_counts=stats.null_value_counts,
+        nan_value_counts=nan_counts,
+        lower_bounds={k: v.hex() for k, v in metrics["lower_bounds"].items()},
+        upper_bounds={k: v.hex() for k, v in metrics["upper_bounds"].items()},
+        split_offsets=stats.split_offsets,
+    )
+
+
+def _delete_created(io: FileIO, created: list[str]) -> None:
+    """Delete the files an aborted task's writer created, and forget them; a file that cannot be
+    deleted is logged and left for orphan cleanup."""
+    for path in created:
+        try:
+            io.delete(path)
+        except Exception:
+            logger.warning("could not delete %s of an aborted task", path, exc_info=True)
+    created.clear()
 
 
 def written_file_to_data_file(
@@ -786,8 +812,7 @@ class _RollingParquetWriter:
         self._directory = spec.output_dir.rstrip("/")
         self._prefix = spec.file_name_prefix
         self._target = spec.target_file_size_bytes
-        codec = spec.parquet_compression.lower()
-        self._compression = _PYARROW_UNCOMPRESSED if codec == _ICEBERG_UNCOMPRESSED else codec
+        self._compression = _pyarrow_compression(spec)
         self._arrow_schema = schema_to_pyarrow(schema)
         self._stats_plan = compute_statistics_plan(schema, {})
         self._parquet_paths = parquet_path_to_id_mapping(schema)
@@ -851,12 +876,7 @@ class _RollingParquetWriter:
                     close()
                 except Exception:
                     logger.warning("could not close %s while aborting", current.path, exc_info=True)
-        for path in self._created:
-            try:
-                self._io.delete(path)
-            except Exception:
-                logger.warning("could not delete %s of an aborted rewrite", path, exc_info=True)
-        self._created.clear()
+        _delete_created(self._io, self._created)
 
     def _buffer_rows(self, batch: pa.RecordBatch) -> None:
         self._buffer.append(batch)
@@ -902,21 +922,8 @@ class _RollingParquetWriter:
         size = current.stream.tell()
         current.stream.close()
         self._open = None
-        stats = data_file_statistics_from_parquet_metadata(
-            current.writer.writer.metadata, self._stats_plan, self._parquet_paths
-        )
-        metrics = stats.to_serialized_dict()
         self._files.append(
-            WrittenFile(
-                path=current.path,
-                record_count=stats.record_count,
-                size_bytes=size,
-                column_sizes=stats.column_sizes,
-                value_counts=stats.value_counts,
-                null_value_counts=stats.null_value_counts,
-                nan_value_counts=current.nan_counts,
-                lower_bounds={k: v.hex() for k, v in metrics["lower_bounds"].items()},
-                upper_bounds={k: v.hex() for k, v in metrics["upper_bounds"].items()},
-                split_offsets=stats.split_offsets,
+            _written_file(
+                current.path, size, current.writer, self._stats_plan, self._parquet_paths, current.nan_counts
             )
         )
