@@ -169,22 +169,16 @@ def _commit_with_retries(
         landed = committed_snapshot(table, draft.metadata, request)
         if landed is not None:
             log.info("%s: snapshot %d already committed it", request.process_id, landed.snapshot_id)
-            return _result_of(landed, request, attempts.count)
+            summary = landed.summary
+            removed = int(summary.get("removed-delete-files", "0")) if summary is not None else 0
+            return _result_of(landed, request, attempts.count, removed)
         validate_since_start(table, draft.metadata, request)
         try:
-            snapshot, removed_data, removed_deletes = _build_and_commit(draft, request)
+            snapshot, removed_deletes = _build_and_commit(draft, request)
         except CommitStateUnknown:
             attempts.outcome_unknown = True
             raise
-        return RewriteCommitResult(
-            snapshot_id=snapshot.snapshot_id,
-            sequence_number=snapshot.sequence_number or 0,
-            removed_data_files=removed_data,
-            removed_delete_files=removed_deletes,
-            added_data_files=_added_data_count(request),
-            added_delete_files=len(request.added_files) - _added_data_count(request),
-            attempts=attempts.count,
-        )
+        return _result_of(snapshot, request, attempts.count, removed_deletes)
 
     try:
         return on_fresh_head(table, attempt, max_attempts)
@@ -218,22 +212,19 @@ def _added_paths(table: Table, snapshot: Snapshot) -> set[str]:
     return added
 
 
-def _result_of(snapshot: Snapshot, request: RewriteRequest, attempts: int) -> RewriteCommitResult:
-    summary = snapshot.summary
-    removed_deletes = int(summary.get("removed-delete-files", "0")) if summary is not None else 0
+def _result_of(
+    snapshot: Snapshot, request: RewriteRequest, attempts: int, removed_deletes: int
+) -> RewriteCommitResult:
+    added_data = sum(1 for f in request.added_files if f.content == DataFileContent.DATA)
     return RewriteCommitResult(
         snapshot_id=snapshot.snapshot_id,
         sequence_number=snapshot.sequence_number or 0,
         removed_data_files=len(request.rewritten_data_paths),
         removed_delete_files=removed_deletes,
-        added_data_files=_added_data_count(request),
-        added_delete_files=len(request.added_files) - _added_data_count(request),
+        added_data_files=added_data,
+        added_delete_files=len(request.added_files) - added_data,
         attempts=attempts,
     )
-
-
-def _added_data_count(request: RewriteRequest) -> int:
-    return sum(1 for f in request.added_files if f.content == DataFileContent.DATA)
 
 
 def validate_since_start(table: Table, metadata: TableMetadata, request: RewriteRequest) -> None:
@@ -295,7 +286,8 @@ def _position_delete_targets(delete: DataFile, rewritten: frozenset[str]) -> str
     return None
 
 
-def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Snapshot, int, int]:
+def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Snapshot, int]:
+    """Commit the request on `draft`'s head; the snapshot and how many delete files it removed."""
     head = draft.parent
     if head is None:
         raise CommitConflict("the table has no snapshot any more")
@@ -334,7 +326,7 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Sn
         },
     )
     snapshot = draft.commit(manifests, summary)
-    return snapshot, len(request.rewritten_data_paths), len(removed_deletes)
+    return snapshot, len(removed_deletes)
 
 
 def removable_delete_paths(
