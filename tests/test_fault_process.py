@@ -324,6 +324,17 @@ def _floe_run(manifests: Path, *extra: str) -> list[str]:
     return [str(BIN / "floe"), "run", "-f", str(manifests), "--cores", "1", "--refresh-interval", "1", *extra]
 
 
+def _floe_run_on(catalog: SqlCatalog, directory: Path) -> list[str]:
+    """`floe run` over a manifest of `catalog`'s db.t, with a catalog config file for it."""
+    manifests = _manifests(directory / "manifests", "db.t", catalog.name)
+    return _floe_run(manifests, "--catalog-config", str(_catalog_config(catalog, directory)))
+
+
+def _wait_mid_process(table: Table, child: Child) -> None:
+    """Wait until a task of `child`'s optimizing process has written a file into db.t."""
+    _wait(lambda: bool(_written_by_floe(_data_files(table), "db.t")), "a task wrote a file", child=child)
+
+
 def test_floe_run_killed_mid_process_then_restarted_loses_nothing(
     sql_catalog: SqlCatalog,
     reference: ReferenceReader,
@@ -333,11 +344,10 @@ def test_floe_run_killed_mid_process_then_restarted_loses_nothing(
     table = _small_files_table(sql_catalog, "db.t")
     before = reference.rows(sql_catalog.name, "db.t")
     start = table.current_snapshot()
-    config = _catalog_config(sql_catalog, tmp_path)
-    manifests = _manifests(tmp_path / "manifests", "db.t", sql_catalog.name)
+    run = _floe_run_on(sql_catalog, tmp_path)
 
-    first = children([*_floe_run(manifests, "--catalog-config", str(config))], tmp_path / "run-1.log")
-    _wait(lambda: bool(_written_by_floe(_data_files(table), "db.t")), "a task wrote a file", child=first)
+    first = children(run, tmp_path / "run-1.log")
+    _wait_mid_process(table, first)
     first.kill()
 
     table.refresh()
@@ -345,10 +355,7 @@ def test_floe_run_killed_mid_process_then_restarted_loses_nothing(
     leftovers = _written_by_floe(_data_files(table), "db.t")
     assert leftovers
 
-    again = children(
-        [*_floe_run(manifests, "--catalog-config", str(config), "--once", "--timeout", "300")],
-        tmp_path / "run-2.log",
-    )
+    again = children([*run, "--once", "--timeout", "300"], tmp_path / "run-2.log")
     assert again.wait(360) == 0, again.output()
 
     table.refresh()
@@ -501,7 +508,7 @@ def test_floe_optimize_stopped_mid_task_abandons_the_process_and_says_so(
     config = _catalog_config(sql_catalog, tmp_path)
     command = [str(BIN / "floe"), "optimize", "--catalog-config", str(config), "db.t", "--type", "full"]
     optimize = children([*command, "--target-size", "16Ki", "--cores", "1"], tmp_path / "optimize.log")
-    _wait(lambda: bool(_written_by_floe(_data_files(table), "db.t")), "a task wrote a file", child=optimize)
+    _wait_mid_process(table, optimize)
 
     optimize.process.send_signal(signum)
 
@@ -525,10 +532,8 @@ def test_floe_run_stopped_mid_process_abandons_it_and_says_so(
     table = _small_files_table(sql_catalog, "db.t")
     before = reference.rows(sql_catalog.name, "db.t")
     start = table.current_snapshot()
-    config = _catalog_config(sql_catalog, tmp_path)
-    manifests = _manifests(tmp_path / "manifests", "db.t", sql_catalog.name)
-    run = children(_floe_run(manifests, "--catalog-config", str(config)), tmp_path / "run.log")
-    _wait(lambda: bool(_written_by_floe(_data_files(table), "db.t")), "a task wrote a file", child=run)
+    run = children(_floe_run_on(sql_catalog, tmp_path), tmp_path / "run.log")
+    _wait_mid_process(table, run)
 
     run.process.send_signal(signal.SIGTERM)
 
