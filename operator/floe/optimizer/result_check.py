@@ -81,12 +81,7 @@ def check_result(spec: RewriteTaskSpec, result: RewriteTaskResult, io: FileIO) -
 def check_position_accounting(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
     """For a positions task: one position-delete file per data file at most, each no longer than
     its data file; positions written = rows deleted <= what the task's delete files can remove."""
-    read = sum(f.record_count for f in spec.data_files)
-    if result.rows_read != read:
-        raise ResultCheckFailed(
-            "rows",
-            f"task {spec.task_id} reports {result.rows_read} rows read, but its data files hold {read}",
-        )
+    check_rows_read(spec, result)
     records = {f.path: f.record_count for f in spec.data_files}
     targets: set[str] = set()
     for written in result.files:
@@ -140,13 +135,7 @@ def check_position_targets(spec: RewriteTaskSpec, result: RewriteTaskResult) -> 
 
 def check_row_accounting(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
     """Rows read = the inputs' record counts; rows written = read - deleted; deleted <= removable."""
-    planned = sum(f.record_count for f in spec.data_files)
-    if result.rows_read != planned:
-        raise ResultCheckFailed(
-            "rows",
-            f"task {spec.task_id} reports {result.rows_read} rows read, but its {len(spec.data_files)} "
-            f"data files hold {planned} rows",
-        )
+    check_rows_read(spec, result)
     removable = removable_rows(spec)
     if not 0 <= result.rows_deleted <= removable:
         raise ResultCheckFailed(
@@ -161,6 +150,17 @@ def check_row_accounting(spec: RewriteTaskSpec, result: RewriteTaskResult) -> No
             "rows",
             f"task {spec.task_id} wrote {written} rows, but read {result.rows_read} and deleted "
             f"{result.rows_deleted}, which leaves {expected}",
+        )
+
+
+def check_rows_read(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
+    """Rows read = the record counts of the task's data files (every row is read, whatever the kind)."""
+    planned = sum(f.record_count for f in spec.data_files)
+    if result.rows_read != planned:
+        raise ResultCheckFailed(
+            "rows",
+            f"task {spec.task_id} reports {result.rows_read} rows read, but its {len(spec.data_files)} "
+            f"data files hold {planned} rows",
         )
 
 
