@@ -46,8 +46,9 @@ from floe.optimizer.result_check import (
     is_own_file,
     removable_rows,
 )
-from floe.optimizer.rewrite import run_rewrite_task
+from floe.optimizer.rewrite import run_rewrite_task, run_task
 from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
+from floe.planning.plan import POSITIONS
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),
@@ -349,3 +350,60 @@ def test_what_delete_files_can_remove(
     tmp_path: Path, data: list[InputDataFile], deletes: list[InputDeleteFile], removable: int
 ) -> None:
     assert removable_rows(_spec(tmp_path, data, deletes)) == removable
+
+
+@pytest.fixture
+def converted(tmp_path: Path) -> tuple[RewriteTaskSpec, RewriteTaskResult]:
+    """A real positions task over two files: rows of "a" deleted twice over, "b" untouched."""
+    a = _data_file(tmp_path, "a.parquet", range(0, ROWS), seq=1)
+    b = _data_file(tmp_path, "b.parquet", range(ROWS, 2 * ROWS), seq=3)
+    deletes = [_position_deletes(tmp_path, a, [0, 1], seq=1), _position_deletes(tmp_path, a, [7], seq=2)]
+    spec = _spec(tmp_path, [a, b], deletes).model_copy(update={"kind": POSITIONS})
+    result = run_task(spec)
+    assert (result.rows_read, result.rows_deleted, len(result.files)) == (2 * ROWS, 3, 1)
+    return spec, result
+
+
+def test_a_real_positions_result_passes(converted: tuple[RewriteTaskSpec, RewriteTaskResult]) -> None:
+    spec, result = converted
+    check_result(spec, result, PyArrowFileIO())
+
+
+def test_a_positions_result_must_read_every_row(converted: tuple[RewriteTaskSpec, RewriteTaskResult]) -> None:
+    spec, result = converted
+    refused = _refusal(spec, result.model_copy(update={"rows_read": 2 * ROWS - 1}))
+    assert "99 rows read, but its 2 data files hold 100 rows" in str(refused)
+
+
+def test_a_position_file_must_name_a_data_file_of_the_task(
+    converted: tuple[RewriteTaskSpec, RewriteTaskResult],
+) -> None:
+    spec, result = converted
+    written = result.files[0]
+    elsewhere = written.model_copy(update={"referenced_data_file": "file:///elsewhere.parquet"})
+    assert "is not a position-delete file of one of task" in str(
+        _refusal(spec, result.model_copy(update={"files": [elsewhere]}))
+    )
+    as_data = written.model_copy(update={"content": 0})
+    assert "is not a position-delete file" in str(
+        _refusal(spec, result.model_copy(update={"files": [as_data]}))
+    )
+
+
+def test_positions_written_must_be_the_rows_deleted(
+    converted: tuple[RewriteTaskSpec, RewriteTaskResult],
+) -> None:
+    spec, result = converted
+    refused = _refusal(spec, result.model_copy(update={"rows_deleted": 2}))
+    assert "wrote 3 positions and reports 2 rows deleted" in str(refused)
+
+
+def test_a_position_file_naming_another_data_file_in_its_bounds_is_refused(
+    converted: tuple[RewriteTaskSpec, RewriteTaskResult],
+) -> None:
+    spec, result = converted
+    b = spec.data_files[1].path
+    # Claims "b" as its target, but its footer's file_path bounds name "a".
+    forged = result.files[0].model_copy(update={"referenced_data_file": b})
+    refused = _refusal(spec, result.model_copy(update={"files": [forged]}))
+    assert f"names other data files than {b}" in str(refused)
