@@ -93,6 +93,9 @@ def main() -> None:
         parser.error(f"--base-rows must be at least 20x an hour of upserts ({20 * hourly})")
     args.dir.mkdir(parents=True, exist_ok=True)
     if args.report_only:
+        missing = [side for side in SIDES if not (args.dir / "logs" / f"{side}.json").is_file()]
+        if missing:
+            parser.error(f"--report-only: no results of {' and '.join(missing)} in {args.dir / 'logs'}")
         results = {side: json.loads((args.dir / "logs" / f"{side}.json").read_text()) for side in SIDES}
     else:
         results = {side: _run_side(args, side) for side in SIDES}
