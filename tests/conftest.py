@@ -1,4 +1,5 @@
-"""Shared fixtures: one Spark session with Iceberg's Java runtime, and fresh pyiceberg SQL catalogs."""
+"""Shared fixtures: one Spark session with Iceberg's Java runtime, fresh pyiceberg SQL catalogs, and a
+format v3 table with deletion vectors written by Spark."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
 from floe.local.reference_jars import reference_jars
-from floe.local.reference_reader import ReferenceReader
+from floe.local.reference_reader import ReferenceReader, qualified_name
 from floe_optimizer.spark_session import get_spark
 
 _catalog_numbers = itertools.count()
@@ -47,3 +48,26 @@ def sql_catalog(tmp_path: Path, reference: ReferenceReader) -> Iterator[SqlCatal
     reference.register_sql_catalog(name, database, warehouse)
     yield catalog
     catalog.engine.dispose()
+
+
+V3_MOR = (
+    "'format-version' = '3', 'write.delete.mode' = 'merge-on-read', "
+    "'write.update.mode' = 'merge-on-read', 'write.merge.mode' = 'merge-on-read'"
+)
+
+
+@pytest.fixture
+def v3_table(sql_catalog: SqlCatalog, spark: SparkSession, reference: ReferenceReader) -> SqlCatalog:
+    """``db.t``: a partitioned v3 table with four appends, then a DELETE and an UPDATE that
+    write deletion vectors."""
+    name = qualified_name(sql_catalog.name, "db.t")
+    spark.sql(
+        f"CREATE TABLE {name} (id bigint, cat string, v double) USING iceberg "
+        f"PARTITIONED BY (cat) TBLPROPERTIES ({V3_MOR})"
+    )
+    for start in range(0, 400, 100):
+        rows = f"range({start}, {start + 100})"
+        spark.sql(f"INSERT INTO {name} SELECT id, CAST(id % 2 AS string), id * 1.0 FROM {rows}")
+    spark.sql(f"DELETE FROM {name} WHERE id % 7 = 0")
+    spark.sql(f"UPDATE {name} SET v = -1 WHERE id % 11 = 0")
+    return sql_catalog

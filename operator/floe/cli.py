@@ -16,13 +16,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from floe.api.manifests import ManifestError
 from floe.commit.rewrite import CommitAbandoned, CommitConflict, CommitPending
-from floe.commit.snapshot import UnsupportedTableError
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.local.interrupt import Interrupted, reinstall, stop_on_signals
 from floe.optimizer.process import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_table, open_catalog
 from floe.tables.credentials import RedactingFilter, Redactor
+from floe.tables.support import UnsupportedTableError
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -348,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit code (2 for bad input, 1 for failures)."""
+    """Entry point; returns the process exit code (2 for bad input or a table floe refuses, 1 for
+    failures)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
@@ -370,10 +371,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # SIGINT taken by Spark's handler before floe's came back
         _console(stderr=True).print("interrupted by SIGINT", highlight=False)
         return 130
-    except (TableAccessError, ManifestError, UsageError) as exc:
+    except (TableAccessError, ManifestError, UsageError, UnsupportedTableError) as exc:
         _console(stderr=True).print(f"[red]error:[/red] {escape(_REDACT(str(exc)))}", highlight=False)
         return 2
-    except (CommitConflict, CommitAbandoned, ProcessFailed, UnsupportedTableError) as exc:
+    except (CommitConflict, CommitAbandoned, ProcessFailed) as exc:
         message = f"[red]optimizing failed, nothing committed:[/red] {escape(_REDACT(str(exc)))}"
         _console(stderr=True).print(message, highlight=False)
         return 1

@@ -635,6 +635,32 @@ def test_pending_table_in_a_group_without_executors_gets_an_event(
         assert _status(k8s, "ot", group, ns).get("state") == "PENDING"
 
 
+def test_a_v3_table_is_degraded_unsupported_with_one_event(
+    k8s: K8sCluster, replicas: Callable[..., Replica], v3_table: SqlCatalog
+) -> None:
+    """A table floe cannot handle: a condition and an Event name the table and its features; no
+    process starts; the Event is not repeated on later refreshes."""
+    ns = _namespace(k8s, "v3")
+    replicas([ns]).start()
+    _apply(k8s, _group("g", ns, executors=0))
+    _apply(k8s, _table("t", ns, "g", _inline(v3_table)))
+
+    def degraded() -> dict[str, Any]:
+        return _condition(_status(k8s, "ot", "t", ns), "Degraded")
+
+    k8s.wait_for("Degraded: Unsupported", lambda: degraded().get("reason") == "Unsupported", timeout=60)
+    message = degraded()["message"]
+    assert message.startswith("table db.t is not optimized: it uses format version 3")
+    assert "deletion vectors (Puffin position deletes)" in message
+    status = _status(k8s, "ot", "t", ns)
+    assert status["state"] == "IDLE" and status["dataFiles"] == 10 and status.get("currentProcess") is None
+    time.sleep(3)  # several refreshes later
+    events = [e for e in _events(k8s, ns, "t") if e["reason"] in ("Unsupported", "OptimizingStarted")]
+    assert [(e["type"], e["reason"], e["message"], e.get("count", 1)) for e in events] == [
+        ("Warning", "Unsupported", message, 1)
+    ]
+
+
 # -- 5. catalog Secrets ------------------------------------------------------------------------
 
 

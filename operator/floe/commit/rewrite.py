@@ -28,10 +28,11 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from floe.commit.retry import on_fresh_head
-from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft, UnsupportedTableError
+from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft
 from floe.planning.files import ContentFile, DeleteIndex
 from floe.tables.history import SUMMARY_DEFERRED_PARTITIONS, SUMMARY_OPTIMIZING_TYPE, SUMMARY_PROCESS_ID
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID, content_file
+from floe.tables.support import UnsupportedTableError
 
 log = logging.getLogger(__name__)
 

@@ -43,9 +43,7 @@ from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetSn
 from pyiceberg.typedef import TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
-
-class UnsupportedTableError(RuntimeError):
-    """The table uses a feature floe's commits do not handle yet."""
+from floe.tables.support import UnsupportedTableError, unsupported_features
 
 
 class CommitStateUnknown(RuntimeError):
@@ -113,10 +111,10 @@ class SnapshotDraft:
     _counter: int = 0
 
     def __post_init__(self) -> None:
-        if self.metadata.format_version > 2:
-            raise UnsupportedTableError(
-                f"table format version {self.metadata.format_version} is not supported yet (v1 and v2 are)"
-            )
+        # Planning refuses such tables already; a commit never writes metadata it cannot write right.
+        refused = unsupported_features(self.metadata)
+        if refused:
+            raise UnsupportedTableError(".".join(self.table.name()), refused)
         self.snapshot_id = self.metadata.new_snapshot_id()
 
     @property

@@ -210,11 +210,15 @@ def degraded_reason(runtime: TableRuntime) -> str:
     ``TableUnavailable``: the catalog or the table cannot be read (wrong catalog properties
     or Secret, catalog down, table gone); ``PlanningFailed``; ``CommitDelayed``: the process's
     commit could not be finished yet and is being retried; ``OptimizingFailed``: the last
-    process failed or its commit was refused, and nothing was committed.
+    process failed or its commit was refused, and nothing was committed; ``Unsupported``: the
+    table uses a feature floe cannot handle (named in the message), so it is neither optimized
+    nor maintained.
     """
     error = runtime.last_error
     if not error:
         return "Healthy"
+    if runtime.unsupported:
+        return "Unsupported"
     if error.startswith("planning failed"):
         return "PlanningFailed"
     if runtime.state == TableState.COMMITTING:

@@ -17,7 +17,6 @@ from floe.commit.rewrite import (
     RewriteRequest,
     commit_rewrite,
 )
-from floe.commit.snapshot import UnsupportedTableError
 from floe.local.interrupt import Interrupted, deferred_interrupts
 from floe.optimizer.leftovers import remove_uncommitted_outputs
 from floe.optimizer.process import (
@@ -33,7 +32,8 @@ from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.planning.planner import plan_optimizing
 from floe.tables.history import optimizing_history
-from floe.tables.scan import ScannedTable, scan_table
+from floe.tables.scan import ScannedTable
+from floe.tables.support import UnsupportedTableError, scan_supported
 from floe_optimizer.spark_runner import TaskOutcome, run_tasks_on_spark, wait_for_idle_executors
 
 
@@ -64,8 +64,9 @@ def plan_table(
     now_s: float | None = None,
     max_tasks: int | None = None,
 ) -> tuple[ScannedTable, OptimizingPlan]:
-    """Scan the current snapshot and plan it, with interval triggers read from history."""
-    scanned = scan_table(table)
+    """Scan the current snapshot and plan it, with interval triggers read from history; a table
+    floe cannot handle is refused (`UnsupportedTableError`) before anything is planned."""
+    scanned = scan_supported(".".join(table.name()), table)
     history = optimizing_history(table.metadata)
     plan = plan_optimizing(
         scanned.files,

@@ -13,6 +13,7 @@ from floe.maintenance.manifests import rewrite_manifests
 from floe.maintenance.orphans import remove_orphan_files
 from floe.maintenance.retention import expire_rows
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
+from floe.tables.support import check_supported
 
 
 def run_maintenance_job(
@@ -30,8 +31,11 @@ def run_maintenance_job(
     `protected_snapshot_ids` are the starting snapshots of optimizing processes in flight
     (never expired); `protected_prefixes` the file-name prefixes of their output files
     (never removed as orphans, however old). Raises ValueError when the job cannot run as
-    configured (retention without ``dataRetention``, an unknown column).
+    configured (retention without ``dataRetention``, an unknown column), and
+    `UnsupportedTableError` for a table floe refuses (what its metadata says suffices: no
+    job reads the files' contents).
     """
+    check_supported(".".join(table.name()), table)
     if job is MaintenanceJob.EXPIRE:
         return expire_snapshots(
             table,

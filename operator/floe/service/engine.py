@@ -28,7 +28,6 @@ from pyiceberg.table import Table
 
 from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
 from floe.commit.rewrite import CommitFailed, CommitPending, commit_rewrite
-from floe.commit.snapshot import UnsupportedTableError
 from floe.maintenance.jobs import run_maintenance_job
 from floe.optimizer.leftovers import remove_uncommitted_outputs
 from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
@@ -47,7 +46,8 @@ from floe.tables.catalog import (
 from floe.tables.history import optimizing_history
 from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
-from floe.tables.scan import ScannedTable, scan_table
+from floe.tables.scan import ScannedTable
+from floe.tables.support import UnsupportedTableError, check_supported, scan_supported
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +342,9 @@ class OptimizingEngine:
             for r in self.runtimes.values():
                 if r.busy:
                     continue
-                if r.last_error and r.evaluated_snapshot_id is None:
+                if r.unsupported:
+                    stuck[r.table_id] = r.unsupported
+                elif r.last_error and r.evaluated_snapshot_id is None:
                     stuck[r.table_id] = r.last_error
                 elif r.state == TableState.PENDING and (
                     self.table_group_key(r) not in self.groups
@@ -376,9 +378,9 @@ class OptimizingEngine:
             runtime.on_loaded(now)
             current = table.metadata.current_snapshot()
             snapshot_id = current.snapshot_id if current else None
-            if not runtime.needs_evaluation(snapshot_id):
+            if not runtime.needs_evaluation(snapshot_id, table.metadata_location):
                 return
-            scanned = scan_table(table)
+            scanned = scan_supported(runtime.spec.table, table)
             history = optimizing_history(table.metadata)
             plan = plan_optimizing(
                 scanned.files,
@@ -387,6 +389,9 @@ class OptimizingEngine:
                 last_minor_s=history.last_minor_s,
                 last_full_s=history.last_full_s,
             )
+        except UnsupportedTableError as exc:
+            self._refuse(runtime, exc, now)
+            return
         except TableAccessError as exc:
             if runtime.last_error != str(exc):
                 self._emit(runtime.table_id, "Warning", "TableUnavailable", str(exc))
@@ -398,6 +403,15 @@ class OptimizingEngine:
             self._scans[runtime.table_id] = scanned
             runtime.on_history(history)
             runtime.on_evaluated(scanned.files, plan, now)
+
+    def _refuse(self, runtime: TableRuntime, exc: UnsupportedTableError, now: float) -> None:
+        """The table uses what floe cannot handle: shown, with an Event when the reason is new."""
+        with self._lock:
+            new = runtime.unsupported != str(exc)
+            runtime.on_unsupported(str(exc), exc.files, now, exc.metadata_location)
+            self._scans.pop(runtime.table_id, None)
+        if new:
+            self._emit(runtime.table_id, "Warning", "Unsupported", str(exc))
 
     def _update_pending(self, runtime: TableRuntime, now: float) -> None:
         key = self.table_group_key(runtime)
@@ -541,8 +555,9 @@ class OptimizingEngine:
             cached = self._scans.get(runtime.table_id)
             if cached is not None and current is not None and cached.files.snapshot_id == current.snapshot_id:
                 scanned = cached
+                check_supported(runtime.spec.table, table, scanned)
             else:
-                scanned = scan_table(table)
+                scanned = scan_supported(runtime.spec.table, table)
             history = optimizing_history(table.metadata)
             config = runtime.spec.optimizing_config()
             plan = plan_optimizing(
@@ -571,6 +586,11 @@ class OptimizingEngine:
                 storage_secret=runtime.spec.catalog.secret_ref if secret_properties is not None else None,
                 secret_properties=secret_properties,
             )
+        except UnsupportedTableError as exc:
+            with self._lock:
+                scheduler.planning_empty(runtime.table_id)
+            self._refuse(runtime, exc, now)
+            return
         except (TableAccessError, OSError, ValueError) as exc:
             with self._lock:
                 runtime.on_planning_failed(str(exc))

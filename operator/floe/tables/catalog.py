@@ -11,6 +11,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 
 from floe.api.models import CatalogRef
+from floe.tables.support import UnsupportedTableError, unreadable_schema_type
 
 
 class TableAccessError(RuntimeError):
@@ -75,7 +76,8 @@ def open_catalog(ref: CatalogRef) -> Catalog:
 
 
 def load_table(catalog: Catalog, identifier: str) -> Table:
-    """Load a table by ``namespace.table``; paths and unknown tables get specific errors."""
+    """Load a table by ``namespace.table``; paths and unknown tables get specific errors, and a
+    table whose schema pyiceberg cannot read is `UnsupportedTableError`."""
     if "/" in identifier or identifier.startswith("."):
         raise NotAnIcebergTable(_describe_path(identifier))
     if "." not in identifier:
@@ -85,6 +87,10 @@ def load_table(catalog: Catalog, identifier: str) -> Table:
     except (NoSuchTableError, NoSuchNamespaceError) as exc:
         raise TableNotFound(f"table {identifier!r} not found in catalog {catalog.name!r}") from exc
     except Exception as exc:
+        unreadable = unreadable_schema_type(exc)
+        if unreadable is not None:
+            # The catalog answered; the table's schema has a type pyiceberg cannot parse.
+            raise UnsupportedTableError(identifier, [f"the column type {unreadable!r}"]) from exc
         raise CatalogUnreachable(
             f"catalog {catalog.name!r} failed to load {identifier!r}: {_short(exc)}"
         ) from exc

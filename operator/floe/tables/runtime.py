@@ -78,6 +78,10 @@ class TableRuntime:
     maintenance_runs: dict[MaintenanceJob, MaintenanceRun] = field(default_factory=dict)
     maintaining: MaintenanceJob | None = None
     """The maintenance job running now (at most one per table)."""
+    unsupported: str = ""
+    """Why floe refuses the table (it uses a feature floe cannot handle); empty when it does not."""
+    refused_metadata: str | None = field(default=None, repr=False)
+    """The metadata file the refusal was made from: a schema or spec change moves it."""
     catalog_error: str | None = None
     """What the last refresh made of the catalog: None, not contacted yet (or since the catalog
     changed); "", it answered (the table itself may still be missing); else why it did not."""
@@ -120,14 +124,18 @@ class TableRuntime:
         elif spec.enabled and self.state == TableState.DISABLED:
             self.state = TableState.IDLE
 
-    def needs_evaluation(self, snapshot_id: int | None) -> bool:
-        """Whether a refresh that found `snapshot_id` must scan and evaluate the table.
+    def needs_evaluation(self, snapshot_id: int | None, metadata_location: str | None = None) -> bool:
+        """Whether a refresh that found `snapshot_id` (in `metadata_location`) must scan and
+        evaluate the table.
 
         An unchanged, already evaluated snapshot is not rescanned; a busy or disabled
-        table is not evaluated.
+        table is not evaluated. A refused table is evaluated again when its metadata moved,
+        even on the same snapshot: dropping a column or a partition field makes no snapshot.
         """
         if self.busy or self.state == TableState.DISABLED:
             return False
+        if self.unsupported and metadata_location != self.refused_metadata:
+            return True
         return snapshot_id is None or snapshot_id != self.evaluated_snapshot_id
 
     def on_history(self, history: OptimizingHistory) -> None:
@@ -144,6 +152,7 @@ class TableRuntime:
         self.data_files = len(files.data_files)
         self.delete_files = len(files.delete_files)
         self.last_error = ""
+        self.unsupported = ""
         if self.busy or self.state == TableState.DISABLED:
             return
         if plan.is_empty:
@@ -152,6 +161,27 @@ class TableRuntime:
             self.state = TableState.PENDING
             kind = plan.optimizing_type.label if plan.optimizing_type else "?"
             self.pending_reason = f"{kind} due in {len(plan.partitions)} partitions"
+
+    def on_unsupported(
+        self, reason: str, files: TableFiles | None, now_s: float, metadata_location: str | None = None
+    ) -> None:
+        """The table uses a feature floe cannot handle (`reason`): it is not planned until a
+        refresh finds it supported again. `files` are the live files when the refusal came after
+        a scan; then the snapshot counts as evaluated and is not scanned again until it or the
+        table's metadata (`metadata_location`) changes. A refusal while planning ends the planning."""
+        self.last_refresh_s = now_s
+        self.last_error = self.unsupported = reason
+        self.refused_metadata = metadata_location
+        self.catalog_error = ""  # the catalog answered: the refusal comes from what it returned
+        self.pending_reason = ""
+        if files is not None:
+            self.snapshot_id = self.evaluated_snapshot_id = files.snapshot_id
+            self.data_files = len(files.data_files)
+            self.delete_files = len(files.delete_files)
+        else:
+            self.evaluated_snapshot_id = None
+        if self.state in (TableState.PENDING, TableState.PLANNING):
+            self.state = TableState.IDLE
 
     def may_plan(self, now_s: float) -> bool:
         """PENDING, past min-plan-interval since the last plan, and no committing maintenance job running."""
@@ -227,6 +257,7 @@ class TableRuntime:
         """
         self.last_refresh_s = now_s
         self.last_error = error
+        self.unsupported = ""
         self.catalog_error = error if catalog_failed else ""
         self.evaluated_snapshot_id = None
 
@@ -235,11 +266,11 @@ class TableRuntime:
     def due_maintenance(self, now_s: float) -> MaintenanceJob | None:
         """The maintenance job to start now, if any.
 
-        None while a job runs or the table is disabled. A job that commits a snapshot
-        waits while an optimizing process is in flight (both would replace the same
-        files); expiry and orphan cleanup run beside it, protecting what it uses.
+        None while a job runs, the table is disabled, or floe refuses it (`unsupported`). A job
+        that commits a snapshot waits while an optimizing process is in flight (both would
+        replace the same files); expiry and orphan cleanup run beside it, protecting what it uses.
         """
-        if self.maintaining is not None or self.state == TableState.DISABLED:
+        if self.maintaining is not None or self.state == TableState.DISABLED or self.unsupported:
             return None
         last_runs = {job: run.finished_s for job, run in self.maintenance_runs.items()}
         for job in due_jobs(self.spec.maintenance, last_runs, now_s):

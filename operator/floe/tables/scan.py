@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry, ManifestFile
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestEntry, ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
@@ -33,6 +33,13 @@ class ScannedTable:
 
     files: TableFiles
     partition_records: dict[PartitionKey, Record]
+    file_formats: frozenset[tuple[FileKind, FileFormat]] = frozenset()
+    """The (kind, format) pairs of the live files: whether any is not Parquet."""
+
+    @property
+    def spec_ids(self) -> frozenset[int]:
+        """The partition specs the live files were written with."""
+        return frozenset(key.spec_id for key in self.partition_records)
 
     def partition_path(self, metadata: TableMetadata, key: PartitionKey) -> str:
         """Iceberg's partition path (``day=2024-01-01``), empty when unpartitioned."""
@@ -145,10 +152,12 @@ def scan_table(table: Table, snapshot_id: int | None = None) -> ScannedTable:
     data: list[ContentFile] = []
     deletes: list[ContentFile] = []
     records: dict[PartitionKey, Record] = {}
+    formats: set[tuple[FileKind, FileFormat]] = set()
     with gc_paused():
         for entry in live_entries(table, snapshot_id):
             file = converter.content_file(entry)
             records.setdefault(file.partition, entry.data_file.partition)
+            formats.add((file.kind, entry.data_file.file_format))
             (data if file.kind == FileKind.DATA else deletes).append(file)
     files = TableFiles(
         snapshot_id=snapshot_id,
@@ -156,4 +165,4 @@ def scan_table(table: Table, snapshot_id: int | None = None) -> ScannedTable:
         data_files=tuple(data),
         delete_files=tuple(deletes),
     )
-    return ScannedTable(files=files, partition_records=records)
+    return ScannedTable(files=files, partition_records=records, file_formats=frozenset(formats))

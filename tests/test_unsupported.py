@@ -1,0 +1,299 @@
+"""Tables floe cannot handle are refused before anything runs, with one sentence naming the
+table and the features, in ``--dry-run``, in ``floe optimize``, in maintenance and in the
+engine that ``floe run`` and the operator drive (status condition and Event).
+
+The v3 table is written the way users get one: Spark 3.5 with Iceberg 1.10, merge-on-read
+DELETE and UPDATE, so its deletes are deletion vectors in a Puffin file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pyarrow as pa
+import pytest
+import yaml
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.manifest import FileFormat
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.transforms import IdentityTransform, UnknownTransform
+from pyiceberg.types import (
+    GeometryType,
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestampNanoType,
+    UnknownType,
+)
+from sqlalchemy import text
+from test_engine import _group, _table
+
+from floe.api.models import MaintenanceSpec
+from floe.cli import main
+from floe.controller.status import table_status
+from floe.maintenance.jobs import run_maintenance_job
+from floe.planning.files import FileKind
+from floe.service.engine import EngineEvent, OptimizingEngine
+from floe.service.task_service import TaskService
+from floe.tables.catalog import load_table
+from floe.tables.maintenance_job import MaintenanceJob
+from floe.tables.runtime import TableState
+from floe.tables.support import UnsupportedTableError, unsupported_features
+from floe.tables.writer import conform
+
+
+def _config(tmp_path: Path, catalog: SqlCatalog) -> Path:
+    config = tmp_path / "catalog.yaml"
+    config.write_text(yaml.safe_dump({"name": catalog.name, "type": "sql", **catalog.properties}))
+    return config
+
+
+def _files_under(catalog: SqlCatalog, table: str) -> set[Path]:
+    location = Path(catalog.load_table(table).location().removeprefix("file://"))
+    return {p for p in location.rglob("*") if p.is_file()}
+
+
+def test_the_dry_run_refuses_a_v3_table_with_deletion_vectors(
+    v3_table: SqlCatalog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(tmp_path, v3_table)
+    before = _files_under(v3_table, "db.t")
+    snapshot = v3_table.load_table("db.t").current_snapshot()
+
+    assert main(["optimize", "--catalog-config", str(config), "db.t", "--dry-run"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "table db.t is not optimized: it uses format version 3" in err
+    assert "deletion vectors (Puffin position deletes)" in err
+    assert "Traceback" not in err
+
+    # Without --dry-run too: refused before any task, so nothing is written and no retry is spent.
+    assert main(["optimize", "--catalog-config", str(config), "db.t", "--type", "full"]) == 2
+    assert "table db.t is not optimized" in " ".join(capsys.readouterr().err.split())
+    # Maintenance commits metadata floe cannot write right for v3: refused as well.
+    assert main(["optimize", "--catalog-config", str(config), "db.t", "--type", "manifests"]) == 2
+    assert "format version 3" in " ".join(capsys.readouterr().err.split())
+    assert _files_under(v3_table, "db.t") == before
+    assert v3_table.load_table("db.t").current_snapshot() == snapshot
+
+
+@pytest.fixture
+def engine() -> Iterator[tuple[OptimizingEngine, list[EngineEvent]]]:
+    """An engine (no optimizer) with group ``g``, and the Events it posts."""
+    built = OptimizingEngine(
+        TaskService(clock=time.time, registration_token="unsupported-test"), refresh_interval_s=0.1
+    )
+    events: list[EngineEvent] = []
+    built.subscribe(events.append)
+    built.apply_group(_group("g"))
+    yield built, events
+    built.close()
+
+
+def _tick_until(engine: OptimizingEngine, done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 60
+    while not done():
+        assert time.monotonic() < deadline, engine.table_views()
+        engine.tick()
+        time.sleep(0.1)
+
+
+def test_the_engine_shows_the_refusal_once_and_never_plans(
+    v3_table: SqlCatalog, engine: tuple[OptimizingEngine, list[EngineEvent]]
+) -> None:
+    engine, events = engine
+    runtime = engine.apply_table(_table(v3_table, "g"))
+    _tick_until(engine, lambda: bool(runtime.unsupported))
+    for _ in range(10):  # more refreshes, on the same snapshot: no second Event, no plan
+        engine.tick()
+        time.sleep(0.1)
+    run_maintenance = runtime.due_maintenance(time.time())
+
+    reason = runtime.unsupported
+    assert reason.startswith("table db.t is not optimized: it uses format version 3")
+    assert runtime.state == TableState.IDLE and runtime.process_id is None
+    assert runtime.data_files == 10 and runtime.delete_files == 8, "the live files are still shown"
+    assert [(e.kind, e.reason, e.message) for e in events] == [("Warning", "Unsupported", reason)]
+    assert engine.stuck_tables() == {runtime.table_id: reason}, "floe run --once reports it and exits 1"
+    assert engine.converged()
+    assert run_maintenance is None, "no maintenance on a refused table"
+    degraded = next(c for c in table_status(runtime, None, str)["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == ("True", "Unsupported", reason)
+
+
+def test_maintenance_refuses_a_v3_table(v3_table: SqlCatalog) -> None:
+    table = v3_table.load_table("db.t")
+    with pytest.raises(
+        UnsupportedTableError, match=r"table db\.t is not optimized: it uses format version 3"
+    ):
+        run_maintenance_job(table, MaintenanceJob.EXPIRE, MaintenanceSpec(), now_s=time.time())
+
+
+def _commit_metadata(catalog: SqlCatalog, name: str, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Commit an edited copy of table ``db.<name>``'s metadata the way another engine commits to
+    the SQL catalog (a new metadata file, the catalog's pointer moved to it), so that pyiceberg
+    need not be able to read the result."""
+    with catalog.engine.begin() as connection:
+        current = connection.execute(
+            text("SELECT metadata_location FROM iceberg_tables WHERE table_name = :name"), {"name": name}
+        ).scalar_one()
+        document = json.loads(Path(current.removeprefix("file://")).read_text())
+        edit(document)
+        location = (
+            Path(document["location"].removeprefix("file://")) / "metadata" / f"{uuid4()}.metadata.json"
+        )
+        location.write_text(json.dumps(document))
+        connection.execute(
+            text("UPDATE iceberg_tables SET metadata_location = :new WHERE table_name = :name"),
+            {"new": location.as_uri(), "name": name},
+        )
+
+
+@pytest.fixture
+def variant_table(sql_catalog: SqlCatalog) -> SqlCatalog:
+    """``db.v``: a table whose schema gained a ``variant`` column, which pyiceberg cannot parse."""
+    sql_catalog.create_table("db.v", Schema(NestedField(1, "id", LongType(), required=True)))
+
+    def add_variant(document: dict[str, Any]) -> None:
+        document["format-version"] = 3
+        document["next-row-id"] = 0
+        document["schemas"][0]["fields"].append(
+            {"id": 2, "name": "payload", "required": False, "type": "variant"}
+        )
+        document["last-column-id"] = 2
+
+    _commit_metadata(sql_catalog, "v", add_variant)
+    return sql_catalog
+
+
+def test_a_column_type_pyiceberg_cannot_read_is_named(
+    variant_table: SqlCatalog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(UnsupportedTableError) as refused:
+        load_table(variant_table, "db.v")
+    assert (
+        str(refused.value)
+        == "table db.v is not optimized: it uses the column type 'variant', which floe does not support"
+    )
+
+    config = _config(tmp_path, variant_table)
+    assert main(["optimize", "--catalog-config", str(config), "db.v", "--dry-run"]) == 2
+    assert "the column type 'variant'" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_refused_table_is_taken_again_once_its_metadata_no_longer_needs_refusing(
+    sql_catalog: SqlCatalog, engine: tuple[OptimizingEngine, list[EngineEvent]]
+) -> None:
+    """A partition spec with a transform floe does not know is refused; setting the default spec
+    back makes no snapshot, yet the table is evaluated again and planned."""
+    table = sql_catalog.create_table("db.t", SUPPORTED)
+    for start in range(0, 30, 10):
+        table.append(conform(table, pa.table({"id": pa.array(range(start, start + 10), pa.int64())})))
+
+    def unknown_default_spec(document: dict[str, Any]) -> None:
+        field = {"source-id": 1, "field-id": 1000, "name": "id_z", "transform": "zorder[4]"}
+        document["partition-specs"].append({"spec-id": 1, "fields": [field]})
+        document["default-spec-id"] = 1
+        document["last-partition-id"] = 1000
+
+    _commit_metadata(sql_catalog, "t", unknown_default_spec)
+    engine, events = engine
+    runtime = engine.apply_table(_table(sql_catalog, "g", minor={"triggerFileCount": 2}))
+    _tick_until(engine, lambda: bool(runtime.unsupported))
+    assert "partition field 'id_z' (spec 1) with the unknown transform zorder[4]" in runtime.unsupported
+    assert runtime.data_files == 3 and runtime.state == TableState.IDLE
+
+    _commit_metadata(sql_catalog, "t", lambda document: document.update({"default-spec-id": 0}))
+    _tick_until(engine, lambda: not runtime.unsupported)
+    # Pending for its minor optimizing again (this engine has no optimizer to run it).
+    assert runtime.state == TableState.PENDING and runtime.last_error == ""
+    assert [e.reason for e in events if e.kind == "Warning"] == ["Unsupported", "NoOptimizer"]
+
+
+# -- what is refused, on plain metadata ----------------------------------------------------
+
+
+def _metadata(
+    schema: Schema,
+    spec: PartitionSpec | None = None,
+    sort_order: SortOrder | None = None,
+    format_version: int = 2,
+) -> TableMetadata:
+    return new_table_metadata(
+        schema,
+        spec or PartitionSpec(),
+        sort_order or SortOrder(),
+        "file:///warehouse/db/t",
+        properties={"format-version": str(format_version)},
+    )
+
+
+SUPPORTED = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "tags", ListType(3, StringType()), required=False),
+)
+
+
+def test_a_supported_table_has_nothing_refused() -> None:
+    spec = PartitionSpec(PartitionField(1, 1000, IdentityTransform(), "id"))
+    metadata = _metadata(SUPPORTED, spec)
+    formats = [(FileKind.DATA, FileFormat.PARQUET), (FileKind.POSITION_DELETES, FileFormat.PARQUET)]
+    assert unsupported_features(metadata, formats, [0]) == []
+
+
+def test_v3_column_types_are_named_with_their_path() -> None:
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "at", TimestampNanoType(), required=False),
+        NestedField(
+            3,
+            "events",
+            ListType(4, StructType(NestedField(5, "shape", GeometryType(), required=False))),
+            required=False,
+        ),
+        NestedField(6, "nothing", UnknownType(), required=False),
+    )
+    assert unsupported_features(_metadata(schema, format_version=3)) == [
+        "format version 3 (deletion vectors and row lineage are not handled yet)",
+        "column 'at' of type timestamp_ns",
+        "column 'events.element.shape' of type geometry",
+        "column 'nothing' of type unknown",
+    ]
+
+
+def test_file_formats_other_than_parquet_are_named() -> None:
+    formats = [
+        (FileKind.DATA, FileFormat.ORC),
+        (FileKind.DATA, FileFormat.PARQUET),
+        (FileKind.POSITION_DELETES, FileFormat.PUFFIN),
+        (FileKind.EQUALITY_DELETES, FileFormat.AVRO),
+    ]
+    assert unsupported_features(_metadata(SUPPORTED), formats) == [
+        "ORC data files",
+        "deletion vectors (Puffin position deletes)",
+        "AVRO equality-delete files",
+    ]
+
+
+def test_transforms_floe_does_not_know_are_named() -> None:
+    spec = PartitionSpec(PartitionField(1, 1000, UnknownTransform(transform="zorder[4]"), "id_z"))
+    order = SortOrder(SortField(source_id=1, transform=UnknownTransform(transform="hilbert")))
+    features = unsupported_features(_metadata(SUPPORTED, spec, order), [], [0])
+    assert features == [
+        "partition field 'id_z' (spec 0) with the unknown transform zorder[4]",
+        "sort order 1 with the unknown transform hilbert",
+    ]
+    refused = UnsupportedTableError("db.t", features)
+    assert str(refused) == (
+        "table db.t is not optimized: it uses partition field 'id_z' (spec 0) with the unknown transform "
+        "zorder[4] and sort order 1 with the unknown transform hilbert, which floe does not support"
+    )
