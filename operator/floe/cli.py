@@ -18,6 +18,7 @@ from floe.api.manifests import ManifestError
 from floe.commit.rewrite import CommitAbandoned, CommitConflict, CommitPending
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.local.interrupt import Interrupted, reinstall, stop_on_signals
+from floe.optimizer.parquet_options import InvalidWriteProperty
 from floe.optimizer.process import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_table, open_catalog
@@ -371,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # SIGINT taken by Spark's handler before floe's came back
         _console(stderr=True).print("interrupted by SIGINT", highlight=False)
         return 130
-    except (TableAccessError, ManifestError, UsageError, UnsupportedTableError) as exc:
+    except (TableAccessError, ManifestError, UsageError, UnsupportedTableError, InvalidWriteProperty) as exc:
         _console(stderr=True).print(f"[red]error:[/red] {escape(_REDACT(str(exc)))}", highlight=False)
         return 2
     except (CommitConflict, CommitAbandoned, ProcessFailed) as exc:

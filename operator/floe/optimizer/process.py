@@ -18,6 +18,7 @@ from pyiceberg.table import Table
 from floe.api.models import ClusteringSpec
 from floe.commit.rewrite import RewriteRequest
 from floe.optimizer.layout import output_order, output_sort_order_id
+from floe.optimizer.parquet_options import COMPRESSION_CODEC, DEFAULT_CODEC, ParquetOptions, write_properties
 from floe.optimizer.rewrite import written_file_to_data_file
 from floe.optimizer.storage_credentials import task_io_properties
 from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
@@ -81,7 +82,10 @@ def build_process(
     process_id = process_id or new_process_id(table_name)
     data_root = metadata.properties.get("write.data.path", f"{metadata.location.rstrip('/')}/data")
     schema_json = metadata.schema().model_dump_json()
-    compression = metadata.properties.get("write.parquet.compression-codec", "zstd")
+    compression = metadata.properties.get(COMPRESSION_CODEC, DEFAULT_CODEC)
+    properties = write_properties(metadata.properties)
+    # Refused here, with the property named, rather than by every task.
+    ParquetOptions.from_properties(properties, metadata.schema())
     name_mapping = metadata.name_mapping()
     name_mapping_json = name_mapping.model_dump_json() if name_mapping is not None else None
     order = output_order(metadata, clustering)
@@ -125,6 +129,7 @@ def build_process(
                 target_file_size_bytes=config.target_size,
                 delete_memory_limit_bytes=delete_memory_limit,
                 parquet_compression=compression,
+                write_properties=properties,
                 file_name_prefix=f"{process_id}-t{index:04d}-{uuid.uuid4().hex[:8]}",
                 output_order=order,
             )

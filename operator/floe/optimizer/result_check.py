@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import (
+    StatisticsCollector,
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
@@ -39,6 +40,7 @@ from pyiceberg.schema import Schema, sanitize_column_names
 from pyiceberg.types import FixedType, IcebergType, ListType, MapType, NestedField, StructType, UUIDType
 
 from floe.commit.snapshot import delete_quietly
+from floe.optimizer.parquet_options import metrics_properties
 from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTaskSpec, WrittenFile
 from floe.planning.plan import POSITIONS
 from floe.tables.writer import POSITION_DELETE_METRICS, POSITION_DELETE_SCHEMA
@@ -69,13 +71,21 @@ def check_result(spec: RewriteTaskSpec, result: RewriteTaskResult, io: FileIO) -
     if spec.kind == POSITIONS:
         check_position_accounting(spec, result)
         for written in result.files:
-            check_stored_file(written, io, POSITION_DELETE_SCHEMA, POSITION_DELETE_METRICS)
+            check_stored_file(
+                written,
+                io,
+                POSITION_DELETE_SCHEMA,
+                compute_statistics_plan(POSITION_DELETE_SCHEMA, POSITION_DELETE_METRICS),
+            )
         check_position_targets(spec, result)
         return
     check_row_accounting(spec, result)
-    schema = sanitize_column_names(Schema.model_validate_json(spec.table_schema_json))
+    table_schema = Schema.model_validate_json(spec.table_schema_json)
+    # The metrics the writer keeps: by field id, under the table's metrics modes.
+    stats_plan = compute_statistics_plan(table_schema, metrics_properties(spec.write_properties))
+    schema = sanitize_column_names(table_schema)
     for written in result.files:
-        check_stored_file(written, io, schema)
+        check_stored_file(written, io, schema, stats_plan)
 
 
 def check_position_accounting(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
@@ -215,10 +225,14 @@ def is_own_file(spec: RewriteTaskSpec, path: str) -> bool:
 
 
 def check_stored_file(
-    written: WrittenFile, io: FileIO, schema: Schema, metrics_properties: Mapping[str, str] | None = None
+    written: WrittenFile,
+    io: FileIO,
+    schema: Schema,
+    stats_plan: dict[int, StatisticsCollector] | None = None,
 ) -> None:
     """The stored file is what `written` says: size, row count, field ids and types, metrics (those
-    the writer keeps under `metrics_properties`, Iceberg's ``write.metadata.metrics.*``)."""
+    the writer keeps under `stats_plan`, from Iceberg's ``write.metadata.metrics.*``; by default
+    all, truncated as Iceberg's default does)."""
     metadata = _read_footer(written, io)
     if metadata.num_rows != written.record_count:
         raise ResultCheckFailed(
@@ -228,7 +242,7 @@ def check_stored_file(
     _check_schema(written.path, metadata.schema.to_arrow_schema(), schema)
     stats = data_file_statistics_from_parquet_metadata(
         metadata,
-        compute_statistics_plan(schema, dict(metrics_properties or {})),
+        stats_plan if stats_plan is not None else compute_statistics_plan(schema, {}),
         parquet_path_to_id_mapping(schema),
     )
     serialized = stats.to_serialized_dict()

@@ -43,6 +43,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import DoubleType, FloatType, ListType, MapType
 
 from floe.optimizer.layout import OrderedRows
+from floe.optimizer.parquet_options import ParquetOptions, task_parquet_options
 from floe.optimizer.storage_credentials import executor_io_properties
 from floe.optimizer.task_spec import (
     InputDataFile,
@@ -84,8 +85,6 @@ POSITION_DELETES = 1
 EQUALITY_DELETES = 2
 _POS_FILE_PATH = "file_path"
 _POS_POS = "pos"
-_ICEBERG_UNCOMPRESSED = "uncompressed"
-_PYARROW_UNCOMPRESSED = "none"
 
 
 class RewriteError(RuntimeError):
@@ -221,7 +220,9 @@ class _PositionDeleteWriter:
         self._io = io
         self._directory = spec.output_dir.rstrip("/")
         self._prefix = spec.file_name_prefix
-        self._compression = _pyarrow_compression(spec)
+        options = _parquet_options(spec)
+        # The table's codec and level; the rest of its write properties describe its data files.
+        self._writer_options = options.writer_options(0, columns=False)
         self._arrow_schema = schema_to_pyarrow(POSITION_DELETE_SCHEMA)
         self._stats_plan = compute_statistics_plan(POSITION_DELETE_SCHEMA, POSITION_DELETE_METRICS)
         self._parquet_paths = parquet_path_to_id_mapping(POSITION_DELETE_SCHEMA)
@@ -239,7 +240,7 @@ class _PositionDeleteWriter:
         self._created.append(path)
         with stream:
             writer = pq.ParquetWriter(
-                cast(IO[Any], stream), schema=self._arrow_schema, compression=self._compression
+                cast(IO[Any], stream), schema=self._arrow_schema, **self._writer_options
             )
             writer.write_table(rows)
             writer.close()
@@ -255,10 +256,10 @@ class _PositionDeleteWriter:
         _delete_created(self._io, self._created)
 
 
-def _pyarrow_compression(spec: RewriteTaskSpec) -> str:
-    """The task's Iceberg compression codec, as pyarrow names it."""
-    codec = spec.parquet_compression.lower()
-    return _PYARROW_UNCOMPRESSED if codec == _ICEBERG_UNCOMPRESSED else codec
+def _parquet_options(spec: RewriteTaskSpec) -> ParquetOptions:
+    """How the task writes Parquet, from its codec and its table's write properties."""
+    table_schema = Schema.model_validate_json(spec.table_schema_json)
+    return task_parquet_options(spec.parquet_compression, spec.write_properties, table_schema)
 
 
 def _written_file(
@@ -812,9 +813,16 @@ class _RollingParquetWriter:
         self._directory = spec.output_dir.rstrip("/")
         self._prefix = spec.file_name_prefix
         self._target = spec.target_file_size_bytes
-        self._compression = _pyarrow_compression(spec)
+        self._options = _parquet_options(spec)
+        # Stored bytes per row of the inputs: how many rows a row group will hold, before this
+        # task has written any (what bloom filters are sized for).
+        input_rows = sum(f.record_count for f in spec.data_files)
+        self._input_row_bytes = sum(f.size_bytes for f in spec.data_files) / input_rows if input_rows else 0.0
         self._arrow_schema = schema_to_pyarrow(schema)
-        self._stats_plan = compute_statistics_plan(schema, {})
+        # By field id: the table's metrics modes name its columns as the table does.
+        self._stats_plan = compute_statistics_plan(
+            Schema.model_validate_json(spec.table_schema_json), self._options.metrics_properties
+        )
         self._parquet_paths = parquet_path_to_id_mapping(schema)
         self._nan_columns = {
             field_id: accessor
@@ -842,9 +850,12 @@ class _RollingParquetWriter:
         while batch.num_rows > 0:
             ratio = self._flushed_file_bytes / self._flushed_arrow_bytes if self._flushed_arrow_bytes else 1.0
             written = self._open.stream.tell() if self._open is not None else 0
+            row_group_limit = float(ROW_GROUP_MAX_BYTES)
+            if self._options.row_group_bytes is not None:
+                row_group_limit = min(row_group_limit, self._options.row_group_bytes / ratio)
             room = min(
                 (self._target - written) / ratio - self._buffered_bytes,
-                ROW_GROUP_MAX_BYTES - self._buffered_bytes,
+                row_group_limit - self._buffered_bytes,
             )
             row_bytes = max(batch.nbytes / batch.num_rows, 1.0)
             # At least one row goes into an empty buffer, so every pass makes progress.
@@ -885,8 +896,8 @@ class _RollingParquetWriter:
     def _flush_row_group(self) -> None:
         if not self._buffer:
             return
-        current = self._open if self._open is not None else self._open_file()
         table = pa.Table.from_batches(self._buffer)
+        current = self._open if self._open is not None else self._open_file(self._expected_rows(table))
         before = current.stream.tell()
         current.writer.write_table(table, row_group_size=table.num_rows)
         self._flushed_file_bytes += current.stream.tell() - before
@@ -899,7 +910,15 @@ class _RollingParquetWriter:
         if current.stream.tell() >= ROLL_AT_FRACTION * self._target:
             self._close_file(current)
 
-    def _open_file(self) -> _OpenFile:
+    def _expected_rows(self, first: pa.Table) -> int:
+        """Rows the row groups of a new file may hold: twice what a row group of the size limit
+        holds at the inputs' bytes per row (compression varies from file to file), and never
+        fewer than the first row group's."""
+        limit = min(self._target, self._options.row_group_bytes or self._target)
+        estimate = 2 * limit / self._input_row_bytes if self._input_row_bytes else 0
+        return max(int(first.num_rows), int(estimate))
+
+    def _open_file(self, rows_per_row_group: int) -> _OpenFile:
         path = f"{self._directory}/{self._prefix}-{len(self._created):05d}.parquet"
         # No overwrite: an existing file here may belong to a committed snapshot.
         stream = self._io.new_output(path).create(overwrite=False)
@@ -908,8 +927,8 @@ class _RollingParquetWriter:
             writer = pq.ParquetWriter(
                 cast(IO[Any], stream),
                 schema=self._arrow_schema,
-                compression=self._compression,
                 store_decimal_as_integer=True,
+                **self._options.writer_options(rows_per_row_group),
             )
         except BaseException:
             stream.close()

@@ -94,6 +94,12 @@ class RewriteTaskSpec(_Wire):
     target_file_size_bytes: int = Field(gt=0)
     delete_memory_limit_bytes: int = Field(gt=0, description="budget for the in-memory delete sets")
     parquet_compression: str = "zstd"
+    # Left out of the JSON when empty, for optimizers older than it (as `output_order`).
+    write_properties: dict[str, str] = Field(
+        default_factory=dict,
+        exclude_if=lambda properties: not properties,
+        description="the table's write.parquet.* and write.metadata.metrics.* properties",
+    )
     file_name_prefix: str = Field(description="unique per process and task attempt")
     # Optional and left out of the JSON when unset, so drivers and optimizers of either
     # side of this field's introduction keep working together on unsorted tables; an
