@@ -49,6 +49,7 @@ from harness.variants import (
     add_equality_deletes,
     build_variants,
     content_hash,
+    full_scan_seconds,
     register,
     table_stats,
     write_base,
@@ -79,6 +80,10 @@ TARGET_VS_ICEBERG = 2.0
 TARGET_VS_BOUND = 0.7
 TARGET_CHECK_SHARE = 0.02
 """Checking a task's result before it may be committed costs under 2 % of the task's time."""
+TARGET_OUTPUT_VS_ICEBERG = 0.92
+"""floe's output is at most this share of the bytes Iceberg's rewrite writes for the same rows."""
+TARGET_SCAN_VS_ICEBERG = 1.0
+"""A full scan of floe's output by Spark takes no longer than of Iceberg's."""
 PROFILE_LISTING = (("tottime", 25), ("cumulative", 40))
 
 
@@ -331,6 +336,14 @@ def _report(
                 f"result checks, share of task time (target < {TARGET_CHECK_SHARE:.0%})",
                 lambda e: _check_share(e["floe"].run, cores),
             ),
+            (
+                f"floe / Iceberg output bytes (target <= {TARGET_OUTPUT_VS_ICEBERG:g}x)",
+                _output_ratio,
+            ),
+            (
+                f"floe / Iceberg full scan s (target <= {TARGET_SCAN_VS_ICEBERG:g}x)",
+                _scan_ratio,
+            ),
             ("floe bytes_read MiB", lambda e: f"{e['floe'].run['floe_bytes_read'] / MiB:,.0f}"),
             ("floe tasks", lambda e: str(e["floe"].run["tasks"])),
         ],
@@ -358,7 +371,9 @@ def _report(
             "wall s = each attempt's wall time; the fastest attempt is the one reported. "
             "MiB/s/core = input / wall s / cores. CPU s = CPU time of the whole process tree (driver, JVM, "
             f"Python workers) in the timed window; CPU use = CPU s / (wall s * {cores}); MiB/CPU-s = input / "
-            "CPU s, which other work on the machine does not dilute. content after = Iceberg Java's "
+            "CPU s, which other work on the machine does not dilute. output bytes = the data files the "
+            "rewrite left; full scan s = the faster of two `sum(hash(*))` reads of the rewritten table by "
+            "Iceberg Java (vectorized). content after = Iceberg Java's "
             "`count(*)`, `sum(xxhash64(*))`, `sum(hash(*))` after the rewrite against the same over the "
             "pristine table. Result checks = the time floe spent checking its tasks' results (row "
             "conservation, file names, sizes, footers, metrics) against the tasks' time: the rewrite phase "
@@ -394,6 +409,24 @@ def _check_share(run: dict[str, Any], cores: int) -> str:
     share = run["check_seconds"] / (run["phases"][1] * cores)
     mark = "met" if share < TARGET_CHECK_SHARE else "**missed**"
     return f"{share:.2%} ({run['check_seconds']:.2f} s, {mark})"
+
+
+def _output_ratio(engines: dict[str, _Run]) -> str:
+    """floe's output bytes over Iceberg's, marked against the target."""
+    if "iceberg" not in engines:
+        return "-"
+    value = engines["floe"].run["after"]["data_bytes"] / engines["iceberg"].run["after"]["data_bytes"]
+    verdict = "met" if value <= TARGET_OUTPUT_VS_ICEBERG else "missed"
+    return f"**{value:.3f}x** ({verdict})"
+
+
+def _scan_ratio(engines: dict[str, _Run]) -> str:
+    """The full scan of floe's output over that of Iceberg's, with both times."""
+    if "iceberg" not in engines:
+        return "-"
+    floe, iceberg = engines["floe"].run["scan_seconds"], engines["iceberg"].run["scan_seconds"]
+    verdict = "met" if floe <= TARGET_SCAN_VS_ICEBERG * iceberg else "missed"
+    return f"**{floe / iceberg:.2f}x** ({floe:.2f} / {iceberg:.2f} s, {verdict})"
 
 
 def _ratio(engines: dict[str, _Run], other: str, rate: str) -> str:
@@ -497,6 +530,7 @@ def main() -> int:
                     run = spark.floe(layout, name) if engine == "floe" else spark.iceberg(layout, name)
                     run["after"] = table_stats(layout, name)
                     run["hash"] = content_hash(spark.reader, layout, name)
+                    run["scan_seconds"] = full_scan_seconds(spark.reader, layout, name)
                 seconds, cpu = run["seconds"], run["cpu_seconds"]
                 log(f"{variant} / {engine} #{attempt + 1}: {seconds:.1f} s, {cpu:.0f} CPU s")
                 attempts.append(run)

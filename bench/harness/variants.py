@@ -113,6 +113,13 @@ def content_hash(reader: ReferenceReader, layout: Layout, name: str) -> list[str
     return [str(value) for value in row]
 
 
+def full_scan_seconds(reader: ReferenceReader, layout: Layout, name: str, repeat: int = 2) -> float:
+    """The fastest of `repeat` full reads of every column of the table by Iceberg Java."""
+    register(reader, layout, name)
+    query = f"SELECT sum(hash(*)) FROM {qualified_name(name, TABLE)}"
+    return min(timed(lambda: reader.sql(query)).seconds for _ in range(repeat))
+
+
 def spark_delete(reader: ReferenceReader, layout: Layout, name: str) -> float:
     """Delete 5% of the rows with Spark's merge-on-read DELETE (position deletes); return seconds."""
     register(reader, layout, name)

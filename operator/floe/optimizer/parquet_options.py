@@ -29,6 +29,8 @@ METRICS_PREFIX = "write.metadata.metrics."
 _PREFIXES = ("write.parquet.", METRICS_PREFIX)
 
 DEFAULT_CODEC = "zstd"
+DEFAULT_PAGE_ROWS = 20_000
+"""pyarrow's (and Iceberg's) rows-per-page bound."""
 # Iceberg's defaults for a bloom filter whose table gives no false-positive rate or size bound.
 DEFAULT_BLOOM_FPP = 0.01
 DEFAULT_BLOOM_MAX_BYTES = 1024 * 1024
@@ -106,10 +108,16 @@ class ParquetOptions:
             metrics_properties=metrics,
         )
 
-    def writer_options(self, rows_per_row_group: int, columns: bool = True) -> dict[str, Any]:
+    def writer_options(
+        self, rows_per_row_group: int, columns: bool = True, widest_row_bytes: float = 0.0
+    ) -> dict[str, Any]:
         """Keyword arguments of `pyarrow.parquet.ParquetWriter` for a file whose row groups hold
         about `rows_per_row_group` rows (what bloom filters are sized for); without `columns`,
-        only the codec and its level (for files whose columns are not the table's)."""
+        only the codec and its level (for files whose columns are not the table's).
+
+        pyarrow checks a page's size only every 1,024 rows, and a delta-encoded page's not
+        before it closes: with `widest_row_bytes` (the widest column's bytes per row), pages
+        also close after as many rows as fit the page size at that width."""
         options: dict[str, Any] = {"compression": self.compression}
         if self.compression_level is not None:
             options["compression_level"] = self.compression_level
@@ -117,8 +125,12 @@ class ParquetOptions:
             return options
         if self.page_bytes is not None:
             options["data_page_size"] = self.page_bytes
-        if self.page_rows is not None:
-            options["max_rows_per_page"] = self.page_rows
+        page_rows = self.page_rows
+        if self.page_bytes is not None and widest_row_bytes > 0:
+            fitting = max(1, int(self.page_bytes / widest_row_bytes))
+            page_rows = min(page_rows or DEFAULT_PAGE_ROWS, fitting)
+        if page_rows is not None:
+            options["max_rows_per_page"] = page_rows
         if self.dictionary_page_bytes is not None:
             options["dictionary_pagesize_limit"] = self.dictionary_page_bytes
         if self.bloom_filters:

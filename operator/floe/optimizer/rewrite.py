@@ -42,6 +42,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import DoubleType, FloatType, ListType, MapType
 
+from floe.optimizer.encodings import choose_encodings
 from floe.optimizer.layout import OrderedRows
 from floe.optimizer.parquet_options import ParquetOptions, task_parquet_options
 from floe.optimizer.storage_credentials import executor_io_properties
@@ -254,6 +255,13 @@ class _PositionDeleteWriter:
     def abort(self) -> None:
         """Delete every file this writer created."""
         _delete_created(self._io, self._created)
+
+
+def _widest_row_bytes(rows: pa.Table) -> float:
+    """Arrow bytes per row of the widest column of `rows`."""
+    widest: int = max((column.nbytes for column in rows.columns), default=0)
+    rows_count: int = rows.num_rows
+    return widest / max(rows_count, 1)
 
 
 def _parquet_options(spec: RewriteTaskSpec) -> ParquetOptions:
@@ -897,7 +905,7 @@ class _RollingParquetWriter:
         if not self._buffer:
             return
         table = pa.Table.from_batches(self._buffer)
-        current = self._open if self._open is not None else self._open_file(self._expected_rows(table))
+        current = self._open if self._open is not None else self._open_file(table)
         before = current.stream.tell()
         current.writer.write_table(table, row_group_size=table.num_rows)
         self._flushed_file_bytes += current.stream.tell() - before
@@ -918,17 +926,20 @@ class _RollingParquetWriter:
         estimate = 2 * limit / self._input_row_bytes if self._input_row_bytes else 0
         return max(int(first.num_rows), int(estimate))
 
-    def _open_file(self, rows_per_row_group: int) -> _OpenFile:
+    def _open_file(self, first: pa.Table) -> _OpenFile:
+        """A new file, its encodings chosen on `first`, its first row group's rows."""
         path = f"{self._directory}/{self._prefix}-{len(self._created):05d}.parquet"
         # No overwrite: an existing file here may belong to a committed snapshot.
         stream = self._io.new_output(path).create(overwrite=False)
         self._created.append(path)
         try:
+            encodings = choose_encodings(first, self._options.writer_options(0, columns=False))
             writer = pq.ParquetWriter(
                 cast(IO[Any], stream),
                 schema=self._arrow_schema,
                 store_decimal_as_integer=True,
-                **self._options.writer_options(rows_per_row_group),
+                **self._options.writer_options(self._expected_rows(first), True, _widest_row_bytes(first)),
+                **encodings.writer_options(),
             )
         except BaseException:
             stream.close()
