@@ -191,7 +191,10 @@ def test_quantities_are_int_or_string_with_hoisted_validations() -> None:
     assert target["anyOf"] == _INT_OR_STRING
     assert target["pattern"] == QUANTITY_PATTERN and target["minimum"] == 0
     assert target["maxLength"] == MAX_UNIT_LENGTH
-    assert target["default"] == "128Mi"
+    # Unset, the table's write.target-file-size-bytes decides; other quantities keep defaults.
+    assert "default" not in target and target["nullable"] is True
+    task_size = _schema("OptimizedTable")["properties"]["spec"]["properties"]["maxTaskSize"]
+    assert task_size["default"] == "128Mi"
 
 
 def test_durations_are_patterned_strings() -> None:

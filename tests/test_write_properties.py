@@ -23,6 +23,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
+from floe.api.models import OptimizedTableSpec
 from floe.cli import main
 from floe.local.optimize import optimize_once
 from floe.optimizer.parquet_options import InvalidWriteProperty, ParquetOptions
@@ -285,3 +286,31 @@ def test_a_bad_write_property_stops_floe_optimize_before_any_task(
     assert main(["optimize", "--catalog-config", str(config), "db.bad", "--type", "full"]) == 2
     assert "write.parquet.page-row-limit='-5': expected at least 1" in capsys.readouterr().err
     assert sql_catalog.load_table("db.bad").current_snapshot() == snapshot
+
+
+def _spec(**fields: str) -> OptimizedTableSpec:
+    return OptimizedTableSpec.model_validate({"table": "db.t", "catalog": {"name": "c"}, **fields})
+
+
+def test_the_target_file_size_is_the_manifests_else_the_tables() -> None:
+    table_says = {"write.target-file-size-bytes": str(64 * 1024)}
+    assert _spec().optimizing_config(table_says).target_size == 64 * 1024
+    assert _spec(targetSize="1Mi").optimizing_config(table_says).target_size == 1024 * 1024
+    assert _spec().optimizing_config({}).target_size == 128 * 1024 * 1024
+    with pytest.raises(ValueError, match=re.escape("write.target-file-size-bytes='-1': expected a positive")):
+        _spec().optimizing_config({"write.target-file-size-bytes": "-1"})
+
+
+def test_floe_optimize_writes_files_of_the_tables_target_size(
+    sql_catalog: SqlCatalog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = 128 * 1024
+    table = _table(sql_catalog, "sized_files", {"write.target-file-size-bytes": str(target)})
+    config = tmp_path / "catalog.yaml"
+    config.write_text(yaml.safe_dump({"name": sql_catalog.name, "type": "sql", **sql_catalog.properties}))
+    assert main(["optimize", "--catalog-config", str(config), "db.sized_files", "--type", "full"]) == 0
+    table.refresh()
+    sizes = [task.file.file_size_in_bytes for task in table.scan().plan_files()]
+    # Files roll at 90 % of the target; the last one holds what is left.
+    assert len(sizes) > 2 and all(size <= 1.1 * target for size in sizes), sizes
+    assert sum(size >= 0.8 * target for size in sizes) >= len(sizes) - 1, sizes

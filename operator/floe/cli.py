@@ -70,7 +70,10 @@ def _optimize(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:
         raise UsageError(f"invalid --target-size {args.target_size!r}: {exc.errors()[0]['msg']}") from exc
-    config = spec.optimizing_config()
+    try:
+        config = spec.optimizing_config(table.metadata.properties)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     forced = _TYPES[args.type] if args.type else None
     if args.dry_run:
         scanned, plan = plan_table(table, config, forced)

@@ -148,7 +148,9 @@ def test_server_defaults_equal_the_model_defaults(crds: K8sCluster, namespace: s
     assert apply(crds, minimal, namespace).returncode == 0
     stored = get(crds, "ot", "minimal", namespace)
     assert stored["spec"]["minor"] == {"triggerFileCount": 12, "triggerInterval": "1h"}
-    assert stored["spec"]["targetSize"] == "128Mi" and stored["spec"]["full"]["triggerInterval"] == "-1"
+    # No default target size: unset, the table's write.target-file-size-bytes decides.
+    assert "targetSize" not in stored["spec"] and stored["spec"]["maxTaskSize"] == "128Mi"
+    assert stored["spec"]["full"]["triggerInterval"] == "-1"
     assert OptimizedTable.model_validate(stored).spec == OptimizedTable.model_validate(minimal).spec
 
 

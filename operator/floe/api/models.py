@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import types
 import typing
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -29,6 +30,9 @@ from pydantic.alias_generators import to_camel
 
 from floe.api.units import MAX_UNIT_LENGTH, Duration, Quantity, format_duration, whole_number
 from floe.planning.config import MiB, OptimizingConfig
+
+DEFAULT_TARGET_SIZE = 128 * MiB
+TARGET_FILE_SIZE_PROPERTY = "write.target-file-size-bytes"
 
 API_GROUP = "floe.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -533,7 +537,11 @@ class OptimizedTableSpec(_Model):
         le=MAX_EXECUTORS * MAX_EXECUTOR_CORES,
         description="CPU share in threads (<= 1: fraction of group)",
     )
-    target_size: Quantity = Field(default=128 * MiB, description="size of the data files written")
+    target_size: Quantity | None = Field(
+        default=None,
+        description="size of the data files written; unset: the table's write.target-file-size-bytes, "
+        "else 128Mi",
+    )
     fragment_ratio: Integer = Field(
         default=8, ge=1, le=INT32_MAX, description="fragment: data file <= targetSize / fragmentRatio"
     )
@@ -562,15 +570,16 @@ class OptimizedTableSpec(_Model):
 
     @field_validator("target_size")
     @classmethod
-    def _target_positive(cls, value: int) -> int:
-        if value <= 0:
+    def _target_positive(cls, value: int | None) -> int | None:
+        if value is not None and value <= 0:
             raise ValueError("targetSize must be greater than 0")
         return value
 
-    def optimizing_config(self) -> OptimizingConfig:
-        """Thresholds for the pure evaluator and planner."""
+    def optimizing_config(self, table_properties: Mapping[str, str] | None = None) -> OptimizingConfig:
+        """Thresholds for the pure evaluator and planner; the target size is the manifest's, else
+        the table's ``write.target-file-size-bytes`` (from `table_properties`), else 128 MiB."""
         return OptimizingConfig(
-            target_size=self.target_size,
+            target_size=self.target_size or table_target_size(table_properties or {}) or DEFAULT_TARGET_SIZE,
             fragment_ratio=self.fragment_ratio,
             min_target_size_ratio=self.min_target_size_ratio,
             minor_trigger_file_count=self.minor.trigger_file_count,
@@ -580,6 +589,20 @@ class OptimizedTableSpec(_Model):
             full_rewrite_all_files=self.full.rewrite_all_files,
             max_task_size_bytes=self.max_task_size,
         )
+
+
+def table_target_size(properties: Mapping[str, str]) -> int | None:
+    """The table's ``write.target-file-size-bytes``, if it sets one (ValueError naming it if bad)."""
+    text = properties.get(TARGET_FILE_SIZE_PROPERTY)
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"table property {TARGET_FILE_SIZE_PROPERTY}={text!r}: expected a positive integer")
+    return value
 
 
 Message = Annotated[str, StringConstraints(max_length=MAX_MESSAGE_LENGTH)]
