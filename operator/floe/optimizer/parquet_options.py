@@ -1,9 +1,10 @@
 """How a task writes Parquet: the table's ``write.parquet.*`` and ``write.metadata.metrics.*``
 properties first, then floe's defaults.
 
-A property the table does not set leaves pyarrow's and floe's own choice in place, so a table
-without any keeps the files floe always wrote. Bad values are refused when the process is
-planned (`InvalidWriteProperty` names the property), never in the middle of a task.
+A property the table does not set leaves floe's default in place (pyarrow's, for page and
+dictionary sizes and the codec's level); column encodings are floe's own choice either way
+(`floe.optimizer.encodings`). Bad values are refused when the process is planned
+(`InvalidWriteProperty` names the property), never in the middle of a task.
 """
 
 from __future__ import annotations

@@ -813,7 +813,10 @@ class _RollingParquetWriter:
     row group from overshooting), the file would reach the target; that row group is then
     written (a batch is sliced to fit), and the file is closed once its real size reaches
     `ROLL_AT_FRACTION` of the target. A row group also never buffers more than
-    `ROW_GROUP_MAX_BYTES` of Arrow data.
+    `ROW_GROUP_MAX_BYTES` of Arrow data, nor, when the table sets
+    ``write.parquet.row-group-size-bytes``, more than that many written bytes at the same
+    ratio. Each file's writer options come from the table's write properties
+    (`ParquetOptions`) and its column encodings from its first row group (`choose_encodings`).
     """
 
     def __init__(self, io: FileIO, spec: RewriteTaskSpec, schema: Schema) -> None:
