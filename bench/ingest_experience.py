@@ -175,7 +175,7 @@ class EmbeddedFloe:
         self.optimizer = Optimizer(
             self.server.url,
             group=GROUP,
-            threads=self.group.spec.threads,
+            threads=self.group.spec.max_threads,
             runner=GatedRunner(SparkTaskRunner(self.spark), self.gate),
             memory_bytes=self.group.spec.executor_memory,
             name=f"embedded-{GROUP}",

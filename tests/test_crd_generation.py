@@ -301,7 +301,7 @@ def test_printer_column_names() -> None:
     ]
     assert names["OptimizerGroup"] == [
         "POLICY",
-        "EXECUTORS",
+        "DESIRED",
         "READY",
         "THREADS",
         "TABLES",

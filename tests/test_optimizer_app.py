@@ -38,6 +38,7 @@ from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.service.wire import PollRequest
 from floe_optimizer.app import Optimizer
+from floe_optimizer.driver import ExecutorScaler
 from floe_optimizer.runner import SparkTaskRunner
 from floe_optimizer.spark_runner import TaskOutcome
 
@@ -432,3 +433,39 @@ def test_each_completion_brings_the_threads_next_task_so_queued_work_needs_one_p
         assert service.polls <= 2
         optimizer.stop(grace_s=10)
         assert optimizer.join(30)
+
+
+def test_the_drivers_scaler_adds_and_drains_registrations_without_stopping_running_ones(
+    server: TaskServiceServer, service: TaskService, spark: SparkSession
+) -> None:
+    """Up, another registration beside the running one (whose tasks go on); down, the newest
+    registrations stop first, and the difference is registered again when more stopped."""
+    scaler = ExecutorScaler(
+        spark, server.url, GROUP, executor_cores=2, executor_memory=1 << 30, name="driver", grace_s=5.0,
+        poll_wait_s=1.0,
+    )  # fmt: skip
+
+    def registered() -> list[tuple[str, int]]:
+        return [(o.name, o.threads) for o in service.optimizers(GROUP)]
+
+    def wait_for(expected: list[tuple[str, int]]) -> None:
+        deadline = time.monotonic() + 30
+        while registered() != expected:
+            assert time.monotonic() < deadline, registered()
+            time.sleep(0.05)
+
+    try:
+        scaler.scale(1)
+        wait_for([("driver", 2)])
+        first = service.optimizers(GROUP)[0].optimizer_id
+        scaler.scale(3)
+        wait_for([("driver", 2), ("driver+1", 4)])
+        assert service.optimizers(GROUP)[0].optimizer_id == first, "the running registration stays"
+        scaler.scale(2)  # the newest (2 executors) stops; 1 executor is registered again
+        wait_for([("driver", 2), ("driver+1", 2)])
+        assert service.optimizers(GROUP)[0].optimizer_id == first
+        scaler.scale(0)
+        wait_for([])
+        assert scaler.executors == 0 and scaler.optimizers == []
+    finally:
+        scaler.stop()

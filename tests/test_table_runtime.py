@@ -30,6 +30,15 @@ def _plan(snapshot_id: int, kind: OptimizingType | None) -> OptimizingPlan:
     return OptimizingPlan(snapshot_id, 1, kind, (), tasks)
 
 
+def test_metadata_that_moved_without_a_snapshot_is_evaluated_again() -> None:
+    """A new table property (target file size) or schema makes a metadata file, not a snapshot."""
+    r = TableRuntime("ns/t", _spec())
+    r.on_evaluated(_files(5), _plan(5, None), now_s=0, metadata_location="s3://w/t/metadata/1.json")
+    assert not r.needs_evaluation(5, "s3://w/t/metadata/1.json")
+    assert r.needs_evaluation(5, "s3://w/t/metadata/2.json")
+    assert r.needs_evaluation(6, "s3://w/t/metadata/1.json")
+
+
 def test_full_cycle() -> None:
     r = TableRuntime("ns/t", _spec())
     assert r.needs_evaluation(5)

@@ -2,6 +2,9 @@
 table and the features, in ``--dry-run``, in ``floe optimize``, in maintenance and in the
 engine that ``floe run`` and the operator drive (status condition and Event).
 
+A table property floe applies (the target file size, ``write.parquet.*``) with a value floe
+cannot use is refused the same way, until the property or the manifest is fixed.
+
 The v3 table is written the way users get one: Spark 3.5 with Iceberg 1.10, merge-on-read
 DELETE and UPDATE, so its deletes are deletion vectors in a Puffin file.
 """
@@ -112,13 +115,13 @@ def test_the_engine_shows_the_refusal_once_and_never_plans(
 ) -> None:
     engine, events = engine
     runtime = engine.apply_table(_table(v3_table, "g"))
-    _tick_until(engine, lambda: bool(runtime.unsupported))
+    _tick_until(engine, lambda: bool(runtime.refusal))
     for _ in range(10):  # more refreshes, on the same snapshot: no second Event, no plan
         engine.tick()
         time.sleep(0.1)
     run_maintenance = runtime.due_maintenance(time.time())
 
-    reason = runtime.unsupported
+    reason = runtime.refusal
     assert reason.startswith("table db.t is not optimized: it uses format version 3")
     assert runtime.state == TableState.IDLE and runtime.process_id is None
     assert runtime.data_files == 10 and runtime.delete_files == 8, "the live files are still shown"
@@ -208,15 +211,86 @@ def test_a_refused_table_is_taken_again_once_its_metadata_no_longer_needs_refusi
     _commit_metadata(sql_catalog, "t", unknown_default_spec)
     engine, events = engine
     runtime = engine.apply_table(_table(sql_catalog, "g", minor={"triggerFileCount": 2}))
-    _tick_until(engine, lambda: bool(runtime.unsupported))
-    assert "partition field 'id_z' (spec 1) with the unknown transform zorder[4]" in runtime.unsupported
+    _tick_until(engine, lambda: bool(runtime.refusal))
+    assert "partition field 'id_z' (spec 1) with the unknown transform zorder[4]" in runtime.refusal
     assert runtime.data_files == 3 and runtime.state == TableState.IDLE
 
     _commit_metadata(sql_catalog, "t", lambda document: document.update({"default-spec-id": 0}))
-    _tick_until(engine, lambda: not runtime.unsupported)
+    _tick_until(engine, lambda: not runtime.refusal)
     # Pending for its minor optimizing again (this engine has no optimizer to run it).
     assert runtime.state == TableState.PENDING and runtime.last_error == ""
     assert [e.reason for e in events if e.kind == "Warning"] == ["Unsupported", "NoOptimizer"]
+
+
+# -- table properties floe cannot apply ---------------------------------------------------
+
+
+def _small_file_table(catalog: SqlCatalog, properties: dict[str, str]) -> None:
+    table = catalog.create_table("db.t", SUPPORTED)
+    for start in range(0, 30, 10):
+        table.append(conform(table, pa.table({"id": pa.array(range(start, start + 10), pa.int64())})))
+    with table.transaction() as transaction:
+        transaction.set_properties(properties)
+
+
+def test_a_bad_target_file_size_property_stops_floe_optimize(
+    sql_catalog: SqlCatalog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _small_file_table(sql_catalog, {"write.target-file-size-bytes": "128MB"})
+    config = _config(tmp_path, sql_catalog)
+    before = _files_under(sql_catalog, "db.t")
+    assert main(["optimize", "--catalog-config", str(config), "db.t", "--dry-run"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "table property write.target-file-size-bytes='128MB': expected an integer" in err
+    assert "Traceback" not in err
+    # The manifest's target size wins over the table's property: nothing is refused then.
+    assert main(["optimize", "--catalog-config", str(config), "db.t", "--target-size", "1Mi"]) == 0
+    assert _files_under(sql_catalog, "db.t") != before
+
+
+def test_the_engine_refuses_a_bad_table_property_until_it_is_fixed(
+    sql_catalog: SqlCatalog, engine: tuple[OptimizingEngine, list[EngineEvent]]
+) -> None:
+    """A target size of 0 from the table: one Event, Degraded with InvalidTableProperty, no plan;
+    maintenance, which does not depend on it, is still due. Setting the manifest's targetSize
+    clears it without any change to the table; a bad write.parquet.* property is refused the same
+    way, and fixing the property clears it."""
+    _small_file_table(sql_catalog, {"write.target-file-size-bytes": "0"})
+    engine, events = engine
+    manifest = _table(sql_catalog, "g", targetSize=None, minor={"triggerFileCount": 2})
+    runtime = engine.apply_table(manifest)
+    _tick_until(engine, lambda: bool(runtime.refusal))
+    for _ in range(5):
+        engine.tick()
+        time.sleep(0.1)
+    reason = runtime.refusal
+    assert reason == (
+        "table db.t is not optimized: table property write.target-file-size-bytes='0': expected at least 1"
+    )
+    assert runtime.state == TableState.IDLE and runtime.process_id is None
+    assert [(e.kind, e.reason, e.message) for e in events] == [("Warning", "InvalidTableProperty", reason)]
+    assert engine.stuck_tables() == {runtime.table_id: reason}
+    assert runtime.due_maintenance(time.time()) is not None
+    degraded = next(c for c in table_status(runtime, None, str)["conditions"] if c["type"] == "Degraded")
+    assert (degraded["reason"], degraded["message"]) == ("InvalidTableProperty", reason)
+
+    engine.apply_table(_table(sql_catalog, "g", targetSize="16Ki", minor={"triggerFileCount": 2}))
+    _tick_until(engine, lambda: not runtime.refusal)
+    assert runtime.state == TableState.PENDING and runtime.last_error == ""
+
+    with sql_catalog.load_table("db.t").transaction() as transaction:
+        transaction.set_properties({"write.parquet.compression-codec": "lzo"})
+    _tick_until(engine, lambda: bool(runtime.refusal))
+    assert "write.parquet.compression-codec='lzo': expected one of" in runtime.refusal
+    with sql_catalog.load_table("db.t").transaction() as transaction:
+        transaction.set_properties({"write.parquet.compression-codec": "snappy"})
+    _tick_until(engine, lambda: not runtime.refusal)
+    assert [e.reason for e in events if e.kind == "Warning"] == [
+        "InvalidTableProperty",
+        "NoOptimizer",
+        "InvalidTableProperty",
+        "NoOptimizer",
+    ]
 
 
 # -- what is refused, on plain metadata ----------------------------------------------------

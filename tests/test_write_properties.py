@@ -24,9 +24,10 @@ from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
 from floe.api.models import OptimizedTableSpec
+from floe.api.table_properties import InvalidTableProperty
 from floe.cli import main
 from floe.local.optimize import optimize_once
-from floe.optimizer.parquet_options import InvalidWriteProperty, ParquetOptions
+from floe.optimizer.parquet_options import ParquetOptions
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingType
 from floe.tables.writer import conform
@@ -269,7 +270,7 @@ def test_column_metrics_follow_the_tables_metrics_modes(sql_catalog: SqlCatalog,
 def test_bad_write_properties_are_refused_with_the_property_named(
     properties: dict[str, str], message: str
 ) -> None:
-    with pytest.raises(InvalidWriteProperty, match=re.escape(message)):
+    with pytest.raises(InvalidTableProperty, match=re.escape(message)):
         ParquetOptions.from_properties(properties, SCHEMA)
 
 
@@ -297,7 +298,9 @@ def test_the_target_file_size_is_the_manifests_else_the_tables() -> None:
     assert _spec().optimizing_config(table_says).target_size == 64 * 1024
     assert _spec(targetSize="1Mi").optimizing_config(table_says).target_size == 1024 * 1024
     assert _spec().optimizing_config({}).target_size == 128 * 1024 * 1024
-    with pytest.raises(ValueError, match=re.escape("write.target-file-size-bytes='-1': expected a positive")):
+    with pytest.raises(
+        InvalidTableProperty, match=re.escape("write.target-file-size-bytes='-1': expected at least 1")
+    ):
         _spec().optimizing_config({"write.target-file-size-bytes": "-1"})
 
 

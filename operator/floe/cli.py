@@ -15,10 +15,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from floe.api.manifests import ManifestError
+from floe.api.table_properties import InvalidTableProperty
 from floe.commit.rewrite import CommitAbandoned, CommitConflict, CommitPending
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.local.interrupt import Interrupted, reinstall, stop_on_signals
-from floe.optimizer.parquet_options import InvalidWriteProperty
 from floe.optimizer.process import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_table, open_catalog
@@ -282,7 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--older-than", help="orphans: minimum file age (default 3d); retention: row age")
     opt.add_argument("--column", help="retention: the timestamp or date column rows are aged by")
     opt.add_argument("--manifest-trigger", type=int, help="manifests: small manifests that trigger (100)")
-    opt.add_argument("--target-size", help="output file size, e.g. 128Mi (default: 128Mi)")
+    opt.add_argument(
+        "--target-size",
+        help="output file size, e.g. 128Mi (default: the table's write.target-file-size-bytes, else 128Mi)",
+    )
     opt.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
     opt.set_defaults(handler=_optimize)
 
@@ -375,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # SIGINT taken by Spark's handler before floe's came back
         _console(stderr=True).print("interrupted by SIGINT", highlight=False)
         return 130
-    except (TableAccessError, ManifestError, UsageError, UnsupportedTableError, InvalidWriteProperty) as exc:
+    except (TableAccessError, ManifestError, UsageError, UnsupportedTableError, InvalidTableProperty) as exc:
         _console(stderr=True).print(f"[red]error:[/red] {escape(_REDACT(str(exc)))}", highlight=False)
         return 2
     except (CommitConflict, CommitAbandoned, ProcessFailed) as exc:

@@ -4,9 +4,10 @@
 (pyspark launches the JVM through spark-submit, in client mode: the driver is this
 process) and keeps the optimizer serving the group with ``executors * executorCores``
 threads. It re-reads the scale file (the operator's ConfigMap, mounted) every few seconds;
-when the count changes it stops the optimizer gracefully (running tasks finish, the rest
-go back to the queue without using a retry), asks Spark for the new executor total and
-registers again with the new thread count. Spark and the driver pod stay up throughout;
+when the count changes it asks Spark for the new executor total and moves the optimizer
+threads with it (`ExecutorScaler`): up, another registration beside the running ones; down,
+the newest ones stop gracefully (running tasks finish, the rest go back to the queue without
+using a retry). Spark and the driver pod stay up throughout;
 at zero executors the group has no optimizer registered, which status reports. The
 registration token is the file the operator mounts (``FLOE_REGISTRATION_TOKEN_FILE``).
 """
@@ -37,7 +38,14 @@ EXECUTOR_ROLE = "spark-role=executor"
 
 
 class ExecutorScaler:
-    """Moves a running SparkContext to a new executor total, and the optimizer with it."""
+    """Moves a running SparkContext to a new executor total, and the optimizer threads with it.
+
+    The threads are served by one optimizer registration per step up, each with its step's
+    executors' threads. Scaling up registers another one beside those running, so their tasks
+    go on; scaling down stops the newest registrations first, each draining (running tasks
+    finish within the grace period, the rest go back to the queue without using a retry), and
+    registers the difference when it stopped more than the step down.
+    """
 
     def __init__(
         self,
@@ -61,36 +69,47 @@ class ExecutorScaler:
         self.poll_wait_s = poll_wait_s
         self.registration_token = registration_token
         self.executors: int | None = None
-        self.optimizer: Optimizer | None = None
+        """The total last reached; None before the first and after a failed scaling (tried again)."""
+        self.optimizers: list[tuple[int, Optimizer]] = []
+        """The registrations serving the group, oldest first, each with its executors."""
 
     def scale(self, executors: int) -> None:
         """Serve the group with ``executors`` executors from now on."""
         if executors == self.executors:
             return
         log.info("scaling executors %s → %d", self.executors, executors)
-        if self.optimizer is not None:
-            self.optimizer.stop(self.grace_s)
-            self.optimizer = None
+        held = sum(count for count, _ in self.optimizers)
+        while self.optimizers and held > executors:
+            count, optimizer = self.optimizers.pop()
+            optimizer.stop(self.grace_s)
+            held -= count
         self._request_total(executors)
+        if executors > held:
+            self._register(executors - held)
         self.executors = executors
-        if executors > 0:
-            self.optimizer = Optimizer(
-                self.service,
-                self.group,
-                executors * self.executor_cores,
-                spark=self.spark,
-                memory_bytes=executors * self.executor_memory,
-                name=self.name,
-                poll_wait_s=self.poll_wait_s,
-                registration_token=self.registration_token,
-            )
-            self.optimizer.start()
 
     def stop(self) -> None:
-        """Stop the optimizer gracefully."""
-        if self.optimizer is not None:
-            self.optimizer.stop(self.grace_s)
-            self.optimizer.join(timeout=10.0)
+        """Stop every optimizer registration gracefully."""
+        while self.optimizers:
+            _, optimizer = self.optimizers.pop()
+            optimizer.stop(self.grace_s)
+            optimizer.join(timeout=10.0)
+
+    def _register(self, executors: int) -> None:
+        # The first keeps the driver's name; later ones are told apart in the service's listings.
+        name = self.name if not self.optimizers else f"{self.name}+{len(self.optimizers)}"
+        optimizer = Optimizer(
+            self.service,
+            self.group,
+            executors * self.executor_cores,
+            spark=self.spark,
+            memory_bytes=executors * self.executor_memory,
+            name=name,
+            poll_wait_s=self.poll_wait_s,
+            registration_token=self.registration_token,
+        )
+        optimizer.start()
+        self.optimizers.append((executors, optimizer))
 
     def _request_total(self, executors: int) -> None:
         sc = self.spark.sparkContext

@@ -66,8 +66,15 @@ def _assignments(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
-def wait_for(what: str, check: Callable[[], T | None], timeout_s: float, interval_s: float = 2.0) -> T:
-    """Poll `check` until it returns something truthy; fail naming `what` after `timeout_s`."""
+def wait_for(
+    what: str,
+    check: Callable[[], T | None],
+    timeout_s: float,
+    interval_s: float = 2.0,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """Poll `check` until it returns something truthy; fail naming `what` after `timeout_s`, with
+    what `explain` says about the state it was stuck in (the cluster is gone afterwards)."""
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
     while True:
@@ -79,8 +86,16 @@ def wait_for(what: str, check: Callable[[], T | None], timeout_s: float, interva
             last_error = exc
         if time.monotonic() > deadline:
             detail = f" (last error: {last_error})" if last_error else ""
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}{detail}")
+            state = f"\n{_explained(explain)}" if explain else ""
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}{detail}{state}")
         time.sleep(interval_s)
+
+
+def _explained(explain: Callable[[], str]) -> str:
+    try:
+        return explain()
+    except Exception as exc:  # the explanation must not hide the timeout
+        return f"(could not say why: {exc!r})"
 
 
 def _docker_runs() -> bool:

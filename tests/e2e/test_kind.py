@@ -9,6 +9,7 @@ uninstall. Contents are checked with Iceberg's Java reader through the same REST
 from __future__ import annotations
 
 import functools
+import json
 import re
 import time
 from collections import Counter
@@ -164,6 +165,35 @@ def _compacted(kubectl: Kubectl, table: Table) -> dict[str, Any] | None:
     return None
 
 
+def _why_not_compacted(kubectl: Kubectl, table: Table) -> str:
+    """What the table, floe's status, its Events and the operator's and driver's logs say, for a
+    failed wait on `_compacted`."""
+    table.refresh()
+    files = scan_table(table).files
+    deletes = Counter(d.kind.name for d in files.delete_files)
+    events = [
+        f"{e.get('lastTimestamp')} {e['reason']}: {e['message']}"
+        for e in kubectl.events(NAMESPACE, "OptimizedTable", "orders")
+    ]
+    operator_log = kubectl("logs", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/name=floe", "--tail=80")
+    driver = _driver(kubectl)
+    driver_log = kubectl("logs", "-n", NAMESPACE, driver["metadata"]["name"], "--tail=40") if driver else ""
+    current = table.current_snapshot()
+    return "\n".join(
+        [
+            f"status: {json.dumps(_table_status(kubectl))}",
+            f"current snapshot: {current.summary if current else None}",
+            f"live files: {len(files.data_files)} data, deletes {dict(deletes)}",
+            "events:",
+            *events[-15:],
+            "operator log:",
+            operator_log,
+            "driver log:",
+            driver_log,
+        ]
+    )
+
+
 def _live_files(table: Table) -> tuple[int, int]:
     table.refresh()
     files = scan_table(table).files
@@ -258,7 +288,12 @@ def test_table_is_compacted_by_executor_pods(
             },
         ]
     )
-    status = wait_for("floe to compact e2e.orders", lambda: _compacted(kubectl, table), timeout_s=480)
+    status = wait_for(
+        "floe to compact e2e.orders",
+        lambda: _compacted(kubectl, table),
+        timeout_s=480,
+        explain=lambda: _why_not_compacted(kubectl, table),
+    )
 
     data_after, deletes_after = _live_files(table)
     assert deletes_after == 0 and data_after < data_before
@@ -334,7 +369,12 @@ def _interrupt_a_process(
         interrupted_at = time.time()
         interrupt(driver_name)
         expected = _rows(reader, start.snapshot_id)
-        wait_for("the table to be compacted after it", lambda: _compacted(kubectl, table), timeout_s=600)
+        wait_for(
+            "the table to be compacted after it",
+            lambda: _compacted(kubectl, table),
+            timeout_s=600,
+            explain=lambda: _why_not_compacted(kubectl, table),
+        )
         committed = _floe_snapshots(table)
         assert all(count == 1 for count in committed.values()), f"a process committed twice: {committed}"
         assert _rows(reader) == expected, "rows changed across the interruption"

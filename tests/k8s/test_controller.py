@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 import yaml
 from mounted_secrets import mount_catalog_secret
+from prometheus_client import generate_latest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
+from test_autoscale import partitioned_small_files
 from test_correctness import build_table
 
 from floe.controller import kube as kube_module
@@ -241,7 +243,7 @@ def test_group_gets_driver_pod_service_and_config(
     assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"]
     assert all(c["lastTransitionTime"] for c in conditions.values())
     table = k8s.kubectl("get", "og", "alpha", "-n", namespace).stdout
-    assert "EXECUTORS" in table and "READY" in table
+    assert "DESIRED" in table and "READY" in table
     assert any(e["reason"] == "DriverCreated" for e in _events(k8s, namespace, "alpha"))
 
 
@@ -552,3 +554,72 @@ def test_deleting_a_group_garbage_collects_its_objects(
 
     k8s.wait_for("gamma's owner reference gone from the registration Secret", lambda: "gamma" not in owners())
     assert "alpha" in owners()
+
+
+def test_an_autoscaled_group_follows_its_tables_demand(
+    k8s: K8sCluster, namespace: str, controller: Controller, sql_catalog: SqlCatalog
+) -> None:
+    """At zero executors with nothing due; a table with 3 tasks due (quota 1 of 2 threads: 2 of
+    them count) brings 2 executors at once; deleted, the table's demand goes and the group goes
+    back to zero after the scale-down delay; applied again, it comes back. Each decision is an
+    Event, the scale ConfigMap the driver follows and status; the metrics show the figures."""
+    group = _group("elastic", namespace, cores=1)
+    del group["spec"]["executors"]
+    group["spec"]["autoscaling"] = {"minExecutors": 0, "maxExecutors": 2, "scaleDownDelay": "2s"}
+    _apply(k8s, group)
+
+    def followed() -> str:
+        return str((_get(k8s, "configmap", "floe-elastic-scale", "-n", namespace) or {}).get("data", {}))
+
+    def scaled_to(executors: int) -> bool:
+        status = _status(k8s, "og", "elastic", namespace)
+        wanted = status.get("desiredExecutors") == executors
+        return wanted and followed() == str({"executors": str(executors)})
+
+    def ready_reason() -> str:
+        conditions = _status(k8s, "og", "elastic", namespace).get("conditions") or []
+        return str({c["type"]: c for c in conditions}.get("Ready", {}).get("reason"))
+
+    k8s.wait_for("the group at zero executors", lambda: scaled_to(0), timeout=30)
+    k8s.wait_for("Ready: ScaledToZero once the driver runs", lambda: ready_reason() == "ScaledToZero")
+
+    partitioned_small_files(sql_catalog, "db.elastic", 3)
+    properties = {"type": "sql", **{k: str(v) for k, v in sql_catalog.properties.items()}}
+    table = {
+        "apiVersion": "floe.dev/v1alpha1",
+        "kind": "OptimizedTable",
+        "metadata": {"name": "elastic", "namespace": namespace},
+        "spec": {
+            "table": "db.elastic",
+            "catalog": {"name": sql_catalog.name, "properties": properties},
+            "group": "elastic",
+            "quota": 1,
+            "minor": {"triggerFileCount": 2},
+            "minPlanInterval": "0s",
+        },
+    }
+    _apply(k8s, table)
+    k8s.wait_for("two executors for the table's demand", lambda: scaled_to(2), timeout=60)
+    status = _status(k8s, "og", "elastic", namespace)
+    assert status["demand"] == 2
+    assert status["lastScale"] == "executors 0 → 2: demand of 2 tasks wants 2 executors"
+    metrics = generate_latest(controller.service.metrics.registry).decode()
+    assert f'floe_group_desired_executors{{group="{namespace}/elastic"}} 2.0' in metrics
+    assert f'floe_group_demand_tasks{{group="{namespace}/elastic"}} 2.0' in metrics
+    # No warning while it scales up from zero: that is how an autoscaled group works.
+    reasons = [e["reason"] for e in _events(k8s, namespace, "elastic")]
+    assert "NoReadyExecutors" not in reasons and "NoOptimizer" not in reasons, reasons
+
+    # The table's tasks are planned ahead, waiting for executors that never run them here (kwok
+    # pods): deleting the table takes its demand away, applying it again brings it back.
+    k8s.kubectl("delete", "ot", "elastic", "-n", namespace)
+    k8s.wait_for("zero executors after the scale-down delay", lambda: scaled_to(0), timeout=60)
+    assert _status(k8s, "og", "elastic", namespace)["lastScale"].startswith(
+        "executors 2 → 0: demand stayed at most 0 executors' worth for 2s"
+    )
+    _apply(k8s, table)
+    k8s.wait_for("two executors again", lambda: scaled_to(2), timeout=60)
+    scaled = [e["reason"] for e in _events(k8s, namespace, "elastic") if e["reason"].startswith("Scaled")]
+    assert scaled.count("ScaledUp") >= 1 and scaled.count("ScaledDown") >= 1, scaled
+    k8s.kubectl("delete", "ot", "elastic", "-n", namespace)
+    k8s.kubectl("delete", "og", "elastic", "-n", namespace)

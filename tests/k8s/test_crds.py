@@ -101,17 +101,41 @@ def test_crds_are_established_and_structural(crds: K8sCluster) -> None:
     assert again.count("unchanged") == len(KIND_SPECS), again
 
 
-def test_example_optimized_table_applies(crds: K8sCluster, namespace: str) -> None:
-    # The example names namespace "default" itself; it goes into the test's namespace instead.
-    documents = list(yaml.safe_load_all((EXAMPLES_DIR / "optimized-table.yaml").read_text()))
+def _apply_example(crds: K8sCluster, name: str, namespace: str) -> list[dict[str, Any]]:
+    """Apply an example's documents (created, all of them), in the test's namespace instead of
+    the one the example names."""
+    documents = list(yaml.safe_load_all((EXAMPLES_DIR / name).read_text()))
     for document in documents:
         document["metadata"]["namespace"] = namespace
     out = crds.kubectl("apply", "-f", "-", input="---\n".join(yaml.safe_dump(d) for d in documents)).stdout
-    assert out.count("created") == 2, out
+    assert out.count("created") == len(documents), out
+    return documents
+
+
+def test_example_optimized_table_applies(crds: K8sCluster, namespace: str) -> None:
+    documents = _apply_example(crds, "optimized-table.yaml", namespace)
     stored = OptimizedTable.model_validate(get(crds, "optimizedtable", "orders", namespace))
     assert stored.spec == OptimizedTable.model_validate(documents[0]).spec
     assert stored.spec.table == "demo.orders" and stored.spec.catalog.properties["type"] == "sql"
-    assert OptimizerGroup.model_validate(get(crds, "optimizergroup", "default", namespace)).spec.threads == 2
+    default_group = OptimizerGroup.model_validate(get(crds, "optimizergroup", "default", namespace))
+    assert default_group.spec.max_threads == 2
+
+
+def test_hpa_example_targets_the_groups_scale_subresource(crds: K8sCluster, namespace: str) -> None:
+    """The HPA example applies next to its group, and the scale subresource it drives answers."""
+    _apply_example(crds, "hpa.yaml", namespace)
+    hpa = crds.kubectl_json("get", "hpa", "floe-etl", "-n", namespace)
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "floe.dev/v1alpha1",
+        "kind": "OptimizerGroup",
+        "name": "etl",
+    }
+    scale = json.loads(
+        crds.kubectl(
+            "get", "--raw", f"/apis/floe.dev/v1alpha1/namespaces/{namespace}/optimizergroups/etl/scale"
+        ).stdout
+    )
+    assert scale["spec"] == {"replicas": 1}
 
 
 def test_run_examples_apply(crds: K8sCluster, namespace: str) -> None:
@@ -132,9 +156,9 @@ def test_server_defaults_equal_the_model_defaults(crds: K8sCluster, namespace: s
     bare_group = {"apiVersion": API_VERSION, "kind": "OptimizerGroup", "metadata": {"name": "bare"}}
     assert apply(crds, bare_group, namespace).returncode == 0
     stored = get(crds, "og", "bare", namespace)
+    # No default executor count: a group either sets one (1 when neither is set) or autoscales.
     assert stored["spec"] == {
         "policy": "quota",
-        "executors": 1,
         "executorCores": 1,
         "executorMemory": "2Gi",
         "heartbeatTimeout": "1m",
@@ -143,6 +167,14 @@ def test_server_defaults_equal_the_model_defaults(crds: K8sCluster, namespace: s
         "executorTemplate": {},
     }
     assert OptimizerGroup.model_validate(stored).spec == OptimizerGroup.model_validate(bare_group).spec
+    assert OptimizerGroup.model_validate(stored).spec.manual_executors == 1
+    autoscaled = group("auto", autoscaling={"maxExecutors": 4})
+    assert apply(crds, autoscaled, namespace).returncode == 0
+    assert get(crds, "og", "auto", namespace)["spec"]["autoscaling"] == {
+        "minExecutors": 0,
+        "maxExecutors": 4,
+        "scaleDownDelay": "5m",
+    }
 
     minimal = table("minimal")
     assert apply(crds, minimal, namespace).returncode == 0
@@ -249,6 +281,34 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("bool-as-string", table(enabled="false"), ["spec.enabled", "must be of type boolean"]),
     ("quantity-too-long", table(targetSize="1" * 65), ["spec.targetSize", "Too long"]),
     # One per CEL rule.
+    (
+        "cel-executors-and-autoscaling",
+        group(executors=2, autoscaling={"maxExecutors": 4}),
+        ["spec.autoscaling", "set spec.executors (a fixed count) or spec.autoscaling, not both"],
+    ),
+    (
+        "cel-autoscaling-min-above-max",
+        group(autoscaling={"minExecutors": 5, "maxExecutors": 4}),
+        [
+            "spec.autoscaling.minExecutors",
+            "autoscaling.minExecutors must not exceed autoscaling.maxExecutors",
+        ],
+    ),
+    (
+        "cel-autoscaling-negative-delay",
+        group(autoscaling={"maxExecutors": 4, "scaleDownDelay": "-1"}),
+        ["spec.autoscaling.scaleDownDelay", "autoscaling.scaleDownDelay must not be negative, got -1"],
+    ),
+    (
+        "autoscaling-negative-min",
+        group(autoscaling={"minExecutors": -1, "maxExecutors": 4}),
+        ["spec.autoscaling.minExecutors", "greater than or equal to 0"],
+    ),
+    (
+        "autoscaling-without-max",
+        group(autoscaling={"minExecutors": 1}),
+        ["spec.autoscaling.maxExecutors", "Required"],
+    ),
     (
         "cel-heartbeat-timeout",
         group(heartbeatTimeout="0s"),
@@ -442,11 +502,17 @@ def test_table_printer_columns(crds: K8sCluster, namespace: str) -> None:
 def test_group_printer_columns(crds: K8sCluster, namespace: str) -> None:
     assert apply(crds, group("etl", policy="balanced", executors=3), namespace).returncode == 0
     status = OptimizerGroupStatus(
-        ready_executors=2, threads=2, tables=5, running_tasks=4, pending_tasks=9, selector="a=b"
+        desired_executors=3,
+        ready_executors=2,
+        threads=2,
+        tables=5,
+        running_tasks=4,
+        pending_tasks=9,
+        selector="a=b",
     )
     patch_status(crds, "og", "etl", namespace, status.model_dump(mode="json", by_alias=True))
     header, row = columns(crds.kubectl("get", "og", "etl", "-n", namespace).stdout)
-    assert header == ["NAME", "POLICY", "EXECUTORS", "READY", "THREADS", "TABLES", "RUNNING TASKS", "AGE"]
+    assert header == ["NAME", "POLICY", "DESIRED", "READY", "THREADS", "TABLES", "RUNNING TASKS", "AGE"]
     assert row[:7] == ["etl", "balanced", "3", "2", "2", "5", "4"]
 
 
@@ -484,3 +550,13 @@ def test_kubectl_scale_sets_executors(crds: K8sCluster, namespace: str) -> None:
     assert scale["status"] == {"replicas": 1, "selector": "floe.dev/group=etl"}
     crds.kubectl("scale", "og", "etl", "-n", namespace, "--replicas", "0")  # scale to zero
     assert get(crds, "og", "etl", namespace)["spec"]["executors"] == 0
+
+
+def test_kubectl_scale_is_refused_on_an_autoscaled_group(crds: K8sCluster, namespace: str) -> None:
+    """An autoscaled group sizes itself: a fixed count from kubectl scale (or an HPA) is refused,
+    naming both fields, and the group is left as it was."""
+    assert apply(crds, group("auto", autoscaling={"maxExecutors": 4}), namespace).returncode == 0
+    refused = crds.kubectl("scale", "og", "auto", "-n", namespace, "--replicas", "3", check=False)
+    assert refused.returncode != 0
+    assert "set spec.executors (a fixed count) or spec.autoscaling, not both" in refused.stderr
+    assert "executors" not in get(crds, "og", "auto", namespace)["spec"]

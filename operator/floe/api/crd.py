@@ -72,6 +72,7 @@ from pydantic import BaseModel
 from floe.api.models import (
     API_GROUP,
     API_VERSION,
+    MANUAL_OR_AUTOSCALED,
     MIN_ORPHAN_AGE_S,
     SPARK_MIN_EXECUTOR_MEMORY,
     ObjectMeta,
@@ -239,6 +240,30 @@ RULES: dict[str, tuple[Rule, ...]] = {
             "an ack deadline at least as long as the execution deadline is a swapped or mistyped pair",
         ),
         Rule(
+            path=("spec",),
+            rule="!has(self.executors) || !has(self.autoscaling)",
+            message=MANUAL_OR_AUTOSCALED,
+            field_path=".autoscaling",
+            why="spec.executors is a fixed count (what kubectl scale and an HPA write) and autoscaling sizes "
+            "the executors itself: with both, one would undo the other's every change",
+        ),
+        Rule(
+            path=("spec", "autoscaling"),
+            rule="self.minExecutors <= self.maxExecutors",
+            # No messageExpression: the API server's cost estimate of string(int) is unbounded.
+            message="autoscaling.minExecutors must not exceed autoscaling.maxExecutors",
+            field_path=".minExecutors",
+            why="the executors are kept between the two: a minimum above the maximum leaves no count to keep",
+        ),
+        Rule(
+            path=("spec", "autoscaling", "scaleDownDelay"),
+            rule=f"{cel_seconds('self')} >= 0.0",
+            message="autoscaling.scaleDownDelay must not be negative",
+            message_expression="'autoscaling.scaleDownDelay must not be negative, got ' + self",
+            why="the delay is how long demand must stay low before executors go; a negative one has no "
+            "meaning (0 scales down at once)",
+        ),
+        Rule(
             path=("spec", "executorMemory"),
             rule=f"{cel_bytes('self')} >= {float(SPARK_MIN_EXECUTOR_MEMORY)!r}",
             message="executorMemory must be at least 450Mi",
@@ -305,6 +330,14 @@ EXTRA_SCHEMA: dict[str, tuple[tuple[tuple[str, ...], dict[str, Any]], ...]] = {
     "OptimizedTable": (
         (("status", "conditions"), {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}),
     ),
+}
+
+#: Optional fields that must not be ``nullable``, by kind: the API server then prunes a ``null``
+#: there as absent instead of storing it. The scale subresource reads ``spec.executors`` as an
+#: integer and fails on a stored ``null``.
+NOT_NULLABLE: dict[str, tuple[tuple[str, ...], ...]] = {
+    "OptimizerGroup": (("spec", "executors"),),
+    "OptimizedTable": (),
 }
 
 
@@ -512,6 +545,8 @@ def openapi_schema(model: type[OptimizerGroup] | type[OptimizedTable], descripti
         schema.pop("required", None)
     for path, extra in EXTRA_SCHEMA[kind]:
         _at(schema, path, kind).update(copy.deepcopy(extra))
+    for path in NOT_NULLABLE[kind]:
+        _at(schema, path, kind).pop("nullable", None)
     for rule in RULES[kind]:
         _at(schema, rule.path, kind).setdefault("x-kubernetes-validations", []).append(rule.render())
     ordered: dict[str, Any] = _ordered(schema)
@@ -581,7 +616,7 @@ KIND_SPECS: tuple[KindSpec, ...] = (
         "task threads between the OptimizedTables of the group.",
         columns=(
             Column("Policy", "string", ".spec.policy", "how the group picks the next table to plan"),
-            Column("Executors", "integer", ".spec.executors", "executor pods wanted"),
+            Column("Desired", "integer", ".status.desiredExecutors", "executor pods wanted now"),
             Column("Ready", "integer", ".status.readyExecutors", "executor pods ready"),
             Column("Threads", "integer", ".status.threads", "optimizer threads registered"),
             Column("Tables", "integer", ".status.tables", "OptimizedTables served by the group"),

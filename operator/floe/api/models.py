@@ -28,11 +28,14 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from floe.api.table_properties import integer_property
 from floe.api.units import MAX_UNIT_LENGTH, Duration, Quantity, format_duration, whole_number
 from floe.planning.config import MiB, OptimizingConfig
 
 DEFAULT_TARGET_SIZE = 128 * MiB
 TARGET_FILE_SIZE_PROPERTY = "write.target-file-size-bytes"
+
+MANUAL_OR_AUTOSCALED = "set spec.executors (a fixed count) or spec.autoscaling, not both"
 
 API_GROUP = "floe.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -249,8 +252,42 @@ class ExecutorTemplate(_Model):
     affinity: FreeFormObject | None = Field(default=None, description="pod affinity")
 
 
+class AutoscalingSpec(_Model):
+    """Executors sized from the group's demand, between `min_executors` and `max_executors`."""
+
+    min_executors: Integer = Field(
+        default=0, ge=0, le=MAX_EXECUTORS, description="fewest executor pods (0 scales to zero when idle)"
+    )
+    max_executors: Integer = Field(ge=1, le=MAX_EXECUTORS, description="most executor pods")
+    scale_down_delay: Duration = Field(
+        default=300.0,
+        description="demand must stay below the executors' threads this long before executors go",
+    )
+
+    @field_validator("scale_down_delay")
+    @classmethod
+    def _delay_not_negative(cls, value: float) -> float:
+        # The same check as the CRD's CEL rule.
+        if value < 0:
+            raise ValueError("autoscaling.scaleDownDelay must not be negative")
+        return value
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> AutoscalingSpec:
+        if self.min_executors > self.max_executors:
+            raise ValueError(
+                f"autoscaling.minExecutors ({self.min_executors}) must not exceed "
+                f"autoscaling.maxExecutors ({self.max_executors})"
+            )
+        return self
+
+
 class OptimizerGroupSpec(_Model):
-    """A pool of Spark executors and the policy that shares it between tables."""
+    """A pool of Spark executors and the policy that shares it between tables.
+
+    The executors are either a fixed count (`executors`, 1 when unset; what ``kubectl scale``
+    and an HPA edit) or sized by floe from the demand (`autoscaling`), never both.
+    """
 
     policy: SchedulingPolicy = Field(
         default=SchedulingPolicy.QUOTA,
@@ -258,8 +295,13 @@ class OptimizerGroupSpec(_Model):
         description="quota: plan the table with the lowest quota occupation first; "
         "balanced: the table optimized longest ago first",
     )
-    executors: Integer = Field(
-        default=1, ge=0, le=MAX_EXECUTORS, description="executor pods (0 scales to zero)"
+    # The bounds before the validator: pydantic renders them as minimum and maximum then.
+    executors: Annotated[int, Field(ge=0, le=MAX_EXECUTORS), BeforeValidator(whole_number)] | None = Field(
+        default=None,
+        description="executor pods, a fixed count (default 1; 0 scales to zero); not with autoscaling",
+    )
+    autoscaling: AutoscalingSpec | None = Field(
+        default=None, description="size the executors from the group's demand instead of spec.executors"
     )
     executor_cores: Integer = Field(
         default=1, ge=1, le=MAX_EXECUTOR_CORES, description="task threads per executor"
@@ -318,10 +360,32 @@ class OptimizerGroupSpec(_Model):
             )
         return self
 
+    @model_validator(mode="after")
+    def _manual_or_autoscaled(self) -> OptimizerGroupSpec:
+        if self.executors is not None and self.autoscaling is not None:
+            raise ValueError(MANUAL_OR_AUTOSCALED)
+        return self
+
     @property
-    def threads(self) -> int:
-        """Total task threads of the group."""
-        return self.executors * self.executor_cores
+    def manual_executors(self) -> int | None:
+        """The fixed executor count; None when the group autoscales."""
+        if self.autoscaling is not None:
+            return None
+        return 1 if self.executors is None else self.executors
+
+    @property
+    def initial_executors(self) -> int:
+        """Executors a new group starts with: the fixed count, or autoscaling's minimum."""
+        if self.autoscaling is not None:
+            return self.autoscaling.min_executors
+        return 1 if self.executors is None else self.executors
+
+    @property
+    def max_threads(self) -> int:
+        """Task threads of the group at its largest: the fixed count's, or autoscaling's maximum's."""
+        if self.autoscaling is not None:
+            return self.autoscaling.max_executors * self.executor_cores
+        return (1 if self.executors is None else self.executors) * self.executor_cores
 
 
 class CatalogRef(_Model):
@@ -577,9 +641,12 @@ class OptimizedTableSpec(_Model):
 
     def optimizing_config(self, table_properties: Mapping[str, str] | None = None) -> OptimizingConfig:
         """Thresholds for the pure evaluator and planner; the target size is the manifest's, else
-        the table's ``write.target-file-size-bytes`` (from `table_properties`), else 128 MiB."""
+        the table's ``write.target-file-size-bytes`` (from `table_properties`), else 128 MiB.
+        Raises `InvalidTableProperty` when that property is not a positive integer."""
         return OptimizingConfig(
-            target_size=self.target_size or table_target_size(table_properties or {}) or DEFAULT_TARGET_SIZE,
+            target_size=self.target_size
+            or integer_property(table_properties or {}, TARGET_FILE_SIZE_PROPERTY)
+            or DEFAULT_TARGET_SIZE,
             fragment_ratio=self.fragment_ratio,
             min_target_size_ratio=self.min_target_size_ratio,
             minor_trigger_file_count=self.minor.trigger_file_count,
@@ -589,20 +656,6 @@ class OptimizedTableSpec(_Model):
             full_rewrite_all_files=self.full.rewrite_all_files,
             max_task_size_bytes=self.max_task_size,
         )
-
-
-def table_target_size(properties: Mapping[str, str]) -> int | None:
-    """The table's ``write.target-file-size-bytes``, if it sets one (ValueError naming it if bad)."""
-    text = properties.get(TARGET_FILE_SIZE_PROPERTY)
-    if text is None:
-        return None
-    try:
-        value = int(text.strip())
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"table property {TARGET_FILE_SIZE_PROPERTY}={text!r}: expected a positive integer")
-    return value
 
 
 Message = Annotated[str, StringConstraints(max_length=MAX_MESSAGE_LENGTH)]
@@ -694,7 +747,16 @@ def _instant(text: str) -> datetime:
 class OptimizerGroupStatus(_Model):
     """Executors and work of a group."""
 
+    desired_executors: int = Field(
+        default=0, description="executor pods wanted now: spec.executors, or autoscaling's choice"
+    )
     ready_executors: int = Field(default=0, description="executor pods ready")
+    demand: int = Field(
+        default=0,
+        description="tasks the group's tables want run: running, queued and due, each table's capped "
+        "by its quota",
+    )
+    last_scale: Message = Field(default="", description="the last autoscaling decision and its reason")
     threads: int = Field(default=0, description="optimizer threads registered with the task service")
     tables: int = Field(default=0, description="OptimizedTables served by the group")
     running_tasks: int = Field(default=0, description="tasks scheduled or running now")

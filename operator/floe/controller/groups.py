@@ -39,6 +39,7 @@ from floe.controller.objects import (
 )
 from floe.controller.pod_health import PodProblem, pod_problems
 from floe.controller.runtime import Controller, InvolvedObject, post_event
+from floe.controller.scaling import ScaleFigures
 from floe.controller.spark_conf import GROUP_LABEL, ROLE_LABEL, executor_selector
 from floe.controller.status import condition, with_transition_times
 from floe.service.errors import UnknownGroup
@@ -99,6 +100,7 @@ def remove_group(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     controller.warned_groups.discard(controller.engine.group_key(name, namespace))
     controller.refused_drivers.discard(GroupRef(name, namespace, "").service_group)
     controller.pod_problems.forget_group(namespace, name)
+    controller.scaling.forget(controller.engine.group_key(name, namespace))
 
 
 @kopf.on.event("", "v1", "pods", labels={GROUP_LABEL: kopf.PRESENT, ROLE_LABEL: kopf.PRESENT})
@@ -143,18 +145,18 @@ def _ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGrou
     secrets = controller.storage_secrets_of(ref.namespace, ref.name)
     spark_config = spark_config_map(ref, spec, image, template, secrets)
 
-    previous = kube.read_config_map_data(ref.scale_config_name, ref.namespace)
-    before = int(previous.get(EXECUTORS_KEY, -1)) if previous else None
-    for manifest in [driver_service(ref), spark_config, scale_config_map(ref, spec.executors)]:
+    before = _followed_executors(controller, ref)
+    executors = _executors_to_follow(spec, before)
+    for manifest in [driver_service(ref), spark_config, scale_config_map(ref, executors)]:
         kube.apply(manifest)
+    controller.scaling.note_followed(ref.service_group, ref, executors)
     # Before the driver pod, which cannot start without it.
     kube.apply_secret(
         registration_secret(ref, controller.config.registration_token), registration_field_manager(ref)
     )
-    if before is not None and before != spec.executors:
-        post_event(
-            controller, body, "Normal", reason="Scaled", message=f"executors {before} → {spec.executors}"
-        )
+    if before is not None and before != executors:
+        scaled = "Scaled" if spec.autoscaling is None else "ScaledDown" if executors < before else "ScaledUp"
+        post_event(controller, body, "Normal", reason=scaled, message=f"executors {before} → {executors}")
 
     digest = config_hash(spark_config)
     account = controller.config.driver_service_account
@@ -178,7 +180,7 @@ def _ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGrou
             "Normal",
             reason="DriverCreated",
             message=(
-                f"driver pod {ref.driver_name}: {spec.executors} executors of {spec.executor_cores} cores, "
+                f"driver pod {ref.driver_name}: {executors} executors of {spec.executor_cores} cores, "
                 f"image {image}"
             ),
         )
@@ -187,6 +189,24 @@ def _ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGrou
     if controller.mounted_secrets.get(ref.service_group) != frozenset(secrets):
         controller.mounted_secrets[ref.service_group] = frozenset(secrets)
         controller.secrets_remounted.set()
+
+
+def _followed_executors(controller: Controller, ref: GroupRef) -> int | None:
+    """The executor count the group's scale ConfigMap holds (what its driver follows), if any."""
+    data = controller.kube.read_config_map_data(ref.scale_config_name, ref.namespace)
+    text = data.get(EXECUTORS_KEY) if data else None
+    return int(text) if text is not None and text.lstrip("-").isdigit() else None
+
+
+def _executors_to_follow(spec: OptimizerGroupSpec, followed: int | None) -> int:
+    """The fixed count; autoscaled, the count followed now kept within the new bounds (the
+    operator's autoscaler moves it from there, `Controller.autoscale`), or the minimum for a new
+    group."""
+    manual = spec.manual_executors
+    if manual is not None or spec.autoscaling is None:
+        return manual if manual is not None else 0
+    low, high = spec.autoscaling.min_executors, spec.autoscaling.max_executors
+    return low if followed is None else min(high, max(low, followed))
 
 
 def _replacement_reason(pod: dict[str, Any], digest: str, account: str) -> str | None:
@@ -257,9 +277,28 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
         )
     except UnknownGroup:
         threads = tables = running = pending = pending_tables = 0
-    desired = group.spec.executors
-    driver_phase = (driver or {}).get("status", {}).get("phase") or "Missing"
     now = controller.engine.clock()
+    demand = controller.engine.group_demand(name, namespace)
+    desired = _followed_executors(controller, ref)
+    if desired is None or group.spec.autoscaling is None:
+        # A fixed count, or a group whose objects are not made yet (`ensure_driver` makes them).
+        desired = _executors_to_follow(group.spec, desired)
+    else:
+        if controller.scaling.followed(service_group) is None:
+            # Once known, floe is the ConfigMap's only writer: a read racing its write is stale.
+            controller.scaling.note_followed(service_group, ref, desired)
+        desired = controller.autoscale(service_group, group.spec) or 0
+    controller.scaling.record(service_group, ScaleFigures(desired, ready, demand))
+    woke = controller.scaling.first_task_after_waking(service_group, running, now)
+    if woke is not None:
+        post_event(
+            controller,
+            body,
+            "Normal",
+            reason="FirstTaskRunning",
+            message=f"a task runs {woke:.0f} s after the group scaled up from zero executors",
+        )
+    driver_phase = (driver or {}).get("status", {}).get("phase") or "Missing"
     pods = [driver, *executors] if driver is not None else executors
     current = [problem for pod in pods for problem in pod_problems(pod)]
     controller.pod_problems.record(namespace, current, now)
@@ -280,7 +319,9 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
         _degraded_condition(driver_phase, problem, refused),
     ]
     new = {
+        "desiredExecutors": desired,
         "readyExecutors": ready,
+        "demand": demand,
         "threads": threads,
         "selector": executor_selector(name),
         "tables": tables,
@@ -288,10 +329,15 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
         "pendingTasks": pending,
         "conditions": with_transition_times(conditions, status.get("conditions"), controller.engine.clock),
     }
+    last_scale = controller.scaling.last_scale(service_group)
+    if last_scale is not None:
+        new["lastScale"] = last_scale
     for key, value in new.items():
         if status.get(key) != value:
             patch.status[key] = value
-    if pending_tables and ready == 0:
+    # An autoscaled group on its way up from zero is not a problem (its pods' problems are Events).
+    scaling_up = group.spec.autoscaling is not None and desired > ready
+    if pending_tables and ready == 0 and not scaling_up:
         if service_group not in controller.warned_groups:
             controller.warned_groups.add(service_group)
             post_event(

@@ -20,11 +20,12 @@ from typing import Any
 
 import kopf
 
-from floe.api.models import API_VERSION, OptimizedTable
+from floe.api.models import API_VERSION, OptimizedTable, OptimizerGroupSpec
 from floe.controller.kube import Kube
 from floe.controller.leader import CHECK_INTERVAL_S, Leadership, random_priority
-from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
+from floe.controller.objects import DRIVER_SERVICE_ACCOUNT, scale_config_map
 from floe.controller.pod_health import PodProblem, PodProblemLog
+from floe.controller.scaling import GroupScaling
 from floe.controller.secrets import (
     CatalogProblem,
     CatalogProblems,
@@ -167,6 +168,9 @@ class Controller:
         """Set when a group's pods mount other Secrets: the next round re-applies the tables'
         catalog properties at once, rather than at the next Secret refresh."""
         self.pod_problems = PodProblemLog()
+        self.scaling = GroupScaling()
+        """Each group's executor count: fixed or autoscaled, and the figures the metrics show."""
+        self.service.metrics.watch_scaling(self.scaling.samples)
         self.rounds = 0
         """Engine rounds ticked by this replica (only while it leads)."""
         self.loop_seen = time.monotonic()
@@ -208,6 +212,7 @@ class Controller:
                         last_secrets = time.monotonic()
                         self.refresh_catalog_secrets()
                     self.engine.tick()
+                    self.autoscale_groups()
                     self.rounds += 1
                     if time.monotonic() - last_flush >= self.config.status_interval_s:
                         last_flush = time.monotonic()
@@ -217,6 +222,37 @@ class Controller:
             self._stop.wait(self.config.tick_interval_s)
         if self.leadership.is_leader():
             self.flusher.flush()
+
+    def autoscale_groups(self) -> None:
+        """Every engine round: each autoscaled group follows its demand, so a table that triggers
+        brings executors within a round rather than at the next status pass."""
+        for key, group in list(self.engine.groups.items()):
+            if group.spec.autoscaling is not None:
+                self.autoscale(key, group.spec)
+
+    def autoscale(self, group_key: str, spec: OptimizerGroupSpec) -> int | None:
+        """The count an autoscaled group follows now, after its autoscaler's decision: the scale
+        ConfigMap rewritten and a ``ScaledUp``/``ScaledDown`` Event posted when it changes. None
+        until the group's ConfigMap is known (its status pass reads it)."""
+        # The engine round and the group's status pass both decide: one at a time, each from
+        # the count the other wrote.
+        with self.group_lock(group_key):
+            followed = self.scaling.followed(group_key)
+            if followed is None or spec.autoscaling is None:
+                return None
+            ref, current = followed
+            demand = self.engine.group_demand(ref.name, ref.namespace)
+            decision = self.scaling.decide(group_key, spec, demand, current, self.engine.clock())
+            if not decision.changed:
+                return current
+            self.kube.apply(scale_config_map(ref, decision.executors))
+            self.scaling.note_followed(group_key, ref, decision.executors)
+        message = f"executors {current} → {decision.executors}: {decision.reason}"
+        self.scaling.note_scaled(group_key, message)
+        involved = InvolvedObject(API_VERSION, "OptimizerGroup", ref.name, ref.namespace, ref.uid)
+        reason = "ScaledUp" if decision.executors > current else "ScaledDown"
+        self.kube.event(involved.as_dict(), "Normal", reason, message)
+        return decision.executors
 
     def reconcile_table(
         self, table_id: str, involved: InvolvedObject, base: OptimizedTable, status: Mapping[str, Any]

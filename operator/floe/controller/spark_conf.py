@@ -82,7 +82,7 @@ def spark_properties(
         "spark.kubernetes.driver.service.deleteOnTermination": "false",
         "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
         "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
-        "spark.executor.instances": str(spec.executors),
+        "spark.executor.instances": str(spec.initial_executors),
         "spark.executor.cores": str(spec.executor_cores),
         "spark.kubernetes.executor.request.cores": spec.executor_cpu_request or str(spec.executor_cores),
         "spark.kubernetes.executor.limit.cores": str(spec.executor_cores),

@@ -212,13 +212,14 @@ def degraded_reason(runtime: TableRuntime) -> str:
     commit could not be finished yet and is being retried; ``OptimizingFailed``: the last
     process failed or its commit was refused, and nothing was committed; ``Unsupported``: the
     table uses a feature floe cannot handle (named in the message), so it is neither optimized
-    nor maintained.
+    nor maintained; ``InvalidTableProperty``: a table property floe applies (the target file
+    size, a ``write.parquet.*`` option) has a value floe cannot use, so it is not optimized.
     """
     error = runtime.last_error
     if not error:
         return "Healthy"
-    if runtime.unsupported:
-        return "Unsupported"
+    if runtime.refusal:
+        return runtime.refusal_reason
     if error.startswith("planning failed"):
         return "PlanningFailed"
     if runtime.state == TableState.COMMITTING:

@@ -185,7 +185,7 @@ def _apply(
 ) -> None:
     for group in groups:
         engine.apply_group(group)
-        name, threads = group.metadata.name, group.spec.threads
+        name, threads = group.metadata.name, group.spec.max_threads
         current = optimizers.get(name)
         if current is not None and current.threads != threads:
             current.stop(grace_s=30)

@@ -4,7 +4,7 @@ properties first, then floe's defaults.
 A property the table does not set leaves floe's default in place (pyarrow's, for page and
 dictionary sizes and the codec's level); column encodings are floe's own choice either way
 (`floe.optimizer.encodings`). Bad values are refused when the process is planned
-(`InvalidWriteProperty` names the property), never in the middle of a task.
+(`InvalidTableProperty` names the property), never in the middle of a task.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Any
 
 from pyiceberg.io.pyarrow import compute_statistics_plan, parquet_path_to_id_mapping
 from pyiceberg.schema import Schema, sanitize_column_names
+
+from floe.api.table_properties import InvalidTableProperty, integer_property
 
 COMPRESSION_CODEC = "write.parquet.compression-codec"
 COMPRESSION_LEVEL = "write.parquet.compression-level"
@@ -45,13 +47,15 @@ _CODECS = {
 }
 
 
-class InvalidWriteProperty(ValueError):
-    """A ``write.*`` table property floe cannot apply; the message names it and its value."""
-
-
 def write_properties(properties: Mapping[str, str]) -> dict[str, str]:
     """The table properties that say how Parquet files are written: what a task needs of them."""
     return {k: v for k, v in properties.items() if k.startswith(_PREFIXES)}
+
+
+def check_write_properties(properties: Mapping[str, str], schema: Schema) -> None:
+    """Raise `InvalidTableProperty`, naming the property, when a table's write properties have a
+    value a task could not apply."""
+    ParquetOptions.from_properties(write_properties(properties), schema)
 
 
 def metrics_properties(properties: Mapping[str, str]) -> dict[str, str]:
@@ -89,23 +93,25 @@ class ParquetOptions:
         properties; others than ``write.*`` are ignored."""
         codec = properties.get(COMPRESSION_CODEC, DEFAULT_CODEC).strip().lower()
         if codec not in _CODECS:
-            raise InvalidWriteProperty(
+            raise InvalidTableProperty(
                 f"table property {COMPRESSION_CODEC}={codec!r}: expected one of {', '.join(sorted(_CODECS))}"
             )
         metrics = metrics_properties(properties)
         try:
             compute_statistics_plan(schema, metrics)
         except ValueError as exc:
-            raise InvalidWriteProperty(f"table property {METRICS_PREFIX}*: {exc}") from exc
+            raise InvalidTableProperty(f"table property {METRICS_PREFIX}*: {exc}") from exc
         return cls(
             compression=_CODECS[codec],
-            compression_level=_integer(properties, COMPRESSION_LEVEL, minimum=None),
-            row_group_bytes=_integer(properties, ROW_GROUP_SIZE_BYTES),
-            page_bytes=_integer(properties, PAGE_SIZE_BYTES),
-            page_rows=_integer(properties, PAGE_ROW_LIMIT),
-            dictionary_page_bytes=_integer(properties, DICT_SIZE_BYTES),
+            compression_level=integer_property(properties, COMPRESSION_LEVEL, minimum=None),
+            row_group_bytes=integer_property(properties, ROW_GROUP_SIZE_BYTES),
+            page_bytes=integer_property(properties, PAGE_SIZE_BYTES),
+            page_rows=integer_property(properties, PAGE_ROW_LIMIT),
+            dictionary_page_bytes=integer_property(properties, DICT_SIZE_BYTES),
             bloom_filters=_bloom_filters(properties, schema),
-            bloom_filter_max_bytes=_integer(properties, BLOOM_FILTER_MAX_BYTES) or DEFAULT_BLOOM_MAX_BYTES,
+            bloom_filter_max_bytes=(
+                integer_property(properties, BLOOM_FILTER_MAX_BYTES) or DEFAULT_BLOOM_MAX_BYTES
+            ),
             metrics_properties=metrics,
         )
 
@@ -149,19 +155,6 @@ class ParquetOptions:
         return max(1, min(rows, fitting))
 
 
-def _integer(properties: Mapping[str, str], name: str, minimum: int | None = 1) -> int | None:
-    text = properties.get(name)
-    if text is None:
-        return None
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise InvalidWriteProperty(f"table property {name}={text!r}: expected an integer") from None
-    if minimum is not None and value < minimum:
-        raise InvalidWriteProperty(f"table property {name}={text!r}: expected at least {minimum}")
-    return value
-
-
 def _bloom_filters(properties: Mapping[str, str], schema: Schema) -> dict[str, float]:
     # Properties name columns as the table does; Parquet paths use the sanitized names files carry.
     sanitized = sanitize_column_names(schema)
@@ -171,7 +164,7 @@ def _bloom_filters(properties: Mapping[str, str], schema: Schema) -> dict[str, f
         if not name.startswith(BLOOM_FILTER_ENABLED):
             continue
         if enabled.strip().lower() not in ("true", "false"):
-            raise InvalidWriteProperty(f"table property {name}={enabled!r}: expected true or false")
+            raise InvalidTableProperty(f"table property {name}={enabled!r}: expected true or false")
         if enabled.strip().lower() == "false":
             continue
         column = name.removeprefix(BLOOM_FILTER_ENABLED)
@@ -180,7 +173,7 @@ def _bloom_filters(properties: Mapping[str, str], schema: Schema) -> dict[str, f
         except ValueError:
             field_id = None
         if field_id is None or field_id not in paths:
-            raise InvalidWriteProperty(f"table property {name}: the table has no primitive column {column!r}")
+            raise InvalidTableProperty(f"table property {name}: the table has no primitive column {column!r}")
         fpp_name = BLOOM_FILTER_FPP + column
         fpp_text = properties.get(fpp_name, str(DEFAULT_BLOOM_FPP))
         try:
@@ -188,7 +181,7 @@ def _bloom_filters(properties: Mapping[str, str], schema: Schema) -> dict[str, f
         except ValueError:
             fpp = math.nan
         if not 0.0 < fpp < 1.0:
-            raise InvalidWriteProperty(
+            raise InvalidTableProperty(
                 f"table property {fpp_name}={fpp_text!r}: expected a number between 0 and 1"
             )
         filters[paths[field_id]] = fpp

@@ -18,7 +18,12 @@ from pyiceberg.table import Table
 from floe.api.models import ClusteringSpec
 from floe.commit.rewrite import RewriteRequest
 from floe.optimizer.layout import output_order, output_sort_order_id
-from floe.optimizer.parquet_options import COMPRESSION_CODEC, DEFAULT_CODEC, ParquetOptions, write_properties
+from floe.optimizer.parquet_options import (
+    COMPRESSION_CODEC,
+    DEFAULT_CODEC,
+    check_write_properties,
+    write_properties,
+)
 from floe.optimizer.rewrite import written_file_to_data_file
 from floe.optimizer.storage_credentials import task_io_properties
 from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
@@ -85,7 +90,7 @@ def build_process(
     compression = metadata.properties.get(COMPRESSION_CODEC, DEFAULT_CODEC)
     properties = write_properties(metadata.properties)
     # Refused here, with the property named, rather than by every task.
-    ParquetOptions.from_properties(properties, metadata.schema())
+    check_write_properties(metadata.properties, metadata.schema())
     name_mapping = metadata.name_mapping()
     name_mapping_json = name_mapping.model_dump_json() if name_mapping is not None else None
     order = output_order(metadata, clustering)

@@ -178,6 +178,7 @@ class GroupScheduler:
         self._execute_timeout_s = execute_timeout_s
         self._monitor = monitor if monitor is not None else ChangeMonitor()
         self._threads = 0
+        self._planning_threads = 0
         self._ledger = TaskTimeLedger()
         self._tables: dict[str, _Table] = {}
         self._processes: dict[str, _Process] = {}
@@ -237,6 +238,20 @@ class GroupScheduler:
             self._poll_order_at = None
             self._monitor.changed()
 
+    @property
+    def planning_threads(self) -> int:
+        """Threads the group plans for when it has fewer registered: an autoscaled group's
+        maximum, so that its tables are planned while its executors start (0: none)."""
+        return self._planning_threads
+
+    @planning_threads.setter
+    def planning_threads(self, threads: int) -> None:
+        if threads < 0:
+            raise ValueError(f"planning threads must be >= 0, got {threads}")
+        with self._monitor.hold():
+            self._planning_threads = threads
+            self._monitor.changed()
+
     # -- tables --------------------------------------------------------------------------
 
     def upsert_table(self, table_id: str, quota: float, last_optimized_s: float | None) -> None:
@@ -294,7 +309,9 @@ class GroupScheduler:
         """The table to plan now, marked PLANNING (no longer pending); None when none should be.
 
         None when the group has no threads, or when the PLANNED tasks that could be handed
-        out within their tables' caps already fill every thread. Otherwise the first, in
+        out within their tables' caps already fill every thread. An autoscaled group plans for
+        its `planning_threads` while fewer are registered, counting every PLANNED task while
+        none is (the caps follow the registered threads). Otherwise the first, in
         policy order, of the pending tables with nothing in flight, preferring those whose
         occupation is below 100%: a saturated table is planned only when no other waits, so
         that threads do not idle.
@@ -302,10 +319,15 @@ class GroupScheduler:
         The engine must answer with `add_process`, `planning_empty` or `planning_failed`.
         """
         with self._monitor.hold():
-            if self._threads == 0:
+            threads = max(self._threads, self._planning_threads)
+            if threads == 0:
                 return None
-            ready = sum(p.headroom() for p in self._processes.values() if not p.finished)
-            if ready >= self._threads:
+            unfinished = [p for p in self._processes.values() if not p.finished]
+            if self._threads == 0:
+                ready = sum(len(p.planned) for p in unfinished)
+            else:
+                ready = sum(p.headroom() for p in unfinished)
+            if ready >= threads:
                 return None
             candidates = [
                 t for t in self._tables.values() if t.pending and not t.planning and t.process is None

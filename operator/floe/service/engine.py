@@ -27,13 +27,17 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
+from floe.api.table_properties import InvalidTableProperty
 from floe.commit.rewrite import CommitFailed, CommitPending, commit_rewrite
 from floe.maintenance.jobs import run_maintenance_job
 from floe.optimizer.leftovers import remove_uncommitted_outputs
+from floe.optimizer.parquet_options import check_write_properties
 from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
 from floe.optimizer.task_spec import OUT_OF_MEMORY
+from floe.planning.files import TableFiles
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
+from floe.scheduling.autoscale import table_demand
 from floe.scheduling.queue import GroupScheduler, ProcessOutcome
 from floe.service.task_service import RefusedResult, TaskService
 from floe.tables.catalog import (
@@ -45,7 +49,13 @@ from floe.tables.catalog import (
 )
 from floe.tables.history import optimizing_history
 from floe.tables.maintenance_job import MaintenanceJob
-from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
+from floe.tables.runtime import (
+    INVALID_TABLE_PROPERTY,
+    UNSUPPORTED,
+    MaintenanceRun,
+    TableRuntime,
+    TableState,
+)
 from floe.tables.scan import ScannedTable
 from floe.tables.support import UnsupportedTableError, check_supported, scan_supported
 
@@ -179,6 +189,8 @@ class OptimizingEngine:
                 for runtime in self.runtimes.values():
                     if self.table_group_key(runtime) == name:
                         self._register_in_group(runtime)
+            # Planned ahead while an autoscaled group's executors start: they find tasks waiting.
+            self.service.group(name).planning_threads = spec.max_threads if spec.autoscaling else 0
 
     def remove_group(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> None:
         """Forget a group (deleted): its optimizers are dropped and its processes cancelled uncommitted.
@@ -342,16 +354,45 @@ class OptimizingEngine:
             for r in self.runtimes.values():
                 if r.busy:
                     continue
-                if r.unsupported:
-                    stuck[r.table_id] = r.unsupported
+                if r.refusal:
+                    stuck[r.table_id] = r.refusal
                 elif r.last_error and r.evaluated_snapshot_id is None:
                     stuck[r.table_id] = r.last_error
-                elif r.state == TableState.PENDING and (
-                    self.table_group_key(r) not in self.groups
-                    or self.service.group(self.table_group_key(r)).threads == 0
-                ):
+                elif r.state == TableState.PENDING and self._unserved(self.table_group_key(r)):
                     stuck[r.table_id] = r.pending_reason
             return stuck
+
+    def _unserved(self, group_key: str) -> bool:
+        """The group does not exist, or has no thread and will not get one by itself (an
+        autoscaled group brings its executors back when its demand asks)."""
+        group = self.groups.get(group_key)
+        if group is None:
+            return True
+        return group.spec.autoscaling is None and self.service.group(group_key).threads == 0
+
+    def group_demand(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> int:
+        """Tasks the group's tables want run now (`floe.scheduling.autoscale`): a table's running
+        and queued tasks, or, pending or planning, those its would-be plan holds; each table's
+        capped by its quota in the group at its largest. 0 for a group the engine does not know."""
+        key = self.group_key(name, namespace)
+        with self._lock:
+            group = self.groups.get(key)
+            if group is None:
+                return 0
+            stats = self.service.group(key).stats(self.clock())
+            demand = 0
+            for runtime in self.runtimes.values():
+                if self.table_group_key(runtime) != key:
+                    continue
+                table = stats.get(runtime.table_id)
+                if table is not None and table.process_id is not None:
+                    tasks = table.running + table.planned
+                elif runtime.state in (TableState.PENDING, TableState.PLANNING):
+                    tasks = max(1, runtime.due_tasks)
+                else:
+                    tasks = 0
+                demand += table_demand(tasks, runtime.spec.quota, group.spec.max_threads)
+            return demand
 
     # -- refresh -------------------------------------------------------------------------
 
@@ -380,24 +421,23 @@ class OptimizingEngine:
             snapshot_id = current.snapshot_id if current else None
             if not runtime.needs_evaluation(snapshot_id, table.metadata_location):
                 return
+            # Properties first: they need no scan, and a refused table is checked every refresh.
+            config = runtime.spec.optimizing_config(table.metadata.properties)
+            check_write_properties(table.metadata.properties, table.metadata.schema())
             scanned = scan_supported(runtime.spec.table, table)
             history = optimizing_history(table.metadata)
             plan = plan_optimizing(
                 scanned.files,
-                runtime.spec.optimizing_config(table.metadata.properties),
+                config,
                 now_s=now,
                 last_minor_s=history.last_minor_s,
                 last_full_s=history.last_full_s,
             )
         except UnsupportedTableError as exc:
-            self._refuse(runtime, exc, now)
+            self._refuse(runtime, UNSUPPORTED, str(exc), exc.files, exc.metadata_location, now)
             return
-        except ValueError as exc:
-            # A table property floe cannot apply (write.target-file-size-bytes): named until fixed.
-            error = f"planning failed: {exc}"
-            if runtime.last_error != error:
-                self._emit(runtime.table_id, "Warning", "PlanningFailed", str(exc))
-            runtime.on_access_error(error, now, catalog_failed=False)
+        except InvalidTableProperty as exc:
+            self._refuse_property(runtime, exc, now)
             return
         except TableAccessError as exc:
             if runtime.last_error != str(exc):
@@ -409,16 +449,30 @@ class OptimizingEngine:
         with self._lock:
             self._scans[runtime.table_id] = scanned
             runtime.on_history(history)
-            runtime.on_evaluated(scanned.files, plan, now)
+            runtime.on_evaluated(scanned.files, plan, now, table.metadata_location)
 
-    def _refuse(self, runtime: TableRuntime, exc: UnsupportedTableError, now: float) -> None:
-        """The table uses what floe cannot handle: shown, with an Event when the reason is new."""
+    def _refuse(
+        self,
+        runtime: TableRuntime,
+        reason: str,
+        message: str,
+        files: TableFiles | None,
+        metadata_location: str | None,
+        now: float,
+    ) -> None:
+        """Floe refuses the table (`reason`, `message`): shown, with an Event when the message is new."""
         with self._lock:
-            new = runtime.unsupported != str(exc)
-            runtime.on_unsupported(str(exc), exc.files, now, exc.metadata_location)
+            new = runtime.refusal != message
+            runtime.on_refused(reason, message, files, now, metadata_location)
             self._scans.pop(runtime.table_id, None)
         if new:
-            self._emit(runtime.table_id, "Warning", "Unsupported", str(exc))
+            self._emit(runtime.table_id, "Warning", reason, message)
+
+    def _refuse_property(self, runtime: TableRuntime, exc: InvalidTableProperty, now: float) -> None:
+        # No files and no metadata location: the next refresh checks the properties again,
+        # which needs no scan, and a fixed manifest (targetSize) clears it as well as the table.
+        message = f"table {runtime.spec.table} is not optimized: {exc}"
+        self._refuse(runtime, INVALID_TABLE_PROPERTY, message, None, None, now)
 
     def _update_pending(self, runtime: TableRuntime, now: float) -> None:
         key = self.table_group_key(runtime)
@@ -429,6 +483,10 @@ class OptimizingEngine:
         scheduler = self.service.group(key)
         scheduler.set_pending(runtime.table_id, runtime.may_plan(now))
         if runtime.state == TableState.PENDING and scheduler.threads == 0:
+            if self.groups[key].spec.autoscaling is not None:
+                # Not a problem: the group's demand brings its executors back.
+                runtime.pending_reason = f"group {runtime.group!r} is scaling up from no executors"
+                return
             reason = f"group {runtime.group!r} has no ready optimizer"
             if runtime.pending_reason != reason:
                 self._emit(runtime.table_id, "Warning", "NoOptimizer", f"pending: {reason}")
@@ -547,7 +605,7 @@ class OptimizingEngine:
                         scheduler.planning_empty(table_id)
                         continue
                     runtime.on_planning(now)
-                self._plan(runtime, name, scheduler, max(1, scheduler.threads))
+                self._plan(runtime, name, scheduler, max(1, scheduler.threads, scheduler.planning_threads))
 
     def _plan(self, runtime: TableRuntime, group_name: str, scheduler: GroupScheduler, threads: int) -> None:
         with self._lock:
@@ -596,7 +654,12 @@ class OptimizingEngine:
         except UnsupportedTableError as exc:
             with self._lock:
                 scheduler.planning_empty(runtime.table_id)
-            self._refuse(runtime, exc, now)
+            self._refuse(runtime, UNSUPPORTED, str(exc), exc.files, exc.metadata_location, now)
+            return
+        except InvalidTableProperty as exc:
+            with self._lock:
+                scheduler.planning_empty(runtime.table_id)
+            self._refuse_property(runtime, exc, now)
             return
         except (TableAccessError, OSError, ValueError) as exc:
             with self._lock:

@@ -39,6 +39,8 @@ class TableGauges(Protocol):
 GroupsSource = Callable[[], Iterable[tuple[str, GroupSchedulingStats, int]]]
 """Per group: its name, its scheduling figures and its registered optimizers."""
 TablesSource = Callable[[], Iterable[TableGauges]]
+ScalingSource = Callable[[], Iterable[tuple[str, int, int, int]]]
+"""Per group: its name, executors desired and ready, and its demand in tasks (the operator's)."""
 
 POLL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 """Seconds: the scheduler answers a poll in well under a millisecond unless its lock is contended."""
@@ -111,6 +113,10 @@ class ServiceMetrics:
         """Report the tables `tables()` gives at each scrape (the engine's; the last one given wins)."""
         self._state.tables = tables
 
+    def watch_scaling(self, scaling: ScalingSource) -> None:
+        """Report the executor counts and demand `scaling()` gives at each scrape (the operator's)."""
+        self._state.scaling = scaling
+
 
 class _StateCollector(Collector):
     """Gauges read at scrape time."""
@@ -118,11 +124,34 @@ class _StateCollector(Collector):
     def __init__(self) -> None:
         self.groups: GroupsSource | None = None
         self.tables: TablesSource | None = None
+        self.scaling: ScalingSource | None = None
 
     def collect(self) -> Iterator[Metric]:
         """One sample per group and per table, from the current state."""
         yield from self._groups()
+        yield from self._scaling()
         yield from self._tables()
+
+    def _scaling(self) -> Iterator[Metric]:
+        if self.scaling is None:
+            return
+        desired = GaugeMetricFamily(
+            "floe_group_desired_executors",
+            "Executor pods the group wants now: spec.executors, or autoscaling's choice.",
+            labels=["group"],
+        )
+        ready = GaugeMetricFamily("floe_group_ready_executors", "Executor pods ready.", labels=["group"])
+        demand = GaugeMetricFamily(
+            "floe_group_demand_tasks",
+            "Tasks the group's tables want run: running, queued and due, each table's capped by its "
+            "quota; what an HPA on a fixed-count group can scale spec.executors on.",
+            labels=["group"],
+        )
+        for group, wanted, up, tasks in self.scaling():
+            desired.add_metric([group], wanted)
+            ready.add_metric([group], up)
+            demand.add_metric([group], tasks)
+        yield from (desired, ready, demand)
 
     def _groups(self) -> Iterator[Metric]:
         if self.groups is None:

@@ -33,6 +33,11 @@ class TableState(StrEnum):
     DISABLED = "DISABLED"
 
 
+UNSUPPORTED = "Unsupported"
+"""Refusal reason: the table uses a feature floe cannot handle; neither optimized nor maintained."""
+INVALID_TABLE_PROPERTY = "InvalidTableProperty"
+"""Refusal reason: a table property floe applies has a value it cannot use; not optimized."""
+
 _OPTIMIZING = {
     OptimizingType.MINOR: TableState.MINOR_OPTIMIZING,
     OptimizingType.MAJOR: TableState.MAJOR_OPTIMIZING,
@@ -66,6 +71,8 @@ class TableRuntime:
     data_files: int = 0
     delete_files: int = 0
     pending_reason: str = ""
+    due_tasks: int = 0
+    """Tasks the last evaluation's would-be plan holds: the table's demand before it is planned."""
     last_error: str = ""
     last_result: str = ""
     last_plan_s: float | None = None
@@ -78,10 +85,14 @@ class TableRuntime:
     maintenance_runs: dict[MaintenanceJob, MaintenanceRun] = field(default_factory=dict)
     maintaining: MaintenanceJob | None = None
     """The maintenance job running now (at most one per table)."""
-    unsupported: str = ""
-    """Why floe refuses the table (it uses a feature floe cannot handle); empty when it does not."""
-    refused_metadata: str | None = field(default=None, repr=False)
-    """The metadata file the refusal was made from: a schema or spec change moves it."""
+    refusal: str = ""
+    """Why floe refuses to optimize the table; empty when it does not."""
+    refusal_reason: str = ""
+    """The refusal as a condition reason: `UNSUPPORTED` (a feature floe cannot handle) or
+    `INVALID_TABLE_PROPERTY` (a table property floe applies has a value it cannot use)."""
+    evaluated_metadata: str | None = field(default=None, repr=False)
+    """The metadata file the last evaluation (or refusal) read: a change of properties, schema
+    or partition spec moves it without a new snapshot."""
     catalog_error: str | None = None
     """What the last refresh made of the catalog: None, not contacted yet (or since the catalog
     changed); "", it answered (the table itself may still be missing); else why it did not."""
@@ -129,14 +140,15 @@ class TableRuntime:
         evaluate the table.
 
         An unchanged, already evaluated snapshot is not rescanned; a busy or disabled
-        table is not evaluated. A refused table is evaluated again when its metadata moved,
-        even on the same snapshot: dropping a column or a partition field makes no snapshot.
+        table is not evaluated. The table is evaluated again when its metadata moved, even on
+        the same snapshot: a new target file size, or a dropped column or partition field that
+        floe refused, makes no snapshot.
         """
         if self.busy or self.state == TableState.DISABLED:
             return False
-        if self.unsupported and metadata_location != self.refused_metadata:
+        if snapshot_id is None or snapshot_id != self.evaluated_snapshot_id:
             return True
-        return snapshot_id is None or snapshot_id != self.evaluated_snapshot_id
+        return metadata_location is not None and metadata_location != self.evaluated_metadata
 
     def on_history(self, history: OptimizingHistory) -> None:
         """Last optimizing times as recorded in the table's own snapshots."""
@@ -144,17 +156,22 @@ class TableRuntime:
         self.last_major_s = _latest(self.last_major_s, history.last_major_s)
         self.last_full_s = _latest(self.last_full_s, history.last_full_s)
 
-    def on_evaluated(self, files: TableFiles, plan: OptimizingPlan, now_s: float) -> None:
-        """A refresh scanned `files` and the evaluator's would-be `plan` says whether work is due."""
+    def on_evaluated(
+        self, files: TableFiles, plan: OptimizingPlan, now_s: float, metadata_location: str | None = None
+    ) -> None:
+        """A refresh scanned `files` (of the metadata file `metadata_location`) and the evaluator's
+        would-be `plan` says whether work is due."""
         self.last_refresh_s = now_s
         self.snapshot_id = files.snapshot_id
         self.evaluated_snapshot_id = files.snapshot_id
+        self.evaluated_metadata = metadata_location
         self.data_files = len(files.data_files)
         self.delete_files = len(files.delete_files)
         self.last_error = ""
-        self.unsupported = ""
+        self.refusal = self.refusal_reason = ""
         if self.busy or self.state == TableState.DISABLED:
             return
+        self.due_tasks = len(plan.tasks)
         if plan.is_empty:
             self.state, self.pending_reason = TableState.IDLE, ""
         else:
@@ -162,16 +179,23 @@ class TableRuntime:
             kind = plan.optimizing_type.label if plan.optimizing_type else "?"
             self.pending_reason = f"{kind} due in {len(plan.partitions)} partitions"
 
-    def on_unsupported(
-        self, reason: str, files: TableFiles | None, now_s: float, metadata_location: str | None = None
+    def on_refused(
+        self,
+        reason: str,
+        message: str,
+        files: TableFiles | None,
+        now_s: float,
+        metadata_location: str | None = None,
     ) -> None:
-        """The table uses a feature floe cannot handle (`reason`): it is not planned until a
-        refresh finds it supported again. `files` are the live files when the refusal came after
-        a scan; then the snapshot counts as evaluated and is not scanned again until it or the
-        table's metadata (`metadata_location`) changes. A refusal while planning ends the planning."""
+        """Floe refuses the table (`message`; `reason` is `UNSUPPORTED` or
+        `INVALID_TABLE_PROPERTY`): it is not planned until a refresh finds nothing to refuse.
+        `files` are the live files when the refusal came after a scan; then the snapshot counts
+        as evaluated and is not scanned again until it or the table's metadata
+        (`metadata_location`) changes. A refusal while planning ends the planning."""
         self.last_refresh_s = now_s
-        self.last_error = self.unsupported = reason
-        self.refused_metadata = metadata_location
+        self.last_error = self.refusal = message
+        self.refusal_reason = reason
+        self.evaluated_metadata = metadata_location
         self.catalog_error = ""  # the catalog answered: the refusal comes from what it returned
         self.pending_reason = ""
         if files is not None:
@@ -257,7 +281,7 @@ class TableRuntime:
         """
         self.last_refresh_s = now_s
         self.last_error = error
-        self.unsupported = ""
+        self.refusal = self.refusal_reason = ""
         self.catalog_error = error if catalog_failed else ""
         self.evaluated_snapshot_id = None
 
@@ -266,11 +290,16 @@ class TableRuntime:
     def due_maintenance(self, now_s: float) -> MaintenanceJob | None:
         """The maintenance job to start now, if any.
 
-        None while a job runs, the table is disabled, or floe refuses it (`unsupported`). A job
+        None while a job runs, the table is disabled, or it uses a feature floe cannot handle (a
+        refused table property leaves maintenance running: it does not depend on it). A job
         that commits a snapshot waits while an optimizing process is in flight (both would
         replace the same files); expiry and orphan cleanup run beside it, protecting what it uses.
         """
-        if self.maintaining is not None or self.state == TableState.DISABLED or self.unsupported:
+        if (
+            self.maintaining is not None
+            or self.state == TableState.DISABLED
+            or self.refusal_reason == UNSUPPORTED
+        ):
             return None
         last_runs = {job: run.finished_s for job, run in self.maintenance_runs.items()}
         for job in due_jobs(self.spec.maintenance, last_runs, now_s):

@@ -119,10 +119,10 @@ def check_supported(table_name: str, table: Table, scanned: ScannedTable | None 
 def scan_supported(table_name: str, table: Table) -> ScannedTable:
     """Scan the current snapshot of a table floe can handle; otherwise `UnsupportedTableError`
     naming everything it cannot, from the metadata and from the live files alike."""
-    refused = unsupported_features(table.metadata)
     try:
         scanned = scan_table(table)
     except Exception:
+        refused = unsupported_features(table.metadata)
         if refused:
             # The manifests of an unsupported format may not even be readable: the metadata
             # already says why the table is refused.

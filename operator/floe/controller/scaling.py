@@ -1,0 +1,103 @@
+"""The executor count of each group, fixed (``spec.executors``) or decided from its demand
+(``spec.autoscaling``), and the figures the metrics show of it.
+
+The count a driver follows lives in the group's scale ConfigMap, so an operator that restarts
+goes on from the count the driver has, not from the minimum.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from floe.api.models import OptimizerGroupSpec
+from floe.controller.objects import GroupRef
+from floe.scheduling.autoscale import ExecutorAutoscaler, ScaleDecision
+
+
+@dataclass(frozen=True)
+class ScaleFigures:
+    """A group's executors wanted and ready, and its demand (tasks), as last seen."""
+
+    desired: int
+    ready: int
+    demand: int
+
+
+class GroupScaling:
+    """Per group (namespace/name): its autoscaler, the count its driver follows (as its scale
+    ConfigMap last said, or as floe last wrote it), when it woke from zero, its last figures."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._autoscalers: dict[str, ExecutorAutoscaler] = {}
+        self._followed: dict[str, tuple[GroupRef, int]] = {}
+        self._last_scale: dict[str, str] = {}
+        self._woken_at: dict[str, float] = {}
+        self._figures: dict[str, ScaleFigures] = {}
+
+    def note_followed(self, group: str, ref: GroupRef, executors: int) -> None:
+        """The count the group's scale ConfigMap holds (read, or just written)."""
+        with self._lock:
+            self._followed[group] = (ref, executors)
+
+    def followed(self, group: str) -> tuple[GroupRef, int] | None:
+        """The group's objects and the count its driver follows, once known."""
+        with self._lock:
+            return self._followed.get(group)
+
+    def note_scaled(self, group: str, message: str) -> None:
+        """The last decision that changed the count, as status shows it."""
+        with self._lock:
+            self._last_scale[group] = message
+
+    def last_scale(self, group: str) -> str | None:
+        """The last decision that changed the group's count, if any since the operator started."""
+        with self._lock:
+            return self._last_scale.get(group)
+
+    def decide(
+        self, group: str, spec: OptimizerGroupSpec, demand: int, current: int, now_s: float
+    ) -> ScaleDecision:
+        """The count `group` follows from now: its fixed one, or its autoscaler's for `demand`."""
+        with self._lock:
+            manual = spec.manual_executors
+            if manual is not None or spec.autoscaling is None:
+                self._autoscalers.pop(group, None)
+                fixed = current if manual is None else manual
+                return ScaleDecision(fixed, "spec.executors", fixed != current)
+            autoscaler = self._autoscalers.setdefault(group, ExecutorAutoscaler())
+            decision = autoscaler.decide(spec.autoscaling, spec.executor_cores, demand, current, now_s)
+            if decision.changed and current == 0 and decision.executors > 0:
+                self._woken_at[group] = now_s
+            elif decision.changed and decision.executors == 0:
+                self._woken_at.pop(group, None)
+            return decision
+
+    def first_task_after_waking(self, group: str, running_tasks: int, now_s: float) -> float | None:
+        """Seconds from the scale-up from zero to the first running task, once, when it runs."""
+        with self._lock:
+            woken_at = self._woken_at.get(group)
+            if woken_at is None or running_tasks == 0:
+                return None
+            del self._woken_at[group]
+            return now_s - woken_at
+
+    def record(self, group: str, figures: ScaleFigures) -> None:
+        """The group's figures for the metrics."""
+        with self._lock:
+            self._figures[group] = figures
+
+    def forget(self, group: str) -> None:
+        """The group was deleted."""
+        with self._lock:
+            for state in (self._autoscalers, self._followed, self._last_scale, self._woken_at, self._figures):
+                state.pop(group, None)
+
+    def samples(self) -> Iterator[tuple[str, int, int, int]]:
+        """Per group: name, desired executors, ready executors, demand (for `ServiceMetrics`)."""
+        with self._lock:
+            figures = dict(self._figures)
+        for group, f in sorted(figures.items()):
+            yield group, f.desired, f.ready, f.demand
