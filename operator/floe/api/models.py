@@ -272,6 +272,10 @@ class AutoscalingSpec(_Model):
             raise ValueError("autoscaling.scaleDownDelay must not be negative")
         return value
 
+    def bounded(self, executors: int) -> int:
+        """`executors` kept between the minimum and the maximum."""
+        return min(self.max_executors, max(self.min_executors, executors))
+
     @model_validator(mode="after")
     def _min_within_max(self) -> AutoscalingSpec:
         if self.min_executors > self.max_executors:

@@ -202,11 +202,24 @@ def _executors_to_follow(spec: OptimizerGroupSpec, followed: int | None) -> int:
     """The fixed count; autoscaled, the count followed now kept within the new bounds (the
     operator's autoscaler moves it from there, `Controller.autoscale`), or the minimum for a new
     group."""
-    manual = spec.manual_executors
-    if manual is not None or spec.autoscaling is None:
-        return manual if manual is not None else 0
-    low, high = spec.autoscaling.min_executors, spec.autoscaling.max_executors
-    return low if followed is None else min(high, max(low, followed))
+    if spec.autoscaling is None:
+        return spec.initial_executors
+    return spec.initial_executors if followed is None else spec.autoscaling.bounded(followed)
+
+
+def _status_executors(controller: Controller, spec: OptimizerGroupSpec, ref: GroupRef) -> int:
+    """The count the group wants now, for status: the fixed one, or the autoscaler's after its
+    decision. The scale ConfigMap is read only while the operator does not know the count yet
+    (after a restart): from then on it is the ConfigMap's only writer, and a read racing its
+    write would be stale."""
+    if spec.autoscaling is None:
+        return spec.initial_executors
+    if controller.scaling.followed(ref.service_group) is None:
+        followed = _followed_executors(controller, ref)
+        if followed is None:
+            return spec.initial_executors  # its objects are not made yet (`ensure_driver` makes them)
+        controller.scaling.note_followed(ref.service_group, ref, followed)
+    return controller.autoscale(ref.service_group, spec) or 0
 
 
 def _replacement_reason(pod: dict[str, Any], digest: str, account: str) -> str | None:
@@ -279,15 +292,7 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
         threads = tables = running = pending = pending_tables = 0
     now = controller.engine.clock()
     demand = controller.engine.group_demand(name, namespace)
-    desired = _followed_executors(controller, ref)
-    if desired is None or group.spec.autoscaling is None:
-        # A fixed count, or a group whose objects are not made yet (`ensure_driver` makes them).
-        desired = _executors_to_follow(group.spec, desired)
-    else:
-        if controller.scaling.followed(service_group) is None:
-            # Once known, floe is the ConfigMap's only writer: a read racing its write is stale.
-            controller.scaling.note_followed(service_group, ref, desired)
-        desired = controller.autoscale(service_group, group.spec) or 0
+    desired = _status_executors(controller, group.spec, ref)
     controller.scaling.record(service_group, ScaleFigures(desired, ready, demand))
     woke = controller.scaling.first_task_after_waking(service_group, running, now)
     if woke is not None:

@@ -62,10 +62,9 @@ class GroupScaling:
     ) -> ScaleDecision:
         """The count `group` follows from now: its fixed one, or its autoscaler's for `demand`."""
         with self._lock:
-            manual = spec.manual_executors
-            if manual is not None or spec.autoscaling is None:
+            if spec.autoscaling is None:
                 self._autoscalers.pop(group, None)
-                fixed = current if manual is None else manual
+                fixed = spec.initial_executors
                 return ScaleDecision(fixed, "spec.executors", fixed != current)
             autoscaler = self._autoscalers.setdefault(group, ExecutorAutoscaler())
             decision = autoscaler.decide(spec.autoscaling, spec.executor_cores, demand, current, now_s)

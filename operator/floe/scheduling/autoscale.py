@@ -47,8 +47,8 @@ class ExecutorAutoscaler:
         self, spec: AutoscalingSpec, executor_cores: int, demand: int, current: int, now_s: float
     ) -> ScaleDecision:
         """The count to follow now, given the group's `demand` (tasks) and the `current` count."""
-        wanted = min(spec.max_executors, max(spec.min_executors, math.ceil(demand / executor_cores)))
-        bounded = min(spec.max_executors, max(spec.min_executors, current))
+        wanted = spec.bounded(math.ceil(demand / executor_cores))
+        bounded = spec.bounded(current)
         if bounded != current:
             self._reset()
             return ScaleDecision(bounded, f"{current} executors are outside {_bounds(spec)}", True)
