@@ -536,6 +536,67 @@ def test_output_rolls_at_the_target_size(tmp_path: Path) -> None:
     assert _ids(result) == sorted(list(range(100_000)) * 2)
 
 
+def _compressible(tmp_path: Path, name: str, rows: int, seed: int) -> InputDataFile:
+    """Random ids below a million, names from a thousand, scores from a hundred: about a quarter
+    of their Arrow size once written."""
+    draws = pc.multiply(pc.random(rows, initializer=seed), 1_000_000)
+    thousands = pc.cast(pc.floor(pc.divide(draws, 1000)), pa.string())
+    path = _write(
+        tmp_path / name,
+        SCHEMA,
+        {
+            "id": pc.cast(pc.floor(draws), pa.int64()),
+            "name": pc.binary_join_element_wise("n", thousands, ""),
+            "score": pc.floor(pc.divide(draws, 10_000)),
+        },
+    )
+    return InputDataFile(
+        path=str(path), record_count=rows, size_bytes=path.stat().st_size, data_sequence_number=1
+    )
+
+
+def _row_group_sizes(path: str) -> list[tuple[int, int]]:
+    """(rows, written bytes) of each row group of a Parquet file."""
+    metadata = pq.ParquetFile(path).metadata
+    groups = [metadata.row_group(i) for i in range(metadata.num_row_groups)]
+    written = [sum(g.column(c).total_compressed_size for c in range(g.num_columns)) for g in groups]
+    return [(g.num_rows, size) for g, size in zip(groups, written, strict=True)]
+
+
+def test_row_groups_fill_the_tables_row_group_size_from_the_first_one(tmp_path: Path) -> None:
+    data = [_compressible(tmp_path, f"d{i}.parquet", 200_000, seed=i) for i in range(2)]
+    limit = 64 * 1024
+    spec = _spec(tmp_path, data).model_copy(
+        update={"write_properties": {"write.parquet.row-group-size-bytes": str(limit)}}
+    )
+
+    (written,) = run_rewrite_task(spec).files
+
+    sizes = _row_group_sizes(written.path)
+    assert len(sizes) > 2
+    # Sized at a ratio of 1.0, the first row group would hold about a quarter of the limit;
+    # the inputs' ratio sizes it like the others.
+    for _, size in sizes[:-1]:
+        assert 0.5 * limit <= size <= 1.25 * limit, sizes
+    assert sum(rows for rows, _ in sizes) == 400_000
+
+
+def test_row_groups_stay_within_the_tasks_memory_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = [_compressible(tmp_path, f"d{i}.parquet", 200_000, seed=i) for i in range(2)]
+    arrow_row_bytes = pq.read_table(data[0].path).nbytes / 200_000
+    bound = 1024 * 1024
+    monkeypatch.setattr(rewrite, "ROW_GROUP_MAX_BYTES", bound)
+
+    # The table sets no row-group size: Iceberg's 128 MiB would take every row in one row group.
+    (written,) = run_rewrite_task(_spec(tmp_path, data)).files
+
+    sizes = _row_group_sizes(written.path)
+    assert len(sizes) > 1
+    assert max(rows for rows, _ in sizes) * arrow_row_bytes <= 1.01 * bound, sizes
+
+
 def test_metrics_of_written_files(tmp_path: Path) -> None:
     data = _data(tmp_path, "a.parquet", [7, 3, 9, 5], seq=1, names=["kiwi", None, "mango", "apple"])
     nan_path = _write(

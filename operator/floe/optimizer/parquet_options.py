@@ -32,6 +32,8 @@ METRICS_PREFIX = "write.metadata.metrics."
 _PREFIXES = ("write.parquet.", METRICS_PREFIX)
 
 DEFAULT_CODEC = "zstd"
+DEFAULT_ROW_GROUP_BYTES = 128 * 1024 * 1024
+"""Iceberg's default ``write.parquet.row-group-size-bytes``."""
 DEFAULT_PAGE_ROWS = 20_000
 """pyarrow's (and Iceberg's) rows-per-page bound."""
 # Iceberg's defaults for a bloom filter whose table gives no false-positive rate or size bound.
@@ -76,8 +78,8 @@ class ParquetOptions:
     compression: str = "zstd"
     """pyarrow's name of the codec."""
     compression_level: int | None = None
-    row_group_bytes: int | None = None
-    """Row groups close at about this many written bytes; None: floe's own bound only."""
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    """Row groups close at about this many written bytes (or at the task's memory bound)."""
     page_bytes: int | None = None
     page_rows: int | None = None
     dictionary_page_bytes: int | None = None
@@ -104,7 +106,7 @@ class ParquetOptions:
         return cls(
             compression=_CODECS[codec],
             compression_level=integer_property(properties, COMPRESSION_LEVEL, minimum=None),
-            row_group_bytes=integer_property(properties, ROW_GROUP_SIZE_BYTES),
+            row_group_bytes=integer_property(properties, ROW_GROUP_SIZE_BYTES) or DEFAULT_ROW_GROUP_BYTES,
             page_bytes=integer_property(properties, PAGE_SIZE_BYTES),
             page_rows=integer_property(properties, PAGE_ROW_LIMIT),
             dictionary_page_bytes=integer_property(properties, DICT_SIZE_BYTES),

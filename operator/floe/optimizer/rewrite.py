@@ -62,11 +62,13 @@ logger = logging.getLogger(__name__)
 READ_BATCH_ROWS = 64 * 1024
 """Rows per record batch read from a data or delete file."""
 
-ROW_GROUP_MAX_BYTES = 64 * 1024 * 1024
-"""Arrow (in-memory) bytes buffered at most before a row group is written.
+ROW_GROUP_MAX_BYTES = 256 * 1024 * 1024
+"""Arrow (in-memory) bytes buffered at most before a row group is written: a task's write memory.
 
-Parquet's writer briefly needs a few times a row group's size (dictionary encoding of
-high-cardinality columns), so this bounds a task's write memory.
+A row group's rows are held as Arrow data until it is written, and each row group repeats
+its columns' dictionaries, so fewer, larger row groups make smaller files: this bound lets a
+row group reach Iceberg's default 128 MiB written at the compression ratios of typical
+tables (about a third of the Arrow size), one row group for most files, as Iceberg writes them.
 """
 
 EQUALITY_CHUNK_FACTOR = 4
@@ -807,15 +809,14 @@ class _OpenFile:
 class _RollingParquetWriter:
     """Writes record batches into Parquet files of about the target size, rolling to a new file as needed.
 
-    Sizes are measured on what is actually written: the output stream's position after
-    each row group. Rows are buffered up to the point where, at the compression ratio
-    observed so far in this task (1.0 before the first row group, which keeps the first
-    row group from overshooting), the file would reach the target; that row group is then
-    written (a batch is sliced to fit), and the file is closed once its real size reaches
-    `ROLL_AT_FRACTION` of the target. A row group also never buffers more than
-    `ROW_GROUP_MAX_BYTES` of Arrow data, nor, when the table sets
-    ``write.parquet.row-group-size-bytes``, more than that many written bytes at the same
-    ratio. Each file's writer options come from the table's write properties
+    Sizes are measured on what is actually written: the output stream's position after each row group.
+    Rows are buffered up to the point where, at the compression ratio observed so far in this task, the
+    file would reach the target; that row group is then written (a batch is sliced to fit), and the file
+    is closed once its real size reaches `ROLL_AT_FRACTION` of the target. A row group also never buffers
+    more than `ROW_GROUP_MAX_BYTES` of Arrow data, nor more than ``write.parquet.row-group-size-bytes``
+    (Iceberg's default, 128 MiB, when the table sets none) of written bytes at the same ratio. Before the
+    first row group the ratio is the inputs' (their stored bytes per row against the Arrow bytes per row
+    of the first batch), at most 1.0. Each file's writer options come from the table's write properties
     (`ParquetOptions`) and its column encodings from its first row group (`choose_encodings`).
     """
 
@@ -859,16 +860,14 @@ class _RollingParquetWriter:
 
     def _write(self, batch: pa.RecordBatch) -> None:
         while batch.num_rows > 0:
-            ratio = self._flushed_file_bytes / self._flushed_arrow_bytes if self._flushed_arrow_bytes else 1.0
+            row_bytes = max(batch.nbytes / batch.num_rows, 1.0)
+            ratio = self._compression_ratio(row_bytes)
             written = self._open.stream.tell() if self._open is not None else 0
-            row_group_limit = float(ROW_GROUP_MAX_BYTES)
-            if self._options.row_group_bytes is not None:
-                row_group_limit = min(row_group_limit, self._options.row_group_bytes / ratio)
+            row_group_limit = min(float(ROW_GROUP_MAX_BYTES), self._options.row_group_bytes / ratio)
             room = min(
                 (self._target - written) / ratio - self._buffered_bytes,
                 row_group_limit - self._buffered_bytes,
             )
-            row_bytes = max(batch.nbytes / batch.num_rows, 1.0)
             # At least one row goes into an empty buffer, so every pass makes progress.
             fitting = max(math.ceil(room / row_bytes), 0 if self._buffer else 1)
             if fitting >= batch.num_rows:
@@ -878,6 +877,16 @@ class _RollingParquetWriter:
                 self._buffer_rows(batch.slice(0, fitting))
                 batch = batch.slice(fitting)
             self._flush_row_group()
+
+    def _compression_ratio(self, arrow_row_bytes: float) -> float:
+        """Written bytes per Arrow byte: what this task's row groups have shown, or before any,
+        the inputs' (stored bytes per row / `arrow_row_bytes`, at most 1.0: inputs compressed
+        much better than floe writes would make the first row group overshoot)."""
+        if self._flushed_arrow_bytes:
+            return self._flushed_file_bytes / self._flushed_arrow_bytes
+        if self._input_row_bytes <= 0:
+            return 1.0
+        return min(1.0, self._input_row_bytes / arrow_row_bytes)
 
     def finish(self) -> list[WrittenFile]:
         """Write what is buffered, close the last file and return every file written."""
@@ -925,7 +934,7 @@ class _RollingParquetWriter:
         """Rows the row groups of a new file may hold: twice what a row group of the size limit
         holds at the inputs' bytes per row (compression varies from file to file), and never
         fewer than the first row group's."""
-        limit = min(self._target, self._options.row_group_bytes or self._target)
+        limit = min(self._target, self._options.row_group_bytes)
         estimate = 2 * limit / self._input_row_bytes if self._input_row_bytes else 0
         return max(int(first.num_rows), int(estimate))
 
