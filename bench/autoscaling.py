@@ -7,8 +7,8 @@ executors all the time, and ``autoscaled``, ``minExecutors: 0`` up to the same m
 
 What runs is floe's own code, composed in this process: task service, engine, the driver's
 `ExecutorScaler` (the optimizer with ``executors * cores`` threads on a local SparkSession)
-and, every ``--decision-interval`` seconds as the operator's engine round does, the
-operator's scaling decision (`GroupScaling.decide` on `OptimizingEngine.group_demand`). No
+and the operator's rounds: every ``--decision-interval`` seconds an engine tick and, right
+after it, the scaling decision (`GroupScaling.decide` on `OptimizingEngine.group_demand`). No
 Kubernetes: an executor here is threads of the one local Spark, and it starts
 ``--executor-start-s`` after the decision (0: at once, as executor pods on kwok do; a real
 node adds the pod's start).
@@ -30,6 +30,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,26 +93,32 @@ class ModeResult:
     most_executors: int
 
 
+def group_spec(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The OptimizerGroup spec of `mode`: `--max-executors` executors all the time (static), or
+    from zero up to them (autoscaled)."""
+    spec: dict[str, Any] = {"executorCores": args.cores, "executorMemory": "1Gi"}
+    if mode == "static":
+        spec["executors"] = args.max_executors
+    else:
+        spec["autoscaling"] = {
+            "minExecutors": 0,
+            "maxExecutors": args.max_executors,
+            "scaleDownDelay": f"{args.scale_down_delay:g}s",
+        }
+    return spec
+
+
 class Group:
     """One group's floe, composed as the operator and its driver compose it, without Kubernetes."""
 
     def __init__(self, mode: str, catalog: SqlCatalog, spark: SparkSession, args: argparse.Namespace) -> None:
         self.mode, self.args = mode, args
-        spec: dict[str, Any] = {"executorCores": args.cores, "executorMemory": "1Gi"}
-        if mode == "static":
-            spec["executors"] = args.max_executors
-        else:
-            spec["autoscaling"] = {
-                "minExecutors": 0,
-                "maxExecutors": args.max_executors,
-                "scaleDownDelay": f"{args.scale_down_delay:g}s",
-            }
         group = resource_from_dict(
             {
                 "apiVersion": "floe.dev/v1alpha1",
                 "kind": "OptimizerGroup",
                 "metadata": {"name": GROUP},
-                "spec": spec,
+                "spec": group_spec(mode, args),
             }
         )
         assert isinstance(group, OptimizerGroup)
@@ -161,10 +168,7 @@ class Group:
             )
             assert isinstance(table, OptimizedTable)
             self.engine.apply_table(table)
-        self._threads = [
-            threading.Thread(target=self.engine.run, args=(self._stop, 0.5), name="engine"),
-            threading.Thread(target=self._decisions, name="autoscaler"),
-        ]
+        self._threads = [threading.Thread(target=self._rounds, name="operator-rounds")]
         for thread in self._threads:
             thread.start()
 
@@ -185,19 +189,26 @@ class Group:
         self.scaler.scale(executors)
         self.most_executors = max(self.most_executors, executors)
 
-    def _decisions(self) -> None:
-        """What the operator decides after each engine round (`Controller.autoscale_groups`)."""
-        while not self._stop.wait(self.args.decision_interval):
-            assert self.scaler is not None
-            current = self.scaler.executors or 0
-            demand = self.engine.group_demand(GROUP)
-            decision = self.scaling.decide(GROUP, self.group.spec, demand, current, time.time())
-            if decision.changed:
-                self.scale_changes += 1
-                logging.info(
-                    "%s: %d → %d executors: %s", self.mode, current, decision.executors, decision.reason
-                )
-                self._scale_to(decision.executors)
+    def _rounds(self) -> None:
+        """The operator's rounds (`Controller._loop`): an engine tick, then the scaling decision
+        (`Controller.autoscale_groups`), every `--decision-interval` seconds."""
+        while not self._stop.is_set():
+            try:
+                self.engine.tick()
+                self._decide()
+            except Exception:
+                logging.exception("%s: operator round failed", self.mode)
+            self._stop.wait(self.args.decision_interval)
+
+    def _decide(self) -> None:
+        assert self.scaler is not None
+        current = self.scaler.executors or 0
+        demand = self.engine.group_demand(GROUP)
+        decision = self.scaling.decide(GROUP, self.group.spec, demand, current, time.time())
+        if decision.changed:
+            self.scale_changes += 1
+            logging.info("%s: %d → %d executors: %s", self.mode, current, decision.executors, decision.reason)
+            self._scale_to(decision.executors)
 
 
 def _burst(table: Table, files: int, rows: int, round_index: int) -> None:
@@ -233,39 +244,9 @@ def run_mode(mode: str, spark: SparkSession, args: argparse.Namespace) -> ModeRe
     tables = [catalog.create_table(identifier, SCHEMA) for identifier in identifiers]
     group = Group(mode, catalog, spark, args)
     group.start(identifiers)
-    latencies: list[float] = []
     try:
         time.sleep(args.settle_s)  # the static group's executors are up before the first burst
-        started = time.monotonic()
-        for round_index in range(args.warmup_rounds + args.rounds):
-            round_start = time.monotonic()
-            measured = round_index >= args.warmup_rounds
-            if round_index == args.warmup_rounds:
-                # Spark's Python workers and the JVM are warm from here on, for both groups alike.
-                group.clock.reset()
-                started = round_start
-            triggered: dict[str, float] = {}
-            for table in tables:
-                _burst(table, args.burst_files, args.rows, round_index)
-                triggered[table.name()[-1]] = time.time()
-            pending = dict(zip([t.name()[-1] for t in tables], tables, strict=True))
-            deadline = time.monotonic() + args.round_timeout
-            while pending:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"{mode}, round {round_index}: not committed in time: {sorted(pending)}"
-                    )
-                for name, table in list(pending.items()):
-                    committed = _floe_commit_after(table, int(triggered[name] * 1000))
-                    if committed is not None:
-                        if measured:
-                            latencies.append(committed - triggered[name])
-                        del pending[name]
-                time.sleep(0.5)
-            took = time.monotonic() - round_start
-            logging.info("%s: round %d committed in %.1f s", mode, round_index, took)
-            time.sleep(max(0.0, round_start + args.period - time.monotonic()))
-        wall = time.monotonic() - started
+        latencies, wall = run_rounds(mode, tables, args, group.clock.reset)
         return ModeResult(
             mode, group.clock.total(), wall, latencies, group.scale_changes, group.most_executors
         )
@@ -273,12 +254,51 @@ def run_mode(mode: str, spark: SparkSession, args: argparse.Namespace) -> ModeRe
         group.stop()
 
 
+def run_rounds(
+    mode: str, tables: list[Table], args: argparse.Namespace, start_measuring: Callable[[], None]
+) -> tuple[list[float], float]:
+    """Every round's bursts, each waited for until floe committed every table; the
+    trigger-to-commit latencies of the measured rounds and their wall time. `start_measuring`
+    is called as the first measured round starts: Spark's Python workers and the JVM are warm
+    from there on, for both groups alike."""
+    latencies: list[float] = []
+    started = time.monotonic()
+    for round_index in range(args.warmup_rounds + args.rounds):
+        round_start = time.monotonic()
+        measured = round_index >= args.warmup_rounds
+        if round_index == args.warmup_rounds:
+            start_measuring()
+            started = round_start
+        triggered: dict[str, float] = {}
+        for table in tables:
+            _burst(table, args.burst_files, args.rows, round_index)
+            triggered[table.name()[-1]] = time.time()
+        pending = dict(zip([t.name()[-1] for t in tables], tables, strict=True))
+        deadline = time.monotonic() + args.round_timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{mode}, round {round_index}: not committed in time: {sorted(pending)}")
+            for name, table in list(pending.items()):
+                committed = _floe_commit_after(table, int(triggered[name] * 1000))
+                if committed is not None:
+                    if measured:
+                        latencies.append(committed - triggered[name])
+                    del pending[name]
+            time.sleep(0.5)
+        took = time.monotonic() - round_start
+        logging.info("%s: round %d committed in %.1f s", mode, round_index, took)
+        time.sleep(max(0.0, round_start + args.period - time.monotonic()))
+    return latencies, time.monotonic() - started
+
+
 def _p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
-def report(results: dict[str, ModeResult], args: argparse.Namespace, command: str) -> str:
+def report(results: dict[str, ModeResult], args: argparse.Namespace, command: str, setting: str) -> str:
+    """The section of `bench/RESULTS.md`: the pattern (from `args`), where it ran (`setting`),
+    each group's figures and the targets."""
     static, auto = results["static"], results["autoscaled"]
     rows = [
         [
@@ -312,9 +332,7 @@ def report(results: dict[str, ModeResult], args: argparse.Namespace, command: st
             f"{args.tables} tables, each getting {args.burst_files} files of {args.rows:,} rows at "
             f"once every {args.period:g} s, {args.rounds} rounds after {args.warmup_rounds} not "
             f"counted; executors of {args.cores} cores, at most {args.max_executors}; scale-down "
-            f"delay {args.scale_down_delay:g} s; scaling decided every {args.decision_interval:g} s; "
-            f"executor start {args.executor_start_s:g} s. In-process (no Kubernetes): the driver's "
-            "ExecutorScaler on one local Spark, the operator's decision code.",
+            f"delay {args.scale_down_delay:g} s. {setting}",
             "",
             markdown_table(
                 [
@@ -381,7 +399,12 @@ def main() -> int:
         results = {mode: run_mode(mode, spark, args) for mode in MODES}
     finally:
         spark.stop()
-    emit(report(results, args, "python " + " ".join(sys.argv)), args.markdown)
+    setting = (
+        f"Scaling decided every {args.decision_interval:g} s; executor start "
+        f"{args.executor_start_s:g} s. In-process (no Kubernetes): the driver's ExecutorScaler on "
+        "one local Spark, the operator's decision code."
+    )
+    emit(report(results, args, "python " + " ".join(sys.argv), setting), args.markdown)
     return 0
 
 

@@ -78,6 +78,9 @@ def _shorten_polls(case: Any) -> None:
     body = case.body
     if case.path == "/v1/poll" and isinstance(body, dict) and isinstance(body.get("wait_s"), int | float):
         body["wait_s"] = min(body["wait_s"], 0.1)
+    query = case.query if case.path == "/v1/executors" and isinstance(case.query, dict) else {}
+    if isinstance(query.get("wait_s"), int | float):
+        query["wait_s"] = min(query["wait_s"], 0.1)
 
 
 CASES = [
@@ -85,7 +88,8 @@ CASES = [
     for operation in OPERATIONS
     for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
     # A call without a body or parameters has no wrong shape to be sent in.
-    if mode is GenerationMode.POSITIVE or "requestBody" in RAW["paths"][operation.path][operation.method]
+    if mode is GenerationMode.POSITIVE
+    or {"requestBody", "parameters"} & set(RAW["paths"][operation.path][operation.method])
 ]
 
 
@@ -98,9 +102,11 @@ def test_every_answer_is_documented(
     requests the document allows and requests it does not."""
     headers = {}
     if caller == "registered":
-        registering = operation.path == "/v1/optimizers" and operation.method.upper() == "POST"
-        # A fresh optimizer per test: a generated unregister ends the previous one's token.
-        headers = {"Authorization": f"Bearer {REGISTRATION_TOKEN if registering else served.register()}"}
+        # Register and the executor count present the registration token; the rest a fresh
+        # optimizer's token per test (a generated unregister ends the previous one's).
+        security = RAW["paths"][operation.path][operation.method]["security"]
+        registration = security == [{"registrationToken": []}]
+        headers = {"Authorization": f"Bearer {REGISTRATION_TOKEN if registration else served.register()}"}
 
     @FUZZ_SETTINGS
     @given(case=operation.as_strategy(generation_mode=mode))

@@ -705,3 +705,74 @@ def test_the_client_completes_without_next_poll_on_a_service_that_predates_it() 
     assert server.requests == ["/v1/tasks/a1/complete"] * 2 + ["/v1/tasks/a2/complete"]
     assert [b"next_poll" in body for body in server.bodies] == [True, False, False]
     client.close()
+
+
+# -- /v1/executors -------------------------------------------------------------------------------
+
+
+def test_a_groups_executor_count_needs_the_registration_token_and_a_known_group(
+    guarded: TaskServiceServer, guarded_service: ObservedService
+) -> None:
+    path = "/v1/executors?group=g"
+
+    def asked() -> tuple[int, dict[str, Any]]:
+        status, body, _ = call(guarded, "GET", path, token=REGISTRATION_TOKEN)
+        return status, body
+
+    status, error, _ = call(guarded, "GET", path)
+    assert (status, error["error"]) == (401, "unauthorized")
+    assert "missing registration token" in error["detail"]
+    status, error, _ = call(guarded, "GET", path, token="nope")
+    assert (status, error["error"]) == (401, "unauthorized")
+    # Nothing counted as a refused registration: a driver asking is not one.
+    assert ("floe_optimizer_registrations_total", (("result", "refused"),)) not in scrape(guarded)
+
+    status, error, _ = call(guarded, "GET", "/v1/executors?group=other", token=REGISTRATION_TOKEN)
+    assert (status, error["error"]) == (404, "unknown_group")
+    status, error, _ = call(guarded, "GET", "/v1/executors", token=REGISTRATION_TOKEN)
+    assert (status, error["error"]) == (422, "invalid_request") and "group" in error["detail"]
+    status, error, _ = call(guarded, "GET", f"{path}&wait_s=61", token=REGISTRATION_TOKEN)
+    assert status == 422 and "wait_s" in error["detail"]
+    status, error, _ = call(guarded, "GET", f"{path}&known=-1", token=REGISTRATION_TOKEN)
+    assert status == 422 and "known" in error["detail"]
+
+    # Before the operator decides a count, the answer says so; then it is the count.
+    assert asked() == (200, {"group": GROUP, "executors": None})
+    guarded_service.set_executors(GROUP, 3)
+    assert asked() == (200, {"group": GROUP, "executors": 3})
+    client = TaskServiceClient(guarded.url, registration_token=REGISTRATION_TOKEN)
+    try:
+        assert client.executors(GROUP) == 3
+        with pytest.raises(UnknownGroup):
+            client.executors("other")
+    finally:
+        client.close()
+    with pytest.raises(Unauthorized, match="wrong registration token"):
+        TaskServiceClient(guarded.url, registration_token="nope").executors(GROUP)
+
+    # A group the service drops forgets its count; made again, it has none until told.
+    guarded_service.remove_group(GROUP)
+    guarded_service.add_group(GROUP)
+    assert asked() == (200, {"group": GROUP, "executors": None})
+
+
+def test_a_long_poll_for_the_executor_count_returns_as_soon_as_it_changes(
+    server: TaskServiceServer, service: ObservedService, client: TaskServiceClient
+) -> None:
+    service.set_executors(GROUP, 0)
+    started = time.monotonic()
+    assert client.executors(GROUP, known=0, wait_s=0.3) == 0, "unchanged: the same count at wait_s"
+    assert time.monotonic() - started >= 0.3
+
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        asked: Future[int | None] = pool.submit(client.executors, GROUP, 0, 30.0)
+        time.sleep(0.2)
+        assert not asked.done(), "answered while the count was the one known"
+        service.set_executors(GROUP, 2)
+        assert asked.result(timeout=25) == 2
+    assert time.monotonic() - started < 15, "the long poll waited for its deadline instead of waking up"
+    # Another count than the one known is answered at once.
+    started = time.monotonic()
+    assert client.executors(GROUP, known=1, wait_s=30.0) == 2
+    assert time.monotonic() - started < 5

@@ -1,15 +1,17 @@
 """The driver pod's entrypoint: Spark in client mode, the optimizer, and executor scaling.
 
 ``python -m floe_optimizer.driver`` starts a SparkSession from the group's properties file
-(pyspark launches the JVM through spark-submit, in client mode: the driver is this
-process) and keeps the optimizer serving the group with ``executors * executorCores``
-threads. It re-reads the scale file (the operator's ConfigMap, mounted) every few seconds;
-when the count changes it asks Spark for the new executor total and moves the optimizer
-threads with it (`ExecutorScaler`): up, another registration beside the running ones; down,
-the newest ones stop gracefully (running tasks finish, the rest go back to the queue without
-using a retry). Spark and the driver pod stay up throughout;
-at zero executors the group has no optimizer registered, which status reports. The
-registration token is the file the operator mounts (``FLOE_REGISTRATION_TOKEN_FILE``).
+(pyspark launches the JVM through spark-submit, in client mode: the driver is this process) and
+keeps the optimizer serving the group with ``executors * executorCores`` threads. It follows the
+executor count the operator decides (`DesiredExecutors`): the task service's answer, long-polled
+so a decision arrives at once, and the scale file (the operator's ConfigMap, mounted, which the
+kubelet refreshes only every minute or so) while the service has none or cannot be reached. When
+the count changes it asks Spark for the new executor total and moves the optimizer threads with
+it (`ExecutorScaler`): up, another registration beside the running ones; down, the newest ones
+stop gracefully (running tasks finish, the rest go back to the queue without using a retry).
+Spark and the driver pod stay up throughout; at zero executors the group has no optimizer
+registered, which status reports. The registration token is the file the operator mounts
+(``FLOE_REGISTRATION_TOKEN_FILE``).
 """
 
 from __future__ import annotations
@@ -18,23 +20,40 @@ import argparse
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from floe.api.units import parse_quantity
 from floe.optimizer.spark_properties import parse_properties
-from floe.service.client import RegistrationToken, registration_token_from_env
+from floe.service.client import (
+    RegistrationToken,
+    RequestFailed,
+    ServiceUnavailable,
+    TaskServiceClient,
+    Unauthorized,
+    UnknownGroup,
+    registration_token_from_env,
+)
 from floe_optimizer.app import Optimizer
 from floe_optimizer.lifecycle import configure_logging, exit_code, serve_until_signalled, stop_spark
 
 log = logging.getLogger("floe.driver")
 
 SCALE_CHECK_S = 2.0
+"""How often the scale file is read."""
+COUNT_WAIT_S = 20.0
+"""How long one request for the executor count waits for a change."""
+COUNT_RETRY_S = 5.0
+"""Pause after a failed request for the count (the service restarting, or too old to answer)."""
 EXECUTOR_ROLE = "spark-role=executor"
+EXECUTOR_INSTANCES = "spark.executor.instances"
 
 
 class ExecutorScaler:
@@ -162,6 +181,67 @@ class ExecutorScaler:
             core.delete_namespaced_pod(pod["name"], namespace)
 
 
+class DesiredExecutors:
+    """The executor count the driver follows: the task service's, as the operator decided it,
+    else the scale file's.
+
+    A thread long-polls the service (``GET /v1/executors``) and `changed` is set when an
+    answer differs from the last, so the main loop scales within its tick of a decision. While
+    the service has no count (the operator restarted and has not decided yet) or cannot be
+    reached, the scale file, re-read every `SCALE_CHECK_S`, stands in.
+    """
+
+    def __init__(self, client: TaskServiceClient, group: str, scale_file: Path, default: int) -> None:
+        self._client = client
+        self._group = group
+        self._scale_file = scale_file
+        self._default = default
+        self._lock = threading.Lock()
+        self._served: int | None = None
+        self._stop = threading.Event()
+        self.changed = threading.Event()
+        """Set when the service answers a new count; cleared by whoever acts on it."""
+        self._thread = threading.Thread(target=self._watch, name="floe-executor-count", daemon=True)
+
+    def start(self) -> None:
+        """Start following the service's count."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop following; an outstanding request is aborted."""
+        self._stop.set()
+        self._client.close()
+        self._thread.join(timeout=5.0)
+
+    def current(self) -> int:
+        """The count to run now: the service's last answer, else the scale file's."""
+        with self._lock:
+            served = self._served
+        return served if served is not None else read_executors(self._scale_file, self._default)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                known = self._served
+            try:
+                served = self._client.executors(self._group, known=known, wait_s=COUNT_WAIT_S)
+            except (ServiceUnavailable, RequestFailed, Unauthorized, UnknownGroup, OSError, ValueError) as e:
+                if self._stop.is_set():
+                    return
+                log.info("no executor count from the task service (%s); following the scale file", e)
+                with self._lock:
+                    self._served = None
+                self._stop.wait(COUNT_RETRY_S)
+                continue
+            if served != known:
+                with self._lock:
+                    self._served = served
+                self.changed.set()
+            if served is None:
+                # Asked without a known count, the service answers at once: ask again later.
+                self._stop.wait(COUNT_RETRY_S)
+
+
 def _executor_order(executor_id: str) -> int:
     return int(executor_id) if executor_id.isdigit() else 0
 
@@ -171,6 +251,20 @@ def _java_list(jvm: Any, values: list[str]) -> Any:
     for value in values:
         result.add(value)
     return result
+
+
+def start_session(master: str, properties: dict[str, str]) -> SparkSession:
+    """The driver's SparkSession on `master` with `properties`, whatever its executor count.
+
+    spark-submit, which pyspark runs to start the JVM, refuses ``spark.executor.instances`` 0
+    ("Number of executors must be a positive number") though Spark's Kubernetes backend takes
+    it and starts no executor pod: a group at zero executors (autoscaled) would never get a
+    driver. So the JVM is started without the count, and the context is given it."""
+    launch = SparkConf(loadDefaults=False).setMaster(master)
+    launch.setAll([(k, v) for k, v in properties.items() if k != EXECUTOR_INSTANCES])
+    conf = SparkConf(loadDefaults=False).setMaster(master).setAll(list(properties.items()))
+    SparkContext(conf=conf, gateway=launch_gateway(launch))  # type: ignore[no-untyped-call]
+    return SparkSession.builder.getOrCreate()
 
 
 def read_executors(path: Path, default: int) -> int:
@@ -208,10 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for item in args.conf:
         key, _, value = item.partition("=")
         properties[key] = value
-    builder = SparkSession.builder.master(args.master)
-    for key, value in properties.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = start_session(args.master, properties)
     log.info(
         "Spark %s started (master %s, app %s)", spark.version, args.master, spark.sparkContext.applicationId
     )
@@ -227,21 +318,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.poll_wait,
         registration_token_from_env(),
     )
-    initial = int(properties.get("spark.executor.instances", "1"))
+    initial = int(properties.get(EXECUTOR_INSTANCES, "1"))
+    desired = DesiredExecutors(
+        TaskServiceClient(args.service, registration_token=registration_token_from_env()),
+        args.group,
+        args.scale_file,
+        initial,
+    )
+    desired.start()
     next_check = 0.0
 
-    def follow_scale_file() -> None:
+    def follow_desired_count() -> None:
         nonlocal next_check
-        if time.monotonic() < next_check:
+        if time.monotonic() < next_check and not desired.changed.is_set():
             return
+        desired.changed.clear()
         next_check = time.monotonic() + SCALE_CHECK_S
         try:
-            scaler.scale(read_executors(args.scale_file, initial))
+            scaler.scale(desired.current())
         except Exception:
             log.exception("scaling failed; retrying")
             scaler.executors = None
 
-    signum = serve_until_signalled(follow_scale_file)
+    signum = serve_until_signalled(follow_desired_count)
+    desired.stop()
     scaler.stop()
     stop_spark(spark)
     return exit_code(signum)

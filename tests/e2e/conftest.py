@@ -295,3 +295,23 @@ def image_values(tools: E2ETools) -> list[str]:
         # --set-string: a content key of digits only would otherwise become a number.
         values += ["--set", f"{key}.repository={repository}", "--set-string", f"{key}.tag={tag}"]
     return [*values, "--set", "image.pullPolicy=Never"]
+
+
+def install_floe(helm: Helm, kubectl: Kubectl, tools: E2ETools, namespace: str) -> None:
+    """``helm install`` floe's chart with the images built for this run, serving ``namespace``
+    (created first)."""
+    kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        "--set",
+        f"watchNamespaces={{{namespace}}}",
+        *image_values(tools),
+        "--wait",
+        "--timeout",
+        "5m",
+    )

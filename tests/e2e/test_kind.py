@@ -36,13 +36,12 @@ from floe.tables.scan import scan_table
 from floe.tables.writer import conform, write_position_deletes
 
 from .conftest import (
-    CHART,
     RELEASE,
     RELEASE_NAMESPACE,
     E2ETools,
     Helm,
     Kubectl,
-    image_values,
+    install_floe,
     wait_for,
 )
 
@@ -60,21 +59,7 @@ TASK_LINE = re.compile(r"running task (\S+)-t\d{4} of analytics/orders")
 @pytest.fixture(scope="module")
 def release(helm: Helm, kubectl: Kubectl, e2e_tools: E2ETools) -> Iterator[None]:
     """floe installed by its chart, serving namespace ``analytics``."""
-    kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    helm(
-        "install",
-        RELEASE,
-        str(CHART),
-        "--namespace",
-        RELEASE_NAMESPACE,
-        "--create-namespace",
-        "--set",
-        f"watchNamespaces={{{NAMESPACE}}}",
-        *image_values(e2e_tools),
-        "--wait",
-        "--timeout",
-        "5m",
-    )
+    install_floe(helm, kubectl, e2e_tools, NAMESPACE)
     yield
     if RELEASE in helm("list", "-n", RELEASE_NAMESPACE, "-q").split():
         helm("uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait")
@@ -652,6 +637,139 @@ def test_executor_oom_kill_is_an_event_and_the_task_is_retried(
     assert PROCESS_ID_KEY not in (wide.current_snapshot().summary.additional_properties), "the table changed"
     kubectl("delete", "ot", "wide", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
     kubectl("delete", "og", "small", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+
+
+ELASTIC = "elastic"
+ELASTIC_PODS = f"floe.dev/group={ELASTIC}"
+SCALED_LINE = re.compile(r"scaling executors (\S+) → (\d+)$", re.MULTILINE)
+
+
+def test_an_autoscaled_group_wakes_from_zero_for_its_table_and_goes_back(
+    release: None, kubectl: Kubectl, data_stack: RestS3Stack, catalog: RestCatalog, reader: ReferenceReader
+) -> None:
+    """No executor pod while nothing is due; a table that triggers brings one, which compacts it;
+    the pod goes after the scale-down delay; the driver stays throughout. The driver hears each
+    count from the task service, not from the ConfigMap the kubelet projects a minute later."""
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "note", StringType()))
+    bursts = catalog.create_table("e2e.bursts", schema, properties={"format-version": "2"})
+
+    def append(start: int) -> None:
+        ids = pa.array(range(start, start + 1_000), pa.int64())
+        bursts.append(
+            conform(bursts, pa.table({"id": ids, "note": pa.array([f"n{i}" for i in range(1_000)])}))
+        )
+
+    append(0)
+    kubectl.apply(_catalog_secret(data_stack))
+    kubectl.apply(
+        [
+            {
+                "apiVersion": "floe.dev/v1alpha1",
+                "kind": "OptimizerGroup",
+                "metadata": {"name": ELASTIC, "namespace": NAMESPACE},
+                "spec": {
+                    "autoscaling": {"minExecutors": 0, "maxExecutors": 1, "scaleDownDelay": "15s"},
+                    "executorCpuRequest": "200m",
+                    "executorMemory": "1536Mi",
+                },
+            },
+            {
+                "apiVersion": "floe.dev/v1alpha1",
+                "kind": "OptimizedTable",
+                "metadata": {"name": "bursts", "namespace": NAMESPACE},
+                "spec": {
+                    "table": "e2e.bursts",
+                    "group": ELASTIC,
+                    "catalog": {"name": CATALOG, "secretRef": SECRET},
+                    "minor": {"triggerFileCount": 4},
+                    "minPlanInterval": "5s",
+                },
+            },
+        ]
+    )
+
+    def elastic_status() -> dict[str, Any]:
+        return dict(kubectl.json("get", "og", ELASTIC, "-n", NAMESPACE).get("status") or {})
+
+    def driver() -> dict[str, Any] | None:
+        pods = _running(_pods(kubectl, f"{ELASTIC_PODS},floe.dev/role=driver"))
+        return pods[0] if pods else None
+
+    def executors() -> list[dict[str, Any]]:
+        return _pods(kubectl, f"{ELASTIC_PODS},floe.dev/role=executor")
+
+    wait_for(
+        "the driver up, at zero executors",
+        lambda: driver() is not None and elastic_status().get("desiredExecutors") == 0 and not executors(),
+        timeout_s=300,
+    )
+    first_driver = driver()
+    assert first_driver is not None
+    driver_name = first_driver["metadata"]["name"]
+    expected = Counter(reader.rows(CATALOG, "e2e.bursts"))
+    assert sum(expected.values()) == 1_000
+
+    for batch in range(1, 4):
+        append(batch * 1_000)
+    triggered_at = time.time()
+    expected = Counter(reader.rows(CATALOG, "e2e.bursts"))
+
+    def compacted() -> Any:
+        bursts.refresh()
+        current = bursts.current_snapshot()
+        return (
+            current
+            if current is not None and PROCESS_ID_KEY in current.summary.additional_properties
+            else None
+        )
+
+    snapshot = wait_for(
+        "the autoscaled group to wake and compact e2e.bursts",
+        compacted,
+        timeout_s=480,
+        explain=lambda: "\n".join(
+            [
+                json.dumps(elastic_status()),
+                *[
+                    f"{e['reason']}: {e['message']}"
+                    for e in kubectl.events(NAMESPACE, "OptimizerGroup", ELASTIC)
+                ],
+                kubectl("logs", "-n", NAMESPACE, driver_name, "--tail=40"),
+            ]
+        ),
+    )
+    latency = snapshot.timestamp_ms / 1000 - triggered_at
+    assert Counter(reader.rows(CATALOG, "e2e.bursts")) == expected, "rows changed"
+    assert _live_files(bursts) == (1, 0)
+
+    group_events = {e["reason"]: e["message"] for e in kubectl.events(NAMESPACE, "OptimizerGroup", ELASTIC)}
+    assert group_events.get("ScaledUp", "").startswith("executors 0 → 1: "), group_events
+
+    def first_task_running() -> str | None:
+        events = kubectl.events(NAMESPACE, "OptimizerGroup", ELASTIC)
+        return next((e["message"] for e in events if e["reason"] == "FirstTaskRunning"), None)
+
+    woke = wait_for("the FirstTaskRunning Event", first_task_running, timeout_s=60)
+    assert re.fullmatch(r"a task runs \d+ s after the group scaled up from zero executors", woke), woke
+
+    wait_for(
+        "the executor pod to go after the scale-down delay",
+        lambda: elastic_status().get("desiredExecutors") == 0 and not executors(),
+        timeout_s=240,
+    )
+    assert "ScaledDown" in {e["reason"] for e in kubectl.events(NAMESPACE, "OptimizerGroup", ELASTIC)}
+    still = driver()
+    assert still is not None and still["metadata"]["uid"] == first_driver["metadata"]["uid"], (
+        "the driver stays"
+    )
+    # Each count came from the task service: never the scale file standing in.
+    driver_log = kubectl("logs", "-n", NAMESPACE, driver_name)
+    assert "no executor count from the task service" not in driver_log, driver_log[-3000:]
+    assert SCALED_LINE.findall(driver_log)[-2:] == [("0", "1"), ("1", "0")], driver_log[-3000:]
+    print(f"autoscaled from zero on kind: trigger to commit {latency:.1f} s; {woke}")
+
+    kubectl("delete", "ot", "bursts", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
+    kubectl("delete", "og", ELASTIC, "-n", NAMESPACE, "--wait=true", "--timeout=120s")
 
 
 def test_helm_uninstall_removes_the_rest(release: None, helm: Helm, kubectl: Kubectl) -> None:

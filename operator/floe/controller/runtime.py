@@ -168,7 +168,7 @@ class Controller:
         """Set when a group's pods mount other Secrets: the next round re-applies the tables'
         catalog properties at once, rather than at the next Secret refresh."""
         self.pod_problems = PodProblemLog()
-        self.scaling = GroupScaling()
+        self.scaling = GroupScaling(publish=self.service.set_executors)
         """Each group's executor count: fixed or autoscaled, and the figures the metrics show."""
         self.service.metrics.watch_scaling(self.scaling.samples)
         self.rounds = 0

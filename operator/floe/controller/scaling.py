@@ -2,13 +2,15 @@
 (``spec.autoscaling``), and the figures the metrics show of it.
 
 The count a driver follows lives in the group's scale ConfigMap, so an operator that restarts
-goes on from the count the driver has, not from the minimum.
+goes on from the count the driver has, not from the minimum. Each count is also published to
+the task service (`publish`), which drivers long-poll: a ConfigMap reaches a pod's mounted
+file only at the kubelet's next sync, up to about a minute later.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from floe.api.models import OptimizerGroupSpec
@@ -29,7 +31,9 @@ class GroupScaling:
     """Per group (namespace/name): its autoscaler, the count its driver follows (as its scale
     ConfigMap last said, or as floe last wrote it), when it woke from zero, its last figures."""
 
-    def __init__(self) -> None:
+    def __init__(self, publish: Callable[[str, int], None] | None = None) -> None:
+        """`publish(group, executors)` is told every count a group's driver is to follow."""
+        self._publish = publish
         self._lock = threading.Lock()
         self._autoscalers: dict[str, ExecutorAutoscaler] = {}
         self._followed: dict[str, tuple[GroupRef, int]] = {}
@@ -41,6 +45,8 @@ class GroupScaling:
         """The count the group's scale ConfigMap holds (read, or just written)."""
         with self._lock:
             self._followed[group] = (ref, executors)
+        if self._publish is not None:
+            self._publish(group, executors)
 
     def followed(self, group: str) -> tuple[GroupRef, int] | None:
         """The group's objects and the count its driver follows, once known."""

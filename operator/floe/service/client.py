@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, TypeVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from pydantic import BaseModel, ValidationError
 
@@ -44,6 +44,7 @@ from floe.service.wire import (
     CompleteRequest,
     CompleteResponse,
     ErrorResponse,
+    GroupExecutors,
     PollRequest,
     PollResponse,
     RegisterRequest,
@@ -223,6 +224,28 @@ class TaskServiceClient:
             self._next_poll_supported = False
             return self.complete(token, attempt_id, request)
         return response.task
+
+    def executors(self, group: str, known: int | None = None, wait_s: float = 0.0) -> int | None:
+        """The executor count the operator decided for `group` (None: none decided since it
+        started), presenting the registration token; with `known`, waits up to `wait_s` for a
+        count other than it. Raises UnknownGroup on 404 (no such group, or a service from
+        before this call)."""
+        query = {"group": group, "wait_s": f"{wait_s:g}"}
+        if known is not None:
+            query["known"] = str(known)
+        try:
+            response = self._call(
+                "GET",
+                f"/executors?{urlencode(query)}",
+                GroupExecutors,
+                token=self._registration_token(),
+                timeout=self.timeout + wait_s,
+            )
+        except RequestFailed as exc:
+            if exc.status == 404:
+                raise UnknownGroup(group, str(exc)) from None
+            raise
+        return response.executors
 
     def unregister(self, token: str) -> None:
         """Leave the group; the tasks still held go back to the queue."""

@@ -39,6 +39,8 @@ from floe.service.wire import (
     CompleteRequest,
     CompleteResponse,
     ErrorResponse,
+    ExecutorsQuery,
+    GroupExecutors,
     PollRequest,
     PollResponse,
     RegisterRequest,
@@ -135,6 +137,7 @@ class _Api:
             "poll": self.poll,
             "ack": self.ack,
             "complete": self.complete,
+            "executors": self.executors,
             "openapi": self.openapi,
             "health": self.health,
             "metrics": self.metrics,
@@ -231,6 +234,21 @@ class _Api:
         # Only a client that asked for its next task gets the field: v1 clients that never
         # ask parse the answer as Accepted, which admits no other field.
         return _json(CompleteResponse(task=task)) if body.next_poll is not None else _accepted()
+
+    async def executors(self, request: web.Request) -> web.Response:
+        # Before the query: a stranger learns nothing, not even which groups exist.
+        self.service.check_driver_token(_bearer(request))
+        query = ExecutorsQuery.model_validate(dict(request.query))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + query.wait_s
+        while True:
+            wakeup = self.wakeup.current()
+            executors = self.service.executors(query.group)
+            waiting = query.known is not None and executors == query.known and loop.time() < deadline
+            if not waiting or self.wakeup.closed or _client_gone(request):
+                return _json(GroupExecutors(group=query.group, executors=executors))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wakeup.wait(), deadline - loop.time())
 
     async def openapi(self, _: web.Request) -> web.Response:
         return web.json_response(self._openapi)

@@ -21,6 +21,8 @@ from floe.service.wire import (
     CompleteRequest,
     CompleteResponse,
     ErrorResponse,
+    ExecutorsQuery,
+    GroupExecutors,
     PollRequest,
     PollResponse,
     RegisterRequest,
@@ -69,6 +71,8 @@ class Route:
     description: str
     response: type[BaseModel] | dict[str, Any]
     request: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    """The model of the query string's parameters, if the call takes any."""
     security: str | None = BEARER
     """The security scheme the call presents, None for none."""
     errors: tuple[int, ...] = ()
@@ -85,7 +89,7 @@ ROUTES: tuple[Route, ...] = (
         "Register an optimizer",
         "Join an optimizer group. When the task service was given a registration token (always on "
         "Kubernetes: the operator's registration Secret), the call must present it as its bearer "
-        "token. The answer carries the optimizer's own bearer token, which every other call needs, "
+        "token. The answer carries the optimizer's own bearer token, which its other calls need, "
         "and how often to heartbeat.",
         RegisterResponse,
         request=RegisterRequest,
@@ -162,6 +166,24 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route(
         "GET",
+        f"/{API_VERSION}/executors",
+        "executors",
+        "A group's executor count",
+        "How many executors the group's driver should run, as the operator decided it (a fixed "
+        "`spec.executors`, or the autoscaler's count). With `known` and `wait_s` the call waits "
+        "(long poll) until the count differs from `known` or `wait_s` passes, so a decision reaches "
+        "the driver at once. Presents the registration token, as register does.",
+        GroupExecutors,
+        query=ExecutorsQuery,
+        security=REGISTRATION,
+        errors=(401, 404, 422),
+        error_meanings=(
+            (401, REGISTER_401),
+            (422, "A query parameter is missing or out of range; `detail` names it."),
+        ),
+    ),
+    Route(
+        "GET",
         f"/{API_VERSION}/openapi.json",
         "openapi",
         "This document",
@@ -224,6 +246,8 @@ def build_openapi() -> dict[str, Any]:
                     "schema": {"type": "string"},
                 }
             ]
+        if route.query is not None:
+            operation["parameters"] = _query_parameters(route.query)
         if route.request is not None:
             operation["requestBody"] = {
                 "required": True,
@@ -253,11 +277,11 @@ def build_openapi() -> dict[str, Any]:
             "version": API_VERSION,
             "description": (
                 "The API optimizers use to take and report rewrite tasks: register (getting a token), "
-                "heartbeat, poll per thread, acknowledge, complete, unregister. Register presents the "
-                "registration token, when the service has one, as `Authorization: Bearer <registration "
-                "token>`; every later call but the document, the health check and the metrics carries "
-                "`Authorization: Bearer <token from register>`. Every error answer has an "
-                "`ErrorResponse` body."
+                "heartbeat, poll per thread, acknowledge, complete, unregister; and the executor count "
+                "drivers follow. Register and the executor count present the registration token, when "
+                "the service has one, as `Authorization: Bearer <registration token>`; every other call "
+                "but the document, the health check and the metrics carries `Authorization: Bearer "
+                "<token from register>`. Every error answer has an `ErrorResponse` body."
             ),
         },
         "paths": paths,
@@ -278,6 +302,33 @@ def build_openapi() -> dict[str, Any]:
             },
         },
     }
+
+
+def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """OpenAPI query parameters of `model`'s fields, each with its own schema."""
+    schema = model.model_json_schema()
+    required = set(schema.get("required", []))
+    parameters = []
+    for name, field_schema in schema["properties"].items():
+        description = field_schema.pop("description", "")
+        field_schema.pop("title", None)
+        # A query string has no null: an optional parameter is one left out.
+        options = field_schema.pop("anyOf", None)
+        if options is not None:
+            (present,) = [option for option in options if option.get("type") != "null"]
+            field_schema.update(present)
+            if field_schema.get("default", 0) is None:
+                del field_schema["default"]
+        parameters.append(
+            {
+                "name": name,
+                "in": "query",
+                "required": name in required,
+                "description": description,
+                "schema": field_schema,
+            }
+        )
+    return parameters
 
 
 def render_openapi() -> str:

@@ -109,6 +109,7 @@ class TaskService:
         self._monitor = ChangeMonitor()
         self._groups: dict[str, _Group] = {}
         self._optimizers: dict[str, _Optimizer] = {}
+        self._executors: dict[str, int] = {}
         self.results = result_checker or ResultChecker()
         """Checks every result before it is accepted."""
         self._refusal_listeners: list[Callable[[RefusedResult], None]] = []
@@ -158,7 +159,22 @@ class TaskService:
             for token in [t for t, o in self._optimizers.items() if o.group == name]:
                 del self._optimizers[token]
             del self._groups[name]
+            self._executors.pop(name, None)
             self._monitor.changed()
+
+    def set_executors(self, name: str, executors: int) -> None:
+        """The executor count the group's driver should run (the operator's decision); drivers
+        waiting on another count hear it at once. Kept for a group the service does not have yet."""
+        with self._monitor.hold():
+            if self._executors.get(name) != executors:
+                self._executors[name] = executors
+                self._monitor.changed()
+
+    def executors(self, name: str) -> int | None:
+        """The group's executor count as last set, None before; UnknownGroup if there is no group."""
+        with self._monitor.hold():
+            self._group(name)
+            return self._executors.get(name)
 
     def group(self, name: str) -> GroupScheduler:
         """The group's scheduler, for the engine; UnknownGroup if there is none."""
@@ -202,6 +218,11 @@ class TaskService:
         except Unauthorized:
             self.metrics.registrations.labels("refused").inc()
             raise
+
+    def check_driver_token(self, registration_token: str | None) -> None:
+        """Unauthorized unless `registration_token` may register: a driver asking for its group's
+        executor count presents it (not counted as a refused registration)."""
+        self._check_registration_token(registration_token)
 
     def check_token(self, token: str) -> None:
         """Unauthorized unless `token` is a registered optimizer's; a sign of life otherwise. The

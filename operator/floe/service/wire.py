@@ -94,6 +94,26 @@ class CompleteResponse(Accepted):
     )
 
 
+class ExecutorsQuery(_Wire):
+    """A driver asks how many executors its group should run, waiting up to ``wait_s`` for the
+    count to differ from ``known`` (long poll)."""
+
+    group: str = Field(min_length=1, description="the group, as the driver registers with it")
+    known: int | None = Field(default=None, ge=0, description="the count the driver runs now")
+    wait_s: float = Field(default=0.0, ge=0, le=60, description="seconds to wait for another count")
+
+
+class GroupExecutors(_Wire):
+    """The executor count a group's driver should run, as the operator decided it."""
+
+    group: str
+    executors: int | None = Field(
+        ge=0,
+        description="null while the operator has not decided one since it started: the driver "
+        "then keeps following its scale file",
+    )
+
+
 class ErrorResponse(_Wire):
     """Body of every 4xx/5xx answer."""
 

@@ -1,0 +1,232 @@
+"""The bursty pattern of `bench/autoscaling.py` on kind: real pods, as users run floe.
+
+Every ``--period`` seconds each of ``--tables`` tables gets a burst of small files at once
+(enough to trigger minor optimizing), then nothing. Two OptimizerGroups run the same rounds,
+one after the other, each with its own tables: ``static``, ``--max-executors`` executor pods
+all the time, and ``autoscaled``, ``minExecutors: 0`` up to the same maximum. floe is installed
+by its chart; the tables live in the REST catalog on S3 (moto) of the e2e tests; executors are
+Spark executor pods the group's driver asks for.
+
+Measured per group: executor-seconds (executor pods that exist, sampled every second from the
+first measured burst to the end of the last round: a pod starting is paid for) and
+trigger-to-commit latency (from a table's last file of a burst to floe's snapshot of it).
+Targets (issue 14): >= 50 % fewer executor-seconds, median latency <= 1.2x the static group's.
+
+The cluster, images, chart and catalog are those of ``tests/e2e`` (its fixtures, made or found
+cached), so this runs under pytest: ``.venv/bin/python bench/autoscaling_kind.py`` (about
+25 minutes with the defaults; ``--keep-cluster`` keeps the cluster for another run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path[:0] = [str(ROOT / "tests"), str(BENCH)]  # tests/e2e's fixtures, and bench's own modules
+
+import e2e.conftest as e2e  # noqa: E402
+from autoscaling import SCHEMA, ModeResult, group_spec, report, run_rounds  # noqa: E402
+from harness.cli import benchmark_parser  # noqa: E402
+from harness.report import emit  # noqa: E402
+
+# The e2e tests' cluster, images, chart and catalog, as fixtures of this module: they win over
+# pytest-kind's of the same name, as tests/e2e's conftest's do there.
+e2e_tools, kind_cluster, data_stack = e2e.e2e_tools, e2e.kind_cluster, e2e.data_stack
+kubectl, helm = e2e.kubectl, e2e.helm
+
+ARGS_ENV = "FLOE_BENCH_AUTOSCALING_KIND"
+NAMESPACE = "bench"
+CATALOG = "bench_rest"
+SECRET = "bench-catalog"
+MODES = ("static", "autoscaled")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The pattern and the groups; the defaults fit one 2-core kind node."""
+    parser = benchmark_parser(__doc__ or "", "autoscaling-kind")
+    parser.add_argument("--tables", type=int, default=3)
+    parser.add_argument("--burst-files", type=int, default=4, help="files per table per burst (its trigger)")
+    parser.add_argument("--rows", type=int, default=20_000, help="rows per file")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds")
+    parser.add_argument("--warmup-rounds", type=int, default=1, help="rounds before the measured ones")
+    parser.add_argument("--period", type=float, default=120.0, help="seconds from one burst to the next")
+    parser.add_argument("--max-executors", type=int, default=2)
+    parser.add_argument("--cores", type=int, default=1, help="cores (task threads) per executor")
+    parser.add_argument("--scale-down-delay", type=float, default=30.0)
+    parser.add_argument("--round-timeout", type=float, default=600.0)
+    parser.add_argument("--keep-cluster", action="store_true", help="keep the kind cluster afterwards")
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    """Run the benchmark under pytest with the e2e fixtures; the report goes to stdout (and
+    ``--markdown``)."""
+    args = parse_args()
+    command = "python bench/autoscaling_kind.py " + " ".join(sys.argv[1:])
+    os.environ[ARGS_ENV] = json.dumps({**vars(args), "command": command.strip()}, default=str)
+    options = ["--keep-cluster"] if args.keep_cluster else []
+    return pytest.main(
+        [
+            "-q",
+            "-s",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(ROOT),
+            "-o",
+            f"python_files={Path(__file__).name}",
+            *options,
+            __file__,
+        ]
+    )
+
+
+# --- under pytest -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def release(helm: Any, kubectl: Any, e2e_tools: Any) -> Iterator[None]:
+    """floe installed by its chart, serving namespace ``bench``."""
+    e2e.install_floe(helm, kubectl, e2e_tools, NAMESPACE)
+    yield
+    helm("uninstall", e2e.RELEASE, "-n", e2e.RELEASE_NAMESPACE, "--wait")
+
+
+class PodClock:
+    """Executor-seconds of a group: its executor pods that exist, sampled every second."""
+
+    def __init__(self, kubectl: Any, group: str) -> None:
+        self._kubectl = kubectl
+        self._selector = f"floe.dev/group={group},floe.dev/role=executor"
+        self._lock = threading.Lock()
+        self._seconds = 0.0
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="pod-clock", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._seconds, self.most = 0.0, 0
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self._seconds
+
+    def _sample(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(1.0):
+            pods = self._kubectl.json("get", "pods", "-n", NAMESPACE, "-l", self._selector)["items"]
+            held = sum(1 for p in pods if not p["metadata"].get("deletionTimestamp"))
+            now = time.monotonic()
+            with self._lock:
+                self._seconds += held * (now - last)
+                self.most = max(self.most, held)
+            last = now
+
+
+def _manifests(mode: str, args: argparse.Namespace, identifiers: list[str]) -> list[dict[str, Any]]:
+    # Small CPU requests: both groups' pods fit one 2-core node beside the control plane.
+    spec = {**group_spec(mode, args), "executorCpuRequest": "200m"}
+    group = {
+        "apiVersion": "floe.dev/v1alpha1",
+        "kind": "OptimizerGroup",
+        "metadata": {"name": mode, "namespace": NAMESPACE},
+        "spec": spec,
+    }
+    tables = [
+        {
+            "apiVersion": "floe.dev/v1alpha1",
+            "kind": "OptimizedTable",
+            "metadata": {"name": identifier.replace(".", "-"), "namespace": NAMESPACE},
+            "spec": {
+                "table": identifier,
+                "group": mode,
+                "catalog": {"name": CATALOG, "secretRef": SECRET},
+                "minor": {"triggerFileCount": args.burst_files},
+                "minPlanInterval": "0s",
+            },
+        }
+        for identifier in identifiers
+    ]
+    return [group, *tables]
+
+
+def _group_status(kubectl: Any, mode: str) -> dict[str, Any]:
+    return dict(kubectl.json("get", "og", mode, "-n", NAMESPACE).get("status") or {})
+
+
+def _ready(kubectl: Any, mode: str, args: argparse.Namespace) -> bool:
+    status = _group_status(kubectl, mode)
+    selector = f"floe.dev/group={mode},floe.dev/role=driver"
+    drivers = kubectl.json("get", "pods", "-n", NAMESPACE, "-l", selector)
+    running = any(p.get("status", {}).get("phase") == "Running" for p in drivers["items"])
+    if mode == "static":
+        return running and status.get("threads") == args.max_executors * args.cores
+    return running and status.get("desiredExecutors") == 0 and status.get("readyExecutors", 0) == 0
+
+
+def run_mode(mode: str, args: argparse.Namespace, kubectl: Any, catalog: Any) -> ModeResult:
+    """One group's rounds on its own tables; its `ModeResult`."""
+    catalog.create_namespace(mode)
+    identifiers = [f"{mode}.t{i:02d}" for i in range(args.tables)]
+    tables = [catalog.create_table(i, SCHEMA, properties={"format-version": "2"}) for i in identifiers]
+    manifests = _manifests(mode, args, identifiers)
+    kubectl.apply(manifests)
+    e2e.wait_for(f"the {mode} group ready", lambda: _ready(kubectl, mode, args), timeout_s=600)
+    clock = PodClock(kubectl, mode)
+    clock.start()
+    try:
+        latencies, wall = run_rounds(mode, tables, args, clock.reset)
+    finally:
+        executor_seconds = clock.stop()
+    events = kubectl.events(NAMESPACE, "OptimizerGroup", mode)
+    changes = sum(int(e.get("count") or 1) for e in events if e["reason"] in ("ScaledUp", "ScaledDown"))
+    for manifest in reversed(manifests):
+        kind = manifest["kind"].lower()
+        name = manifest["metadata"]["name"]
+        kubectl("delete", kind, name, "-n", NAMESPACE, "--wait=true", "--timeout=180s")
+    return ModeResult(mode, executor_seconds, wall, latencies, changes, clock.most)
+
+
+def test_bursty_pattern_on_kind(release: None, kubectl: Any, data_stack: Any) -> None:
+    """Both groups' rounds, then the report (the benchmark has no pass or fail of its own)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", force=True)
+    settings = json.loads(os.environ[ARGS_ENV])
+    command = settings.pop("command")
+    args = argparse.Namespace(**settings)
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": SECRET, "namespace": NAMESPACE},
+            "stringData": data_stack.properties,
+        }
+    )
+    catalog = data_stack.client(CATALOG)
+    results = {mode: run_mode(mode, args, kubectl, catalog) for mode in MODES}
+    setting = (
+        "On kind: one node (2 cores), floe installed by its chart, the operator refreshing tables "
+        "every 10 s and deciding every 1 s, executor pods of 200m CPU request and 1 GiB, tables in "
+        "the REST catalog on S3 (moto) written from the host."
+    )
+    emit(report(results, args, command, setting), Path(args.markdown) if args.markdown else None)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
