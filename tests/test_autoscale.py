@@ -82,11 +82,11 @@ def test_a_tables_demand_is_capped_by_its_quota() -> None:
 
 def test_a_group_is_manual_or_autoscaled() -> None:
     manual = OptimizerGroupSpec()
-    assert (manual.manual_executors, manual.initial_executors, manual.max_threads) == (1, 1, 1)
+    assert (manual.executors, manual.initial_executors, manual.max_threads) == (None, 1, 1)
     auto = OptimizerGroupSpec.model_validate(
         {"executorCores": 2, "autoscaling": {"minExecutors": 1, "maxExecutors": 5}}
     )
-    assert (auto.manual_executors, auto.initial_executors, auto.max_threads) == (None, 1, 10)
+    assert (auto.executors, auto.initial_executors, auto.max_threads) == (None, 1, 10)
     with pytest.raises(ValueError, match=re.escape("set spec.executors (a fixed count) or spec.autoscaling")):
         OptimizerGroupSpec.model_validate({"executors": 2, "autoscaling": {"maxExecutors": 5}})
     with pytest.raises(

@@ -167,7 +167,7 @@ def test_server_defaults_equal_the_model_defaults(crds: K8sCluster, namespace: s
         "executorTemplate": {},
     }
     assert OptimizerGroup.model_validate(stored).spec == OptimizerGroup.model_validate(bare_group).spec
-    assert OptimizerGroup.model_validate(stored).spec.manual_executors == 1
+    assert OptimizerGroup.model_validate(stored).spec.initial_executors == 1
     autoscaled = group("auto", autoscaling={"maxExecutors": 4})
     assert apply(crds, autoscaled, namespace).returncode == 0
     assert get(crds, "og", "auto", namespace)["spec"]["autoscaling"] == {

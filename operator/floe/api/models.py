@@ -371,25 +371,21 @@ class OptimizerGroupSpec(_Model):
         return self
 
     @property
-    def manual_executors(self) -> int | None:
-        """The fixed executor count; None when the group autoscales."""
-        if self.autoscaling is not None:
-            return None
-        return 1 if self.executors is None else self.executors
-
-    @property
     def initial_executors(self) -> int:
         """Executors a new group starts with: the fixed count, or autoscaling's minimum."""
         if self.autoscaling is not None:
             return self.autoscaling.min_executors
-        return 1 if self.executors is None else self.executors
+        return self._fixed_executors
 
     @property
     def max_threads(self) -> int:
         """Task threads of the group at its largest: the fixed count's, or autoscaling's maximum's."""
-        if self.autoscaling is not None:
-            return self.autoscaling.max_executors * self.executor_cores
-        return (1 if self.executors is None else self.executors) * self.executor_cores
+        executors = self.autoscaling.max_executors if self.autoscaling is not None else self._fixed_executors
+        return executors * self.executor_cores
+
+    @property
+    def _fixed_executors(self) -> int:
+        return 1 if self.executors is None else self.executors
 
 
 class CatalogRef(_Model):

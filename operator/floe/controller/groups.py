@@ -207,9 +207,9 @@ def _executors_to_follow(spec: OptimizerGroupSpec, followed: int | None) -> int:
     return spec.initial_executors if followed is None else spec.autoscaling.bounded(followed)
 
 
-def _status_executors(controller: Controller, spec: OptimizerGroupSpec, ref: GroupRef) -> int:
+def _status_executors(controller: Controller, spec: OptimizerGroupSpec, ref: GroupRef, demand: int) -> int:
     """The count the group wants now, for status: the fixed one, or the autoscaler's after its
-    decision. The scale ConfigMap is read only while the operator does not know the count yet
+    decision for `demand`. The scale ConfigMap is read only while the operator does not know the count yet
     (after a restart): from then on it is the ConfigMap's only writer, and a read racing its
     write would be stale."""
     if spec.autoscaling is None:
@@ -219,7 +219,7 @@ def _status_executors(controller: Controller, spec: OptimizerGroupSpec, ref: Gro
         if followed is None:
             return spec.initial_executors  # its objects are not made yet (`ensure_driver` makes them)
         controller.scaling.note_followed(ref.service_group, ref, followed)
-    return controller.autoscale(ref.service_group, spec) or 0
+    return controller.autoscale(ref.service_group, spec, demand) or 0
 
 
 def _replacement_reason(pod: dict[str, Any], digest: str, account: str) -> str | None:
@@ -292,7 +292,7 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
         threads = tables = running = pending = pending_tables = 0
     now = controller.engine.clock()
     demand = controller.engine.group_demand(name, namespace)
-    desired = _status_executors(controller, group.spec, ref)
+    desired = _status_executors(controller, group.spec, ref, demand)
     controller.scaling.record(service_group, ScaleFigures(desired, ready, demand))
     woke = controller.scaling.first_task_after_waking(service_group, running, now)
     if woke is not None:

@@ -228,12 +228,14 @@ class Controller:
         brings executors within a round rather than at the next status pass."""
         for key, group in list(self.engine.groups.items()):
             if group.spec.autoscaling is not None:
-                self.autoscale(key, group.spec)
+                demand = self.engine.group_demand(group.metadata.name, group.metadata.namespace)
+                self.autoscale(key, group.spec, demand)
 
-    def autoscale(self, group_key: str, spec: OptimizerGroupSpec) -> int | None:
-        """The count an autoscaled group follows now, after its autoscaler's decision: the scale
-        ConfigMap rewritten and a ``ScaledUp``/``ScaledDown`` Event posted when it changes. None
-        until the group's ConfigMap is known (its status pass reads it)."""
+    def autoscale(self, group_key: str, spec: OptimizerGroupSpec, demand: int) -> int | None:
+        """The count an autoscaled group follows now, after its autoscaler's decision for `demand`
+        (`OptimizingEngine.group_demand`): the scale ConfigMap rewritten and a
+        ``ScaledUp``/``ScaledDown`` Event posted when it changes. None until the group's ConfigMap
+        is known (its status pass reads it)."""
         # The engine round and the group's status pass both decide: one at a time, each from
         # the count the other wrote.
         with self.group_lock(group_key):
@@ -241,7 +243,6 @@ class Controller:
             if followed is None or spec.autoscaling is None:
                 return None
             ref, current = followed
-            demand = self.engine.group_demand(ref.name, ref.namespace)
             decision = self.scaling.decide(group_key, spec, demand, current, self.engine.clock())
             if not decision.changed:
                 return current

@@ -252,6 +252,11 @@ class GroupScheduler:
             self._planning_threads = threads
             self._monitor.changed()
 
+    @property
+    def threads_to_plan_for(self) -> int:
+        """The registered threads, or `planning_threads` while fewer are registered."""
+        return max(self._threads, self._planning_threads)
+
     # -- tables --------------------------------------------------------------------------
 
     def upsert_table(self, table_id: str, quota: float, last_optimized_s: float | None) -> None:
@@ -319,7 +324,7 @@ class GroupScheduler:
         The engine must answer with `add_process`, `planning_empty` or `planning_failed`.
         """
         with self._monitor.hold():
-            threads = max(self._threads, self._planning_threads)
+            threads = self.threads_to_plan_for
             if threads == 0:
                 return None
             unfinished = [p for p in self._processes.values() if not p.finished]

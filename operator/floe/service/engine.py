@@ -434,7 +434,7 @@ class OptimizingEngine:
                 last_full_s=history.last_full_s,
             )
         except UnsupportedTableError as exc:
-            self._refuse(runtime, UNSUPPORTED, str(exc), exc.files, exc.metadata_location, now)
+            self._refuse_unsupported(runtime, exc, now)
             return
         except InvalidTableProperty as exc:
             self._refuse_property(runtime, exc, now)
@@ -467,6 +467,9 @@ class OptimizingEngine:
             self._scans.pop(runtime.table_id, None)
         if new:
             self._emit(runtime.table_id, "Warning", reason, message)
+
+    def _refuse_unsupported(self, runtime: TableRuntime, exc: UnsupportedTableError, now: float) -> None:
+        self._refuse(runtime, UNSUPPORTED, str(exc), exc.files, exc.metadata_location, now)
 
     def _refuse_property(self, runtime: TableRuntime, exc: InvalidTableProperty, now: float) -> None:
         # No files and no metadata location: the next refresh checks the properties again,
@@ -605,7 +608,7 @@ class OptimizingEngine:
                         scheduler.planning_empty(table_id)
                         continue
                     runtime.on_planning(now)
-                self._plan(runtime, name, scheduler, max(1, scheduler.threads, scheduler.planning_threads))
+                self._plan(runtime, name, scheduler, max(1, scheduler.threads_to_plan_for))
 
     def _plan(self, runtime: TableRuntime, group_name: str, scheduler: GroupScheduler, threads: int) -> None:
         with self._lock:
@@ -654,7 +657,7 @@ class OptimizingEngine:
         except UnsupportedTableError as exc:
             with self._lock:
                 scheduler.planning_empty(runtime.table_id)
-            self._refuse(runtime, UNSUPPORTED, str(exc), exc.files, exc.metadata_location, now)
+            self._refuse_unsupported(runtime, exc, now)
             return
         except InvalidTableProperty as exc:
             with self._lock:

@@ -30,6 +30,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
+from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest, StaleAttempt
 from floe.service.errors import ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
 from floe.service.openapi import ROUTES, build_openapi
@@ -60,6 +61,7 @@ BODY_TIMEOUT_S = 30.0
 """A body not fully received within this long is refused (408): a slow sender holds no handler."""
 
 _Model = TypeVar("_Model", bound=BaseModel)
+_T = TypeVar("_T")
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -200,19 +202,13 @@ class _Api:
         token = _token(request)
         self.service.check_token(token)
         body = await _body(request, PollRequest, "poll", self.body_timeout_s)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + body.wait_s
-        while True:
-            wakeup = self.wakeup.current()
-            if _client_gone(request):
-                # A task handed to a closed connection would wait out the ack timeout.
-                return _json(PollResponse())
+
+        def take() -> tuple[bool, TaskAssignment | None]:
             task = self.service.poll(token, body)
-            remaining = deadline - loop.time()
-            if task is not None or remaining <= 0 or self.wakeup.closed:
-                return _json(PollResponse(task=task))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wakeup.wait(), remaining)
+            return task is not None, task
+
+        # A task handed to a closed connection would wait out the ack timeout: none is taken then.
+        return _json(PollResponse(task=await self._long_poll(request, body.wait_s, take, None)))
 
     async def ack(self, request: web.Request) -> web.Response:
         self.service.ack(_token(request), request.match_info["attempt_id"])
@@ -239,16 +235,32 @@ class _Api:
         # Before the query: a stranger learns nothing, not even which groups exist.
         self.service.check_driver_token(_bearer(request))
         query = ExecutorsQuery.model_validate(dict(request.query))
+
+        def count() -> tuple[bool, int | None]:
+            executors = self.service.executors(query.group)
+            return query.known is None or executors != query.known, executors
+
+        executors = await self._long_poll(request, query.wait_s, count, None)
+        return _json(GroupExecutors(group=query.group, executors=executors))
+
+    async def _long_poll(
+        self, request: web.Request, wait_s: float, attempt: Callable[[], tuple[bool, _T]], gone: _T
+    ) -> _T:
+        """What `attempt` gives once it says it is done, or when `wait_s` passes or the server
+        closes; `attempt` runs again at every change of the service. `gone` once the client has
+        hung up, without calling `attempt`."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + query.wait_s
+        deadline = loop.time() + wait_s
         while True:
             wakeup = self.wakeup.current()
-            executors = self.service.executors(query.group)
-            waiting = query.known is not None and executors == query.known and loop.time() < deadline
-            if not waiting or self.wakeup.closed or _client_gone(request):
-                return _json(GroupExecutors(group=query.group, executors=executors))
+            if _client_gone(request):
+                return gone
+            done, value = attempt()
+            remaining = deadline - loop.time()
+            if done or remaining <= 0 or self.wakeup.closed:
+                return value
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wakeup.wait(), deadline - loop.time())
+                await asyncio.wait_for(wakeup.wait(), remaining)
 
     async def openapi(self, _: web.Request) -> web.Response:
         return web.json_response(self._openapi)
