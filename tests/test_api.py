@@ -399,7 +399,7 @@ def test_nulls_count_as_absent_as_the_api_server_prunes_them() -> None:
         _table_with(minor=None, catalog={"name": "c", "properties": {"uri": "x", "gone": None}})
     )
     assert table.spec.minor.trigger_file_count == 12 and table.spec.catalog.properties == {"uri": "x"}
-    assert OptimizerGroup.model_validate({**_group_with(), "spec": None}).spec.manual_executors == 1
+    assert OptimizerGroup.model_validate({**_group_with(), "spec": None}).spec.initial_executors == 1
     with pytest.raises(ValueError, match=r"spec\.table\n  Field required"):
         OptimizedTable.model_validate(_table_with(table=None))
     with pytest.raises(ValueError, match=r"spec\.grop\n  Extra inputs are not permitted"):
