@@ -178,9 +178,15 @@ def test_the_operators_group_scaling_reports_waking_and_figures() -> None:
     assert (fixed.executors, fixed.changed) == (3, True)
     auto = OptimizerGroupSpec.model_validate({"autoscaling": {"maxExecutors": 2, "scaleDownDelay": "0s"}})
     assert scaling.decide("ns/a", auto, demand=1, current=0, now_s=100).executors == 1
-    assert scaling.first_task_after_waking("ns/a", running_tasks=0, now_s=101) is None
-    assert scaling.first_task_after_waking("ns/a", running_tasks=1, now_s=104) == 4
-    assert scaling.first_task_after_waking("ns/a", running_tasks=1, now_s=105) is None, "said once"
+    starts: list[float] = [90.0]  # a task that started before the group woke does not count
+
+    def first_start_since(since: float) -> float | None:
+        return next((t for t in starts if t >= since), None)
+
+    assert scaling.first_task_after_waking("ns/a", first_start_since) is None
+    starts += [104.0, 104.5]  # a task shorter than a status pass, finished before it
+    assert scaling.first_task_after_waking("ns/a", first_start_since) == 4
+    assert scaling.first_task_after_waking("ns/a", first_start_since) is None, "said once"
     scaling.record("ns/a", ScaleFigures(desired=1, ready=1, demand=1))
     assert list(scaling.samples()) == [("ns/a", 1, 1, 1)]
     scaling.forget("ns/a")

@@ -279,8 +279,10 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
             pass  # the old driver is on its way out; the next round creates the new one
     executors = kube.list_pods(namespace, executor_selector(name))
     ready = sum(1 for pod in executors if _ready(pod))
+    scheduler = None
     try:
-        stats = controller.service.group(service_group).group_stats(controller.engine.clock())
+        scheduler = controller.service.group(service_group)
+        stats = scheduler.group_stats(controller.engine.clock())
         threads, tables, running, pending, pending_tables = (
             stats.threads,
             stats.tables,
@@ -294,7 +296,10 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
     demand = controller.engine.group_demand(name, namespace)
     desired = _status_executors(controller, group.spec, ref, demand)
     controller.scaling.record(service_group, ScaleFigures(desired, ready, demand))
-    woke = controller.scaling.first_task_after_waking(service_group, running, now)
+    if scheduler is not None:
+        woke = controller.scaling.first_task_after_waking(service_group, scheduler.first_start_since)
+    else:
+        woke = None
     if woke is not None:
         post_event(
             controller,

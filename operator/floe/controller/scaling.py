@@ -80,14 +80,20 @@ class GroupScaling:
                 self._woken_at.pop(group, None)
             return decision
 
-    def first_task_after_waking(self, group: str, running_tasks: int, now_s: float) -> float | None:
-        """Seconds from the scale-up from zero to the first running task, once, when it runs."""
+    def first_task_after_waking(
+        self, group: str, first_start_since: Callable[[float], float | None]
+    ) -> float | None:
+        """Seconds from the scale-up from zero to the first task that started after it
+        (`first_start_since(t)`: the group's first start at or after t), once, when one has."""
         with self._lock:
             woken_at = self._woken_at.get(group)
-            if woken_at is None or running_tasks == 0:
+            if woken_at is None:
+                return None
+            started = first_start_since(woken_at)
+            if started is None:
                 return None
             del self._woken_at[group]
-            return now_s - woken_at
+            return started - woken_at
 
     def record(self, group: str, figures: ScaleFigures) -> None:
         """The group's figures for the metrics."""

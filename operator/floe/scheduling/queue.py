@@ -52,6 +52,8 @@ class TaskStatus(StrEnum):
 
 _IN_FLIGHT = frozenset({TaskStatus.SCHEDULED, TaskStatus.ACKED})
 
+RECENT_STARTS = 1024
+"""Task start times a group keeps, for the time from a scale-up to its first running task."""
 POLL_ORDER_TTL_S = 0.05
 """How long (in ``now``) polls reuse the policy order of the tables with PLANNED tasks.
 
@@ -179,6 +181,7 @@ class GroupScheduler:
         self._monitor = monitor if monitor is not None else ChangeMonitor()
         self._threads = 0
         self._planning_threads = 0
+        self._starts: deque[float] = deque(maxlen=RECENT_STARTS)
         self._ledger = TaskTimeLedger()
         self._tables: dict[str, _Table] = {}
         self._processes: dict[str, _Process] = {}
@@ -533,6 +536,12 @@ class GroupScheduler:
         with self._monitor.hold():
             return {table_id: self._table_stats(table, now) for table_id, table in self._tables.items()}
 
+    def first_start_since(self, since: float) -> float | None:
+        """When the first task that started running at or after `since` did (among the last
+        `RECENT_STARTS`), None if none has: a task shorter than a status pass still counts."""
+        with self._monitor.hold():
+            return next((started for started in self._starts if started >= since), None)
+
     def group_stats(self, now: float) -> GroupSchedulingStats:
         """The group's totals."""
         with self._monitor.hold():
@@ -603,6 +612,7 @@ class GroupScheduler:
         assert task.attempt_id is not None
         task.status = TaskStatus.ACKED
         task.acked_at = started
+        self._starts.append(started)
         self._ledger.start(task.process.table.table_id, task.attempt_id, started)
 
     def _detach_attempt(self, task: _Task) -> None:
