@@ -226,6 +226,7 @@ def _operator(args: argparse.Namespace) -> int:
 
 def operator_config(args: argparse.Namespace) -> OperatorConfig:
     """The operator's configuration from ``floe operator`` arguments (and the environment)."""
+    from floe.controller.external_metrics import ExternalMetricsConfig
     from floe.controller.runtime import OperatorConfig, operator_namespaces
     from floe.service.client import read_token_file
 
@@ -245,6 +246,11 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         secret_interval_s=args.secret_interval,
         liveness_endpoint=args.liveness,
         driver_service_account=args.driver_service_account,
+        external_metrics=(
+            ExternalMetricsConfig(args.external_metrics_port, Path(args.external_metrics_cert_dir))
+            if args.external_metrics_port
+            else None
+        ),
     )
 
 
@@ -349,6 +355,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="serve the liveness probe (kopf's loop and floe's engine loop) at this URL, "
         "e.g. http://0.0.0.0:8081/healthz",
+    )
+    op.add_argument(
+        "--external-metrics-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="serve each group's demand as external.metrics.k8s.io over HTTPS on this port, for "
+        "HorizontalPodAutoscalers (default 0: not served)",
+    )
+    op.add_argument(
+        "--external-metrics-cert-dir",
+        default="/etc/floe/external-metrics",
+        metavar="DIR",
+        help="the serving certificate of the external metrics API: tls.crt and tls.key in DIR "
+        "(default /etc/floe/external-metrics)",
     )
     op.set_defaults(handler=_operator)
     return parser

@@ -4,6 +4,7 @@
 # up NAME    sets the host up (scripts/host/podman.sh), builds what is missing
 #            (scripts/kind/build.sh), saves the host sysctls the node changes
 #            (scripts/kind/host-sysctls.sh), creates the cluster from scripts/kind/cluster.yaml,
+#            makes its node refuse unrouted Service IPs (scripts/kind/reject-unrouted-services.sh),
 #            waits for the node to be Ready and CoreDNS to be rolled out, and prints the path of
 #            its kubeconfig, ${FLOE_CACHE_DIR:-$HOME/.cache/floe}/kind/NAME.kubeconfig.
 #            An existing cluster NAME is reused (its kubeconfig is rewritten, the waits repeated).
@@ -111,6 +112,7 @@ case "$action" in
             fi
             log "cluster created in $((SECONDS - started))s"
         fi
+        "$SCRIPT_DIR/reject-unrouted-services.sh" "$name-control-plane"
         wait_ready
         log "cluster $name is up; export KUBECONFIG=$KUBECONFIG_FILE"
         echo "$KUBECONFIG_FILE"

@@ -39,6 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO_ROOT / "scripts"
 KIND_CONFIG = SCRIPTS / "kind" / "cluster.yaml"
 CHART = REPO_ROOT / "charts" / "floe"
+EXAMPLES = REPO_ROOT / "examples"
 CLUSTER_NAME = "floe-e2e"
 RELEASE = "floe"
 RELEASE_NAMESPACE = "floe-system"
@@ -171,6 +172,9 @@ def kind_cluster(request: pytest.FixtureRequest, e2e_tools: E2ETools) -> Iterato
     # Otherwise a kept cluster is reused, with the values saved when it was made.
     try:
         cluster.create(config_file=KIND_CONFIG)
+        subprocess.run(
+            [str(SCRIPTS / "kind" / "reject-unrouted-services.sh"), f"{name}-control-plane"], check=True
+        )
         cluster.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=180s")
         cluster.kubectl("-n", "kube-system", "rollout", "status", "deploy/coredns", "--timeout=180s")
         # Pods of a namespace are refused until its default ServiceAccount exists.
@@ -297,9 +301,9 @@ def image_values(tools: E2ETools) -> list[str]:
     return [*values, "--set", "image.pullPolicy=Never"]
 
 
-def install_floe(helm: Helm, kubectl: Kubectl, tools: E2ETools, namespace: str) -> None:
+def install_floe(helm: Helm, kubectl: Kubectl, tools: E2ETools, namespace: str, *values: str) -> None:
     """``helm install`` floe's chart with the images built for this run, serving ``namespace``
-    (created first)."""
+    (created first); `values` are more ``--set`` arguments."""
     kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     helm(
         "install",
@@ -311,6 +315,7 @@ def install_floe(helm: Helm, kubectl: Kubectl, tools: E2ETools, namespace: str) 
         "--set",
         f"watchNamespaces={{{namespace}}}",
         *image_values(tools),
+        *values,
         "--wait",
         "--timeout",
         "5m",

@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import yaml
 from pyarrow.fs import FileSelector
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
@@ -36,6 +37,7 @@ from floe.tables.scan import scan_table
 from floe.tables.writer import conform, write_position_deletes
 
 from .conftest import (
+    EXAMPLES,
     RELEASE,
     RELEASE_NAMESPACE,
     E2ETools,
@@ -58,8 +60,8 @@ TASK_LINE = re.compile(r"running task (\S+)-t\d{4} of analytics/orders")
 
 @pytest.fixture(scope="module")
 def release(helm: Helm, kubectl: Kubectl, e2e_tools: E2ETools) -> Iterator[None]:
-    """floe installed by its chart, serving namespace ``analytics``."""
-    install_floe(helm, kubectl, e2e_tools, NAMESPACE)
+    """floe installed by its chart, serving namespace ``analytics`` and external metrics."""
+    install_floe(helm, kubectl, e2e_tools, NAMESPACE, "--set", "externalMetrics.enabled=true")
     yield
     if RELEASE in helm("list", "-n", RELEASE_NAMESPACE, "-q").split():
         helm("uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait")
@@ -778,6 +780,94 @@ def test_an_autoscaled_group_wakes_from_zero_for_its_table_and_goes_back(
         kubectl("delete", "og", ELASTIC, "-n", NAMESPACE, "--wait=true", "--timeout=120s")
 
 
+DEMAND_METRIC = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{NAMESPACE}/floe_group_demand_tasks"
+
+
+def test_an_hpa_sizes_a_group_from_the_demand_the_operator_serves(
+    release: None, kubectl: Kubectl, data_stack: RestS3Stack, catalog: RestCatalog
+) -> None:
+    """examples/hpa.yaml as a user applies it: the cluster's HPA controller reads
+    floe_group_demand_tasks from the operator (external.metrics.k8s.io, through the API server's
+    aggregation layer) and sets the group's executors from it: down to its minimum while no table
+    waits, up when three do. The executors cannot be scheduled, so the tables keep waiting and
+    the demand holds still for the HPA to read."""
+    group, hpa = yaml.safe_load_all((EXAMPLES / "hpa.yaml").read_text())
+    group["spec"].update(executors=3, executorCpuRequest="64")
+    hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] = 0
+    name, hpa_name = group["metadata"]["name"], hpa["metadata"]["name"]
+    tables = {f"waiting-{i}": f"e2e.waiting_{i}" for i in range(3)}
+    kubectl.apply(_catalog_secret(data_stack))
+    kubectl.apply([group, hpa])
+
+    def group_object() -> dict[str, Any]:
+        return dict(kubectl.json("get", "og", name, "-n", NAMESPACE))
+
+    def hpa_state() -> str:
+        status = kubectl.json("get", "hpa", hpa_name, "-n", NAMESPACE).get("status") or {}
+        return json.dumps({k: status.get(k) for k in ("currentMetrics", "conditions", "desiredReplicas")})
+
+    def demand_of_three() -> dict[str, Any] | None:
+        served = json.loads(kubectl("get", "--raw", f"{DEMAND_METRIC}?labelSelector=group%3D{name}"))
+        return served if [i["value"] for i in served["items"]] == ["3"] else None
+
+    try:
+        wait_for(
+            "the API server to serve floe's external metric",
+            lambda: kubectl("get", "--raw", DEMAND_METRIC),
+            timeout_s=120,
+        )
+        wait_for(
+            "the HPA to scale the idle group down to 1",
+            lambda: group_object()["spec"]["executors"] == 1,
+            timeout_s=180,
+            explain=hpa_state,
+        )
+        schema = Schema(NestedField(1, "id", LongType(), required=True))
+        for table_name in tables.values():
+            table = catalog.create_table(table_name, schema, properties={"format-version": "2"})
+            for start in range(0, 40, 10):
+                table.append(conform(table, pa.table({"id": pa.array(range(start, start + 10), pa.int64())})))
+        spec = {
+            "group": name,
+            "catalog": {"name": CATALOG, "secretRef": SECRET},
+            "minor": {"triggerFileCount": 4},
+        }
+        kubectl.apply(
+            [
+                {
+                    "apiVersion": "floe.dev/v1alpha1",
+                    "kind": "OptimizedTable",
+                    "metadata": {"name": resource, "namespace": NAMESPACE},
+                    "spec": {"table": table_name, **spec},
+                }
+                for resource, table_name in tables.items()
+            ]
+        )
+        served = wait_for("a demand of 3 tasks in the external metric", demand_of_three, timeout_s=180)
+        assert served["items"][0]["metricLabels"] == {"group": name}
+        # 3 tasks at 2 per executor (the example's averageValue): 2 executors.
+        wait_for(
+            "the HPA to scale the group up to 2",
+            lambda: group_object()["spec"]["executors"] == 2,
+            timeout_s=180,
+            explain=hpa_state,
+        )
+        wait_for(
+            "the operator to follow the HPA's count",
+            lambda: (group_object().get("status") or {}).get("desiredExecutors") == 2,
+            timeout_s=60,
+        )
+    finally:
+        kubectl("delete", "hpa", hpa_name, "-n", NAMESPACE, "--ignore-not-found")
+        kubectl(
+            "delete", "ot", *tables, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s"
+        )
+        kubectl("delete", "og", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s")
+        for table_name in tables.values():
+            if catalog.table_exists(table_name):
+                catalog.drop_table(table_name)
+
+
 def test_helm_uninstall_removes_the_rest(release: None, helm: Helm, kubectl: Kubectl) -> None:
     kubectl("delete", "ot", "--all", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
     helm("uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait")
@@ -791,6 +881,9 @@ def test_helm_uninstall_removes_the_rest(release: None, helm: Helm, kubectl: Kub
                 ),
                 timeout_s=120,
             )
+    # The external metrics API's cluster-wide registration and its reader binding in kube-system.
+    assert not kubectl.json("get", "apiservice", "-l", selector)["items"]
+    assert not kubectl.json("get", "rolebinding", "-n", "kube-system", "-l", selector)["items"]
     # Helm never deletes CRDs; the users' resources are gone with them still installed.
     assert kubectl("get", "crd", "optimizergroups.floe.dev", "-o", "name").strip()
     # The registration Secret goes with the last group that owned it (garbage collection).

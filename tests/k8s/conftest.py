@@ -47,6 +47,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pki import Pki
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "k8s-test-env" / "build.sh"
@@ -536,33 +537,11 @@ def _generate_pki(pki: Path) -> None:
     some); ``front-proxy-ca`` and ``front-proxy-client``: the aggregation layer's request-header
     authentication; ``sa.key``/``sa.pub``: signs and checks service-account tokens.
     """
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise K8sError("openssl is not on PATH; it generates the test cluster's certificates")
-    new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "3650"]
-
-    def run(*args: str) -> None:
-        result = subprocess.run([openssl, *args], cwd=pki, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise K8sError(f"openssl {' '.join(args)} failed:\n{result.stderr}")
-
-    def ca(name: str) -> None:
-        run(
-            "req", "-x509", *new_key, "-keyout", f"{name}.key", "-out", f"{name}.crt",
-            "-subj", f"/CN=floe-test-{name}",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
-        )  # fmt: skip
-
-    def leaf(name: str, ca_name: str, subject: str, usage: str, *extensions: str) -> None:
-        run(
-            "req", "-x509", *new_key, "-CA", f"{ca_name}.crt", "-CAkey", f"{ca_name}.key",
-            "-keyout", f"{name}.key", "-out", f"{name}.crt", "-subj", subject,
-            "-addext", "basicConstraints=critical,CA:FALSE",
-            "-addext", "keyUsage=critical,digitalSignature,keyEncipherment",
-            "-addext", f"extendedKeyUsage={usage}",
-            *extensions,
-        )  # fmt: skip
+    try:
+        tls = Pki(pki)
+    except RuntimeError as exc:
+        raise K8sError(str(exc)) from exc
+    ca, leaf, run = tls.ca, tls.leaf, tls.run
 
     ca("ca")
     sans = [

@@ -194,6 +194,7 @@ def test_optional_objects_render_only_when_enabled(helm_offline: Helm) -> None:
     volume = next(v for v in pod["volumes"] if v["name"] == "registration-token")
     assert volume["secret"] == {"secretName": "mine", "items": [{"key": "secret", "path": "token"}]}
     assert "Job" not in kinds  # the pre-delete hook comes with the default group only
+    assert "APIService" not in kinds
 
     docs = helm_offline.render(
         "ops",
@@ -245,6 +246,39 @@ def test_optional_objects_render_only_when_enabled(helm_offline: Helm) -> None:
     bare = helm_offline.render("ops", {"rbac": {"create": False}})
     assert not {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"} & {d["kind"] for d in bare}
     assert _names(bare, "ServiceAccount") == [("ops", "floe")]
+
+
+def test_external_metrics_render_an_api_service_that_trusts_the_served_certificate(
+    helm_offline: Helm, tmp_path: Path
+) -> None:
+    """With externalMetrics on: the APIService's CA signed the certificate the operator serves, for
+    the name the API server calls; the operator gets the port, the files and only the auth reader."""
+    docs = helm_offline.render("ops", {"externalMetrics": {"enabled": True, "port": 8443}})
+    (api_service,) = [d for d in docs if d["kind"] == "APIService"]
+    assert api_service["metadata"]["name"] == "v1beta1.external.metrics.k8s.io"
+    assert api_service["spec"]["service"] == {"name": "floe-operator", "namespace": "ops", "port": 8443}
+    (tls,) = [d for d in docs if d["kind"] == "Secret" and d["type"] == "kubernetes.io/tls"]
+    assert tls["data"]["ca.crt"] == api_service["spec"]["caBundle"]
+    for key in ("ca.crt", "tls.crt"):
+        (tmp_path / key).write_bytes(base64.b64decode(tls["data"][key]))
+    verified = subprocess.run(
+        ["openssl", "verify", "-CAfile", "ca.crt", "-verify_hostname", "floe-operator.ops.svc", "tls.crt"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert verified.returncode == 0, verified.stderr
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert "--external-metrics-port=8443" in container["args"]
+    assert {"name": "ext-metrics", "containerPort": 8443, "protocol": "TCP"} in container["ports"]
+    service = next(d for d in docs if d["kind"] == "Service")
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"http": 7070, "ext-metrics": 8443}
+    (binding,) = [
+        d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["namespace"] == "kube-system"
+    ]
+    assert binding["roleRef"]["name"] == "extension-apiserver-authentication-reader"
 
 
 def _names(docs: list[dict[str, Any]], kind: str) -> list[tuple[str, str]]:
@@ -401,6 +435,7 @@ def crds(k8s: K8sCluster) -> None:
             "serviceAccount": {"annotations": {"example.com/role": "x"}},
             "replicaCount": 2,
             "rbac": {"discovery": False},
+            "externalMetrics": {"enabled": True},
         },
     ],
     ids=["defaults", "namespaced", "options"],

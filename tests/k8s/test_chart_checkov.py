@@ -35,6 +35,7 @@ RENDERINGS: dict[str, dict[str, Any]] = {
         "replicaCount": 2,
         "defaultGroup": {"enabled": True, "namespace": "team-a"},
         "serviceMonitor": {"enabled": True},
+        "externalMetrics": {"enabled": True},
         "networkPolicy": {
             "enabled": True,
             "extraIngress": [

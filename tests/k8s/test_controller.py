@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from mounted_secrets import mount_catalog_secret
+from pki import Pki, get_json
 from prometheus_client import generate_latest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
@@ -28,6 +29,7 @@ from test_autoscale import partitioned_small_files
 from test_correctness import build_table
 
 from floe.controller import kube as kube_module
+from floe.controller.external_metrics import ExternalMetricsConfig
 from floe.controller.main import run_kopf
 from floe.controller.objects import PROPERTIES_KEY, REGISTRATION_KEY, REGISTRATION_SECRET, TEMPLATE_KEY
 from floe.controller.runtime import Controller, OperatorConfig
@@ -78,8 +80,15 @@ def _new_namespace(k8s: K8sCluster, prefix: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def controller(k8s: K8sCluster, namespace: str, bare_namespace: str) -> Iterator[Controller]:
-    """The operator in-process: kopf in a thread (with peering), task service, ticking engine."""
+def controller(
+    k8s: K8sCluster, namespace: str, bare_namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Controller]:
+    """The operator in-process: kopf in a thread (with peering), task service, ticking engine, and
+    the external metrics API with a serving certificate of `serving-ca`."""
+    serving = tmp_path_factory.mktemp("external-metrics")
+    tls = Pki(serving)
+    tls.ca("serving-ca")
+    tls.leaf("tls", "serving-ca", "/CN=floe-operator", "serverAuth", "-addext", "subjectAltName=IP:127.0.0.1")
     saved = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(k8s.kubeconfig)
     kube_module.load_config()
@@ -91,6 +100,7 @@ def controller(k8s: K8sCluster, namespace: str, bare_namespace: str) -> Iterator
         tick_interval_s=0.3,
         status_interval_s=1.0,
         refresh_interval_s=1.0,
+        external_metrics=ExternalMetricsConfig(0, serving),
     )
     ctrl = Controller(config, kube_module.Kube())
     ctrl.start()
@@ -609,6 +619,21 @@ def test_an_autoscaled_group_follows_its_tables_demand(
     metrics = generate_latest(controller.service.metrics.registry).decode()
     assert f'floe_group_desired_executors{{group="{namespace}/elastic"}} 2.0' in metrics
     assert f'floe_group_demand_tasks{{group="{namespace}/elastic"}} 2.0' in metrics
+    # The same demand for HPAs: the external metrics API, as the aggregation layer calls it (with
+    # the client certificate whose CA the operator read from the API server at start).
+    assert controller.metrics_server is not None and controller.config.external_metrics is not None
+    pki = k8s.work_dir / "pki"
+    served = controller.metrics_server.url + (
+        f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/floe_group_demand_tasks"
+        "?labelSelector=group%3Delastic"
+    )
+    status_code, body = get_json(
+        served,
+        controller.config.external_metrics.cert_dir / "serving-ca.crt",
+        (pki / "front-proxy-client.crt", pki / "front-proxy-client.key"),
+    )
+    assert status_code == 200, body
+    assert [(i["metricLabels"], i["value"]) for i in body["items"]] == [({"group": "elastic"}, "2")]
     # No warning while it scales up from zero: that is how an autoscaled group works.
     reasons = [e["reason"] for e in _events(k8s, namespace, "elastic")]
     assert "NoReadyExecutors" not in reasons and "NoOptimizer" not in reasons, reasons

@@ -21,6 +21,12 @@ from typing import Any
 import kopf
 
 from floe.api.models import API_VERSION, OptimizedTable, OptimizerGroupSpec
+from floe.controller.external_metrics import (
+    AUTHENTICATION_CONFIG_MAP,
+    ClientAuthentication,
+    ExternalMetricsConfig,
+    external_metrics_server,
+)
 from floe.controller.kube import Kube
 from floe.controller.leader import CHECK_INTERVAL_S, Leadership, random_priority
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT, scale_config_map
@@ -35,6 +41,7 @@ from floe.controller.secrets import (
 )
 from floe.controller.status import TableStatusFlusher, epoch, restore_maintenance
 from floe.optimizer.task_spec import OUT_OF_MEMORY
+from floe.service.background import BackgroundServer
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
@@ -82,6 +89,8 @@ class OperatorConfig:
     """Where kopf serves the liveness probe (e.g. ``http://0.0.0.0:8081/healthz``); None: nowhere."""
     engine_stall_s: float = 600.0
     """The liveness probe fails once the engine loop has not come round for this long."""
+    external_metrics: ExternalMetricsConfig | None = None
+    """Serve ``external.metrics.k8s.io`` (each group's demand, for HPAs) here; None: not at all."""
 
     def __post_init__(self) -> None:
         namespace = os.environ.get("POD_NAMESPACE", "default")
@@ -133,6 +142,8 @@ class Controller:
             self.service, refresh_interval_s=config.refresh_interval_s, namespaced_groups=True
         )
         self.server = TaskServiceServer(self.service, host="0.0.0.0", port=config.service_port)
+        self.metrics_server: BackgroundServer | None = None
+        """The external metrics API, once serving (`OperatorConfig.external_metrics`)."""
         self.redact = Redactor()
         self.catalog_problems = CatalogProblems()
         """Tables whose catalog Secret cannot be read now (their CatalogReady condition)."""
@@ -184,6 +195,8 @@ class Controller:
         if self.config.create_peering_objects:
             self.leadership.ensure_peering_objects()
         self.server.start()
+        if self.config.external_metrics is not None:
+            self.metrics_server = self._serve_external_metrics(self.config.external_metrics)
         self._thread = threading.Thread(target=self._loop, name="floe-engine", daemon=True)
         self._thread.start()
         log.info(
@@ -198,7 +211,35 @@ class Controller:
         if self._thread is not None:
             self._thread.join(timeout=30)
         self.server.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
         self.engine.close()
+
+    def _serve_external_metrics(self, config: ExternalMetricsConfig) -> BackgroundServer | None:
+        """Start the external metrics API; None, with the reason logged, when it cannot be: the
+        engine goes on without it, and the APIService shows it unavailable."""
+        name, namespace = AUTHENTICATION_CONFIG_MAP
+        try:
+            data = self.kube.read_config_map_data(name, namespace)
+            if data is None:
+                raise ValueError(f"{namespace}/{name} does not exist")
+            server = external_metrics_server(
+                config, self.group_demands, ClientAuthentication.from_config_map(data), time.time
+            )
+            server.start()
+        except Exception as exc:  # any cause: RBAC, a missing certificate, a taken port
+            log.error(
+                "not serving external metrics (external.metrics.k8s.io) on port %d: %s", config.port, exc
+            )
+            return None
+        return server
+
+    def group_demands(self, namespace: str) -> list[tuple[str, int]]:
+        """Each OptimizerGroup of `namespace` the engine serves, with its demand in tasks."""
+        names = [
+            g.metadata.name for g in list(self.engine.groups.values()) if g.metadata.namespace == namespace
+        ]
+        return [(name, self.engine.group_demand(name, namespace)) for name in names]
 
     def _loop(self) -> None:
         last_flush = last_secrets = time.monotonic()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -32,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest, StaleAttempt
+from floe.service.background import BackgroundServer
 from floe.service.errors import ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
 from floe.service.openapi import ROUTES, build_openapi
 from floe.service.task_service import TaskService
@@ -409,10 +409,11 @@ def _error(
     return response
 
 
-class TaskServiceServer:
+class TaskServiceServer(BackgroundServer):
     """Serves a TaskService over HTTP from a background thread with its own event loop.
 
-    ``port=0`` picks a free port; `url` tells where the server listens once started.
+    ``port=0`` picks a free port; `url` tells where the server listens once started. On `stop`,
+    waiting long polls answer ``{"task": null}``, then the thread ends.
     """
 
     def __init__(
@@ -424,47 +425,15 @@ class TaskServiceServer:
         body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.service = service
-        self.host = host
-        self.port = port
-        self.keeper_interval_s = keeper_interval_s
-        self.body_timeout_s = body_timeout_s
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._started = threading.Event()
-        self._failure: Exception | None = None
-
-    @property
-    def url(self) -> str:
-        """Base URL of the server, e.g. ``http://127.0.0.1:41234``."""
-        if not self._started.is_set() or self._failure is not None:
-            raise RuntimeError("the task service server is not running")
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
-        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
-
-    def start(self) -> None:
-        """Bind and start serving; returns once requests are answered. Bind errors raise here."""
-        if self._thread is not None:
-            raise RuntimeError("the task service server was already started")
-        sock = socket.create_server((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        self._thread = threading.Thread(
-            target=asyncio.run, args=(self._serve(sock),), name="floe-task-service", daemon=True
+        super().__init__(
+            lambda: create_app(service, keeper_interval_s, body_timeout_s),
+            "task-service",
+            host=host,
+            port=port,
+            # After refusing a body unread, drain it for a second so the answer is not lost to a
+            # reset, then close: a stranger's 64 MiB holds the connection one second, not ten.
+            lingering_time_s=LINGER_S,
         )
-        self._thread.start()
-        self._started.wait()
-        if self._failure is not None:
-            self._thread.join()
-            raise RuntimeError(f"the task service server did not start: {self._failure}") from self._failure
-
-    def stop(self) -> None:
-        """Stop serving: waiting long polls answer ``{"task": null}``, then the thread ends."""
-        if self._thread is None:
-            return
-        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join()
 
     def __enter__(self) -> TaskServiceServer:
         self.start()
@@ -472,30 +441,3 @@ class TaskServiceServer:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
-
-    async def _serve(self, sock: socket.socket) -> None:
-        runner = web.AppRunner(
-            create_app(self.service, self.keeper_interval_s, self.body_timeout_s),
-            access_log=None,
-            shutdown_timeout=5.0,
-            # After refusing a body unread, drain it for a second so the answer is not lost to a
-            # reset, then close: a stranger's 64 MiB holds the connection one second, not ten.
-            lingering_time=LINGER_S,
-        )
-        try:
-            await runner.setup()
-            await web.SockSite(runner, sock).start()
-        except Exception as exc:
-            self._failure = exc
-            self._started.set()
-            await runner.cleanup()
-            sock.close()
-            return
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        self._started.set()
-        log.info("task service listening on %s", self.url)
-        try:
-            await self._stop.wait()
-        finally:
-            await runner.cleanup()
