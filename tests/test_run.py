@@ -1,4 +1,4 @@
-"""`floe run --once` on the example: two groups, four tables, converges with rows unchanged."""
+"""`floe run --once` on the examples: four tables converge with rows unchanged; manifests re-read."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from pyspark.sql import SparkSession
 from rich.console import Console
 
-from floe.api.manifests import load_manifests
-from floe.api.models import CatalogRef, OptimizedTable
+from floe.api.models import CatalogRef
 from floe.cli import main
 from floe.local.demo import run_demo
 from floe.local.reference_reader import ReferenceReader
@@ -20,13 +20,13 @@ from floe.local.run import ManifestWatcher
 from floe.tables.catalog import catalog_ref_from_file, load_table, open_catalog
 from floe.tables.scan import scan_table
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "run"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CATALOG = "floe_run_example"
 
 
-def _example(tmp_path: Path, demo_dir: Path) -> tuple[Path, Path]:
+def _example(tmp_path: Path, demo_dir: Path, example: str = "run") -> tuple[Path, Path]:
     manifests = tmp_path / "manifests"
-    shutil.copytree(EXAMPLE, manifests)
+    shutil.copytree(EXAMPLES / example, manifests)
     for path in manifests.glob("*.yaml"):
         path.write_text(path.read_text().replace("name: floe_demo", f"name: {CATALOG}"))
     config = tmp_path / "catalog.yaml"
@@ -39,14 +39,18 @@ def _example(tmp_path: Path, demo_dir: Path) -> tuple[Path, Path]:
     return manifests, config
 
 
+@pytest.mark.parametrize("example", ["run", "run-set"])
 def test_floe_run_once_converges_with_rows_unchanged(
-    tmp_path: Path, reference: ReferenceReader, spark: SparkSession
+    tmp_path: Path, reference: ReferenceReader, spark: SparkSession, example: str
 ) -> None:
+    """examples/run (a manifest per table) and examples/run-set (one OptimizedTableSet for the
+    demo's whole namespace) both compact the demo's four tables."""
     demo_dir = tmp_path / "demo"
     console = Console(record=True, width=200)
     assert run_demo(demo_dir, cores=2, scale=0.2, console=console, write_only=True, catalog_name=CATALOG) == 0
-    manifests, config = _example(tmp_path, demo_dir)
-    tables = [r.spec.table for r in load_manifests(manifests) if isinstance(r, OptimizedTable)]
+    manifests, config = _example(tmp_path, demo_dir, example)
+    _, loaded = ManifestWatcher(manifests, catalog_ref_from_file(config)).load()
+    tables = sorted(t.spec.table for t in loaded)
     assert len(tables) == 4
     before = {t: reference.rows(CATALOG, t) for t in tables}
     catalog = open_catalog(catalog_ref_from_file(config))
@@ -76,7 +80,7 @@ def test_floe_run_once_converges_with_rows_unchanged(
 
 def test_manifest_watcher_sees_edits_and_fills_in_the_catalog(tmp_path: Path) -> None:
     manifests = tmp_path / "m"
-    shutil.copytree(EXAMPLE, manifests)
+    shutil.copytree(EXAMPLES / "run", manifests)
     catalog = CatalogRef(name="floe_demo", properties={"type": "sql", "uri": "sqlite:///x.db"})
     watcher = ManifestWatcher(manifests, catalog)
     assert watcher.changed()

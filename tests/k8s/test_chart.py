@@ -420,6 +420,7 @@ def crds(k8s: K8sCluster) -> None:
     for crd in (
         "optimizergroups.floe.dev",
         "optimizedtables.floe.dev",
+        "optimizedtablesets.floe.dev",
         "kopfpeerings.kopf.dev",
         "clusterkopfpeerings.kopf.dev",
     ):
@@ -927,7 +928,12 @@ def test_uninstall_leaves_nothing_behind(
         timeout=60,
     )
     # Helm never deletes the CRDs of a chart's crds/ directory: they stay, by design.
-    for crd in ("optimizergroups.floe.dev", "optimizedtables.floe.dev", "kopfpeerings.kopf.dev"):
+    for crd in (
+        "optimizergroups.floe.dev",
+        "optimizedtables.floe.dev",
+        "optimizedtablesets.floe.dev",
+        "kopfpeerings.kopf.dev",
+    ):
         assert _get(k8s, "crd", crd) is not None
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import yaml
 from mounted_secrets import mount_catalog_secret
@@ -56,7 +57,12 @@ def namespace(k8s: K8sCluster, helm_binary: str, tmp_path_factory: pytest.TempPa
     chart's driver ServiceAccount, Role and RoleBinding in it."""
     k8s.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
     k8s.kubectl("apply", "-f", str(PEERING_CRDS))
-    for crd in ("optimizergroups.floe.dev", "optimizedtables.floe.dev", "kopfpeerings.kopf.dev"):
+    for crd in (
+        "optimizergroups.floe.dev",
+        "optimizedtables.floe.dev",
+        "optimizedtablesets.floe.dev",
+        "kopfpeerings.kopf.dev",
+    ):
         k8s.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
     name = _new_namespace(k8s, "ctl")
     apply_driver_rbac(k8s, Helm(helm_binary, tmp_path_factory.mktemp("helm-home")), name)
@@ -651,3 +657,100 @@ def test_an_autoscaled_group_follows_its_tables_demand(
     assert scaled.count("ScaledUp") >= 1 and scaled.count("ScaledDown") >= 1, scaled
     k8s.kubectl("delete", "ot", "elastic", "-n", namespace)
     k8s.kubectl("delete", "og", "elastic", "-n", namespace)
+
+
+def test_a_table_set_keeps_one_optimized_table_per_selected_table(
+    k8s: K8sCluster, namespace: str, controller: Controller, tmp_path: Path
+) -> None:
+    """One manifest for a catalog: an OptimizedTable per selected table, owned by the set and made
+    from its template, which follows the template's edits; a table an OptimizedTable written by
+    hand serves is left to it; a table dropped from the catalog loses its OptimizedTable, with an
+    Event; a catalog that cannot be listed changes nothing and says why; deleting the set deletes
+    its tables."""
+    catalog = SqlCatalog("lake", uri=f"sqlite:///{tmp_path}/lake.db", warehouse=(tmp_path / "wh").as_uri())
+    for name in (("sales",), ("sales", "eu"), ("raw",)):
+        catalog.create_namespace(name)
+    for identifier in ("sales.orders", "sales.eu.orders", "sales.tmp_orders", "raw.events"):
+        catalog.create_table(identifier, pa.schema([("id", pa.int64())]))
+    properties = {"type": "sql", **{k: str(v) for k, v in catalog.properties.items()}}
+    by_hand = {
+        "apiVersion": "floe.dev/v1alpha1",
+        "kind": "OptimizedTable",
+        "metadata": {"name": "events-by-hand", "namespace": namespace},
+        "spec": {
+            "table": "raw.events",
+            "catalog": {"name": "lake", "properties": properties},
+            "enabled": False,
+        },
+    }
+    _apply(k8s, by_hand)
+    table_set = {
+        "apiVersion": "floe.dev/v1alpha1",
+        "kind": "OptimizedTableSet",
+        "metadata": {"name": "lake", "namespace": namespace},
+        "spec": {
+            "catalog": {"name": "lake", "properties": properties},
+            "include": ["sales.**", "raw.*"],
+            "exclude": ["*.tmp_*"],
+            "group": "lake",
+            "template": {"quota": 2.0, "enabled": False},
+        },
+    }
+    _apply(k8s, table_set)
+    uid = _get(k8s, "ots", "lake", "-n", namespace)["metadata"]["uid"]
+
+    def set_tables() -> dict[str, dict[str, Any]]:
+        items = _get(k8s, "ot", "-n", namespace, "-l", "floe.dev/table-set=lake")["items"]
+        return {item["metadata"]["name"]: item for item in items}
+
+    k8s.wait_for("the set's two tables", lambda: sorted(set_tables()) == ["sales.eu.orders", "sales.orders"])
+    orders = set_tables()["sales.orders"]
+    assert orders["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert (orders["spec"]["table"], orders["spec"]["group"], orders["spec"]["quota"]) == (
+        "sales.orders",
+        "lake",
+        2.0,
+    )
+    status = _status(k8s, "ots", "lake", namespace)
+    assert (status["matchedTables"], status["managedTables"], status["claimedTables"]) == (3, 2, 1)
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {"CatalogReady": "True"}
+    # The hand-written OptimizedTable of raw.events is the only one of that table.
+    tables = _get(k8s, "ot", "-n", namespace)["items"]
+    assert [t["metadata"]["name"] for t in tables if t["spec"]["table"] == "raw.events"] == ["events-by-hand"]
+
+    # An edit of the template reaches every table of the set.
+    k8s.kubectl(
+        "patch", "ots", "lake", "-n", namespace, "--type=merge", "-p", '{"spec":{"template":{"quota":1.0}}}'
+    )
+    k8s.wait_for(
+        "the template's new quota on both tables",
+        lambda: {t["spec"]["quota"] for t in set_tables().values()} == {1.0},
+    )
+
+    # A table dropped from the catalog loses its OptimizedTable; an annotation lists the catalog now.
+    catalog.drop_table("sales.eu.orders")
+    k8s.kubectl("annotate", "ots", "lake", "-n", namespace, "list.floe.dev/requested=1", "--overwrite")
+    k8s.wait_for("the dropped table's OptimizedTable to go", lambda: sorted(set_tables()) == ["sales.orders"])
+    assert "TableRemoved" in {e["reason"] for e in _events(k8s, namespace, "lake")}
+
+    # A catalog that cannot be listed: a condition and an Event, and nothing removed.
+    k8s.kubectl(
+        "patch", "ots", "lake", "-n", namespace, "--type=merge", "-p",
+        json.dumps({"spec": {"catalog": {"properties": None, "secretRef": "no-such-catalog"}}}),
+    )  # fmt: skip
+
+    def catalog_ready() -> dict[str, Any]:
+        conditions = _status(k8s, "ots", "lake", namespace).get("conditions") or []
+        return dict({c["type"]: c for c in conditions}.get("CatalogReady") or {})
+
+    k8s.wait_for("CatalogReady False", lambda: catalog_ready().get("status") == "False")
+    assert catalog_ready()["reason"] == "SecretNotFound", catalog_ready()
+    assert "no-such-catalog" in catalog_ready()["message"]
+    assert "ListFailed" in {e["reason"] for e in _events(k8s, namespace, "lake")}
+    assert sorted(set_tables()) == ["sales.orders"]
+
+    # Deleting the set deletes its tables (garbage collection); the hand-written one stays.
+    k8s.kubectl("delete", "ots", "lake", "-n", namespace)
+    k8s.wait_for("the set's tables to go with it", lambda: not set_tables(), timeout=60)
+    assert _get(k8s, "ot", "events-by-hand", "-n", namespace) is not None
+    k8s.kubectl("delete", "ot", "events-by-hand", "-n", namespace)

@@ -70,7 +70,12 @@ def kubeconfig(k8s: K8sCluster) -> Iterator[None]:
     """CRDs installed (floe's and kopf's peering), and the kubeconfig the replicas log in with."""
     k8s.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
     k8s.kubectl("apply", "-f", str(PEERING_CRDS))
-    for crd in ("optimizergroups.floe.dev", "optimizedtables.floe.dev", "kopfpeerings.kopf.dev"):
+    for crd in (
+        "optimizergroups.floe.dev",
+        "optimizedtables.floe.dev",
+        "optimizedtablesets.floe.dev",
+        "kopfpeerings.kopf.dev",
+    ):
         k8s.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
     saved = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(k8s.kubeconfig)

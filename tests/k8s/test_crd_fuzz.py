@@ -1,7 +1,7 @@
 """Generated manifests against the CRD validation: pydantic and the API server give the same verdict.
 
-Hypothesis draws OptimizerGroup and OptimizedTable manifests from the models' own JSON schemas
-(field types, bounds, patterns, required fields), so that most are valid as far as the schema
+Hypothesis draws OptimizerGroup, OptimizedTable and OptimizedTableSet manifests from the models'
+own JSON schemas (field types, bounds, patterns, required fields), so that most are valid as far as the schema
 goes, then mutates a few of them: a value of the wrong type, a number just out of range or far
 out, a string one character too long or 10,000 long, a character that breaks a pattern (a
 newline, a non-breaking space, a vertical tab, an upper-case letter), an unknown field, a null,
@@ -43,7 +43,14 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from floe.api.models import API_GROUP, API_VERSION, OptimizedTable, OptimizerGroup, resource_from_dict
+from floe.api.models import (
+    API_GROUP,
+    API_VERSION,
+    OptimizedTable,
+    OptimizedTableSet,
+    OptimizerGroup,
+    resource_from_dict,
+)
 from floe.api.units import whole_number
 
 from .conftest import K8sCluster
@@ -51,7 +58,12 @@ from .conftest import K8sCluster
 pytestmark = pytest.mark.k8s
 
 VERSION = API_VERSION.split("/", 1)[1]
-PLURALS = {"OptimizerGroup": "optimizergroups", "OptimizedTable": "optimizedtables"}
+PLURALS = {
+    "OptimizerGroup": "optimizergroups",
+    "OptimizedTable": "optimizedtables",
+    "OptimizedTableSet": "optimizedtablesets",
+}
+Kind = type[OptimizerGroup] | type[OptimizedTable] | type[OptimizedTableSet]
 Json = Any
 Schema = dict[str, Any]
 
@@ -196,7 +208,7 @@ def _value_of(node: Schema, defs: dict[str, Schema]) -> st.SearchStrategy[Json]:
     raise AssertionError(f"no strategy for {node}")
 
 
-def manifests(model: type[OptimizerGroup] | type[OptimizedTable]) -> st.SearchStrategy[dict[str, Json]]:
+def manifests(model: Kind) -> st.SearchStrategy[dict[str, Json]]:
     """Manifests of one kind, valid as far as the model's schema goes; ``status`` is the operator's."""
     schema = model.model_json_schema(by_alias=True, mode="validation")
     defs = schema.pop("$defs", {})
@@ -270,7 +282,7 @@ def _mutations(path: tuple[Any, ...], value: Json) -> list[str]:
 
 
 @st.composite
-def mutated(draw: st.DrawFn, model: type[OptimizerGroup] | type[OptimizedTable]) -> dict[str, Json]:
+def mutated(draw: st.DrawFn, model: Kind) -> dict[str, Json]:
     """A manifest of ``model`` with none to three mutations (about half are left as drawn)."""
     document: dict[str, Json] = draw(manifests(model))
     for _ in range(draw(st.sampled_from([0, 0, 0, 1, 1, 2, 3]))):
@@ -369,9 +381,7 @@ def dry_run(crds: K8sCluster) -> Iterator[DryRun]:
     crds.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-def _check(
-    dry_run: DryRun, model: type[OptimizerGroup] | type[OptimizedTable], document: dict[str, Json]
-) -> None:
+def _check(dry_run: DryRun, model: Kind, document: dict[str, Json]) -> None:
     shown = json.dumps(document)
     note(f"manifest: {shown[:2000]}")
     ours = pydantic_verdict(document)
@@ -400,6 +410,12 @@ def test_optimized_table_verdicts_agree(dry_run: DryRun, document: dict[str, Jso
     _check(dry_run, OptimizedTable, document)
 
 
+@FUZZ
+@given(document=mutated(OptimizedTableSet))
+def test_optimized_table_set_verdicts_agree(dry_run: DryRun, document: dict[str, Json]) -> None:
+    _check(dry_run, OptimizedTableSet, document)
+
+
 def test_a_float_sent_as_it_is_is_refused_in_a_quantity(dry_run: DryRun) -> None:
     """The one place the verdicts may differ: a client that sends JSON floats as they are (not kubectl,
     which sends 2.0 as 2). The schema alone would take ``maxTaskSize: 2.0`` as 2 bytes while the
@@ -421,13 +437,13 @@ def test_the_strategies_reach_both_verdicts() -> None:
     """The generated manifests are not all refused (nor all accepted): the agreement means something."""
     verdicts: dict[str, set[bool]] = {}
 
-    @settings(FUZZ, max_examples=60)
-    @given(document=mutated(OptimizedTable) | mutated(OptimizerGroup))
+    @settings(FUZZ, max_examples=90)
+    @given(document=mutated(OptimizedTable) | mutated(OptimizerGroup) | mutated(OptimizedTableSet))
     def collect(document: dict[str, Json]) -> None:
         verdicts.setdefault(document["kind"], set()).add(pydantic_verdict(document).accepted)
 
     collect()
-    assert verdicts == {"OptimizedTable": {True, False}, "OptimizerGroup": {True, False}}
+    assert verdicts == {kind: {True, False} for kind in PLURALS}
 
 
 def test_python_regex_spells_out_the_unicode_classes() -> None:

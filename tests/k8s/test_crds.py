@@ -18,6 +18,7 @@ from floe.api.crd import KIND_SPECS
 from floe.api.models import (
     SPARK_MIN_EXECUTOR_MEMORY,
     OptimizedTable,
+    OptimizedTableSet,
     OptimizedTableStatus,
     OptimizerGroup,
     OptimizerGroupStatus,
@@ -57,6 +58,15 @@ def table(name: str = "orders", **spec: Any) -> dict[str, Any]:
         "kind": "OptimizedTable",
         "metadata": {"name": name},
         "spec": {"table": "db.orders", "catalog": {"name": "prod", "secretRef": "prod-catalog"}, **spec},
+    }
+
+
+def table_set(name: str = "lake", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "OptimizedTableSet",
+        "metadata": {"name": name},
+        "spec": {"catalog": {"name": "prod", "secretRef": "prod-catalog"}, "include": ["sales.*"], **spec},
     }
 
 
@@ -119,6 +129,15 @@ def test_example_optimized_table_applies(crds: K8sCluster, namespace: str) -> No
     assert stored.spec.table == "demo.orders" and stored.spec.catalog.properties["type"] == "sql"
     default_group = OptimizerGroup.model_validate(get(crds, "optimizergroup", "default", namespace))
     assert default_group.spec.max_threads == 2
+
+
+def test_example_table_set_applies(crds: K8sCluster, namespace: str) -> None:
+    documents = _apply_example(crds, "table-set.yaml", namespace)
+    stored = OptimizedTableSet.model_validate(get(crds, "optimizedtableset", "lake", namespace))
+    assert stored.spec == OptimizedTableSet.model_validate(documents[0]).spec
+    assert stored.spec.table_spec("sales.orders").minor.trigger_file_count == 12
+    out = crds.kubectl("get", "ots", "-n", namespace).stdout
+    assert out.split()[:8] == ["NAME", "GROUP", "CATALOG", "MATCHED", "MANAGED", "CLAIMED", "LAST", "LISTED"]
 
 
 def test_hpa_example_targets_the_groups_scale_subresource(crds: K8sCluster, namespace: str) -> None:
@@ -380,6 +399,18 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], list[str]]] = [
         table(clustering={"strategy": "zorder", "columns": []}),
         ["spec.clustering.columns", "at least 1 items"],
     ),
+    # OptimizedTableSet: its patterns, and its template held to the OptimizedTable's rules.
+    ("set-empty-part", table_set(include=["sales..orders"]), ["spec.include[0]", "should match"]),
+    ("set-open-class", table_set(exclude=["sales.[tmp"]), ["spec.exclude[0]", "should match"]),
+    ("set-no-include", table_set(include=[]), ["spec.include", "at least 1 items"]),
+    ("set-template-table", table_set(template={"table": "a.b"}), ['unknown field "spec.template.table"']),
+    ("set-template-quota", table_set(template={"quota": 0}), ["spec.template.quota", "greater than 0"]),
+    (
+        "set-template-cel",
+        table_set(template={"targetSize": "0Mi"}),
+        ["spec.template.targetSize", "targetSize must be greater than 0"],
+    ),
+    ("set-list-interval", table_set(listInterval="0s"), ["spec.listInterval", "must be greater than 0"]),
 ]
 
 

@@ -62,9 +62,11 @@ def grants(resource: str, verbs: str, name: str = "") -> set[Grant]:
 
 OPERATOR: set[Grant] = (
     grants("optimizergroups.floe.dev", "get list watch patch")
-    | grants("optimizedtables.floe.dev", "get list watch patch")
+    | grants("optimizedtables.floe.dev", "get list watch patch create delete")
+    | grants("optimizedtablesets.floe.dev", "get list watch patch")
     | grants("optimizergroups.floe.dev/status", "get patch")
     | grants("optimizedtables.floe.dev/status", "get patch")
+    | grants("optimizedtablesets.floe.dev/status", "get patch")
     | grants("pods", "get list watch create delete")
     | grants("configmaps", "get create patch")
     | grants("services", "create patch")

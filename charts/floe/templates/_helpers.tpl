@@ -123,8 +123,9 @@ matchExpressions:
 
 {{/*
 What the operator does in a namespace it serves, as RBAC rules, each verb for a reason:
-- floe.dev: kopf lists and watches OptimizerGroups and OptimizedTables and patches them (its
-  finalizer and progress annotations); floe patches their status subresource.
+- floe.dev: kopf lists and watches OptimizerGroups, OptimizedTables and OptimizedTableSets and
+  patches them (its finalizer and progress annotations); floe patches their status subresource,
+  and creates, replaces (patch) and deletes the OptimizedTables of each OptimizedTableSet.
 - pods: the driver pods (get, create, delete to replace one whose Spark settings changed); list and
   watch the groups' pods for their health (OOM kills, image pulls). No patch, update, exec, attach
   or port-forward: the operator never changes or enters a running pod.
@@ -144,10 +145,13 @@ grants (Kubernetes demands both of whoever creates or binds a Role).
 */}}
 {{- define "floe.namespacedRules" -}}
 - apiGroups: ["floe.dev"]
-  resources: ["optimizergroups", "optimizedtables"]
+  resources: ["optimizergroups", "optimizedtables", "optimizedtablesets"]
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["floe.dev"]
-  resources: ["optimizergroups/status", "optimizedtables/status"]
+  resources: ["optimizedtables"]
+  verbs: ["create", "delete"]
+- apiGroups: ["floe.dev"]
+  resources: ["optimizergroups/status", "optimizedtables/status", "optimizedtablesets/status"]
   verbs: ["get", "patch"]
 - apiGroups: [""]
   resources: ["pods"]

@@ -61,13 +61,15 @@ import copy
 import sys
 import types
 import typing
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel
+from pydantic.json_schema import PydanticJsonSchemaWarning
 
 from floe.api.models import (
     API_GROUP,
@@ -77,11 +79,13 @@ from floe.api.models import (
     SPARK_MIN_EXECUTOR_MEMORY,
     ObjectMeta,
     OptimizedTable,
+    OptimizedTableSet,
     OptimizerGroup,
 )
 from floe.api.units import _DURATION_FACTORS, _DURATION_PART, _QUANTITY_FACTORS
 
 VERSION = API_VERSION.split("/", 1)[1]
+ResourceModel = type[OptimizerGroup] | type[OptimizedTable] | type[OptimizedTableSet]
 CATEGORY = "floe"
 
 HEADER = (
@@ -322,12 +326,28 @@ RULES: dict[str, tuple[Rule, ...]] = {
     ),
 }
 
+#: An OptimizedTableSet's template holds OptimizedTable settings: the same rules hold there.
+RULES["OptimizedTableSet"] = (
+    *(
+        replace(rule, path=("spec", "template", *rule.path[1:]))
+        for rule in RULES["OptimizedTable"]
+        if rule.path[:1] == ("spec",) and len(rule.path) > 1
+    ),
+    _positive_duration(
+        "listInterval",
+        "the catalog is listed again every listInterval: 0 or -1 would list it continuously",
+    ),
+)
+
 #: Kubernetes-only schema additions, by kind and path.
 EXTRA_SCHEMA: dict[str, tuple[tuple[tuple[str, ...], dict[str, Any]], ...]] = {
     "OptimizerGroup": (
         (("status", "conditions"), {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}),
     ),
     "OptimizedTable": (
+        (("status", "conditions"), {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}),
+    ),
+    "OptimizedTableSet": (
         (("status", "conditions"), {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}),
     ),
 }
@@ -338,6 +358,7 @@ EXTRA_SCHEMA: dict[str, tuple[tuple[tuple[str, ...], dict[str, Any]], ...]] = {
 NOT_NULLABLE: dict[str, tuple[tuple[str, ...], ...]] = {
     "OptimizerGroup": (("spec", "executors"),),
     "OptimizedTable": (),
+    "OptimizedTableSet": (),
 }
 
 
@@ -508,7 +529,7 @@ def _at(schema: dict[str, Any], path: Sequence[str], kind: str) -> dict[str, Any
     return node
 
 
-def _metadata_schema(model: type[OptimizerGroup] | type[OptimizedTable]) -> dict[str, Any]:
+def _metadata_schema(model: ResourceModel) -> dict[str, Any]:
     """The API server's own ObjectMeta, with the model's tighter bounds on ``name`` if it has any."""
     meta = model.model_fields["metadata"].annotation
     assert isinstance(meta, type) and issubclass(meta, ObjectMeta)
@@ -519,10 +540,14 @@ def _metadata_schema(model: type[OptimizerGroup] | type[OptimizedTable]) -> dict
     return {"type": "object", "properties": {"name": {"type": "string", **bounds}}}
 
 
-def openapi_schema(model: type[OptimizerGroup] | type[OptimizedTable], description: str) -> dict[str, Any]:
+def openapi_schema(model: ResourceModel, description: str) -> dict[str, Any]:
     """The structural ``openAPIV3Schema`` of one kind, with its CEL rules and Kubernetes-only additions."""
     kind = model.__name__
-    raw = model.model_json_schema(by_alias=True, mode="serialization")
+    with warnings.catch_warnings():
+        # An OptimizedTableSet's template fields default to None, which quantity and duration
+        # serializers cannot render: pydantic leaves those defaults out, as the CRD must.
+        warnings.filterwarnings("ignore", category=PydanticJsonSchemaWarning)
+        raw = model.model_json_schema(by_alias=True, mode="serialization")
     defs = raw.pop("$defs", {})
     raw["properties"]["metadata"] = _metadata_schema(model)
     schema = _structural(raw, defs)
@@ -586,7 +611,7 @@ _AGE = Column("Age", "date", ".metadata.creationTimestamp", "time since the reso
 class KindSpec:
     """Names, columns and subresources of one kind."""
 
-    model: type[OptimizerGroup] | type[OptimizedTable]
+    model: ResourceModel
     plural: str
     short_name: str
     description: str
@@ -644,6 +669,30 @@ KIND_SPECS: tuple[KindSpec, ...] = (
             Column("Data Files", "integer", ".status.dataFiles", "live data files"),
             Column("Delete Files", "integer", ".status.deleteFiles", "live delete files"),
             Column("Last Optimized", "date", ".status.lastOptimized", "end of the latest optimizing"),
+            _AGE,
+        ),
+    ),
+)
+
+
+KIND_SPECS = (
+    *KIND_SPECS,
+    KindSpec(
+        model=OptimizedTableSet,
+        plural="optimizedtablesets",
+        short_name="ots",
+        description="OptimizedTableSet keeps every table of a catalog that matches its patterns "
+        "optimized: the operator lists the catalog and makes one OptimizedTable per selected table "
+        "from the set's template.",
+        columns=(
+            Column("Group", "string", ".spec.group", "the OptimizerGroup serving the tables"),
+            Column("Catalog", "string", ".spec.catalog.name", "the catalog listed"),
+            Column("Matched", "integer", ".status.matchedTables", "catalog tables the patterns select"),
+            Column("Managed", "integer", ".status.managedTables", "OptimizedTables the set owns"),
+            Column(
+                "Claimed", "integer", ".status.claimedTables", "selected tables other OptimizedTables serve"
+            ),
+            Column("Last Listed", "date", ".status.lastListed", "the set's latest listing of its catalog"),
             _AGE,
         ),
     ),

@@ -1,4 +1,5 @@
-"""The two resources of API group ``floe.dev/v1alpha1``: OptimizerGroup and OptimizedTable.
+"""The resources of API group ``floe.dev/v1alpha1``: OptimizerGroup, OptimizedTable and
+OptimizedTableSet (the OptimizedTables of every catalog table that matches its patterns).
 
 These pydantic models are the single source of truth: embedded mode loads manifests with
 them, and the CRD schemas are generated from them. Field names are Kubernetes-style
@@ -13,7 +14,7 @@ import typing
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,10 +24,12 @@ from pydantic import (
     StringConstraints,
     ValidationInfo,
     WithJsonSchema,
+    create_model,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 
 from floe.api.table_properties import integer_property
 from floe.api.units import MAX_UNIT_LENGTH, Duration, Quantity, format_duration, whole_number
@@ -79,6 +82,12 @@ MAX_NAME_LENGTH = 255
 MAX_TABLE_IDENTIFIER_LENGTH = 2 * MAX_NAME_LENGTH + 1
 #: ``namespace.table``: at least two non-empty parts, without whitespace or control characters.
 TABLE_IDENTIFIER = r"^[^.\p{Z}\p{Cc}]+(\.[^.\p{Z}\p{Cc}]+)+$"
+#: A glob over ``namespace.table`` identifiers: dot-separated parts of any characters but dots,
+#: brackets, whitespace and control characters, or ``[...]``/``[!...]`` classes of such characters;
+#: ``*``, ``**`` and ``?`` are characters like others here (`floe.tables.selection` gives their meaning).
+_GLOB_PART = r"([^.\[\]\p{Z}\p{Cc}]|\[!?[^.\[\]\p{Z}\p{Cc}]+\])+"
+TABLE_PATTERN = rf"^{_GLOB_PART}(\.{_GLOB_PART})*$"
+MAX_PATTERNS = 256
 #: A name as a catalog knows it: no whitespace or control characters.
 CATALOG_NAME = r"^[^\p{Z}\p{Cc}]+$"
 #: A column name (or a dotted path to a nested one): spaces are legal in Iceberg, control characters
@@ -577,6 +586,12 @@ class MaintenanceSpec(_Model):
     data_retention: DataRetentionSpec | None = Field(default=None, description="unset: rows are kept forever")
 
 
+def _positive_target_size(value: int | None) -> int | None:
+    if value is not None and value <= 0:
+        raise ValueError("targetSize must be greater than 0")
+    return value
+
+
 class OptimizedTableSpec(_Model):
     """One Iceberg table kept optimized, with Amoro's self-optimizing properties."""
 
@@ -635,9 +650,7 @@ class OptimizedTableSpec(_Model):
     @field_validator("target_size")
     @classmethod
     def _target_positive(cls, value: int | None) -> int | None:
-        if value is not None and value <= 0:
-            raise ValueError("targetSize must be greater than 0")
-        return value
+        return _positive_target_size(value)
 
     def optimizing_config(self, table_properties: Mapping[str, str] | None = None) -> OptimizingConfig:
         """Thresholds for the pure evaluator and planner; the target size is the manifest's, else
@@ -789,10 +802,119 @@ class OptimizedTable(_Model):
     status: OptimizedTableStatus | None = None
 
 
-Resource = OptimizerGroup | OptimizedTable
-KINDS: dict[str, type[OptimizerGroup] | type[OptimizedTable]] = {
+def _template_fields() -> dict[str, Any]:
+    """OptimizedTableSpec's fields but the table, its catalog and group, each optional and unset
+    by default, with the same bounds: what an OptimizedTableSet gives its tables."""
+    fields: dict[str, Any] = {}
+    for name, info in OptimizedTableSpec.model_fields.items():
+        if name in SET_OWN_FIELDS:
+            continue
+        optional = FieldInfo.merge_field_infos(info, default=None)
+        optional.default_factory = None
+        annotation: Any = info.annotation
+        fields[name] = (annotation | None, optional)
+    return fields
+
+
+SET_OWN_FIELDS = ("table", "catalog", "group")
+TABLE_SET_LABEL = "floe.dev/table-set"
+"""The label on each OptimizedTable a set made: the set's name."""
+"""What an OptimizedTableSet sets on each of its tables itself, not through its template."""
+
+if TYPE_CHECKING:
+    OptimizedTableTemplate = _Model
+else:
+    OptimizedTableTemplate = create_model(
+        "OptimizedTableTemplate",
+        __base__=_Model,
+        __doc__="OptimizedTable settings for every table of a set; an unset field takes floe's default.",
+        # OptimizedTableSpec's own validators (its nested models bring theirs).
+        __validators__={"_target_positive": field_validator("target_size")(_positive_target_size)},
+        **_template_fields(),
+    )
+
+
+TablePattern = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_TABLE_IDENTIFIER_LENGTH, pattern=TABLE_PATTERN)
+]
+
+
+class OptimizedTableSetSpec(_Model):
+    """Every table of a catalog whose ``namespace.table`` matches an include pattern and no exclude
+    pattern, kept optimized: one OptimizedTable per table, made and removed by the operator."""
+
+    catalog: CatalogRef
+    include: list[TablePattern] = Field(
+        min_length=1,
+        max_length=MAX_PATTERNS,
+        description="globs over namespace.table: * and ? within one dot-separated part, ** across "
+        "parts (nested namespaces), [abc] and [!abc] classes; e.g. sales.*, raw.**, **",
+    )
+    exclude: list[TablePattern] = Field(
+        default_factory=list, max_length=MAX_PATTERNS, description="globs of tables left out"
+    )
+    group: str = Field(
+        default="default",
+        max_length=MAX_GROUP_NAME_LENGTH,
+        pattern=DNS1123_LABEL,
+        description="the OptimizerGroup serving the tables, in the set's namespace",
+    )
+    template: OptimizedTableTemplate = Field(
+        default_factory=OptimizedTableTemplate,
+        description="OptimizedTable settings of every table of the set (quota, thresholds, maintenance)",
+    )
+    list_interval: Duration = Field(default=300.0, description="how often the catalog is listed again")
+
+    @field_validator("list_interval")
+    @classmethod
+    def _interval_positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("listInterval must be greater than 0")
+        return value
+
+    def table_spec(self, identifier: str) -> OptimizedTableSpec:
+        """The spec of the set's OptimizedTable for `identifier`."""
+        settings = self.template.model_dump(by_alias=True, exclude_unset=True)
+        catalog = self.catalog.model_dump(by_alias=True, exclude_defaults=True)
+        return OptimizedTableSpec.model_validate(
+            {**settings, "table": identifier, "catalog": catalog, "group": self.group}
+        )
+
+
+class OptimizedTableSetStatus(_Model):
+    """What the operator found at the set's last listing (written by the operator)."""
+
+    observed_generation: int | None = None
+    last_listed: Time | None = Field(
+        default=None,
+        description="when the operator last listed the catalog (RFC 3339)",
+        json_schema_extra={"format": "date-time"},
+    )
+    matched_tables: int | None = Field(default=None, description="catalog tables the patterns match")
+    managed_tables: int | None = Field(default=None, description="OptimizedTables the set owns")
+    claimed_tables: int | None = Field(
+        default=None,
+        description="matching tables another OptimizedTable (hand-written, or another set's) serves",
+    )
+    message: Message | None = None
+    conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
+
+
+class OptimizedTableSet(_Model):
+    """``kind: OptimizedTableSet``."""
+
+    api_version: Literal["floe.dev/v1alpha1"]
+    kind: Literal["OptimizedTableSet"]
+    metadata: ObjectMeta
+    spec: OptimizedTableSetSpec
+    status: OptimizedTableSetStatus | None = None
+
+
+Resource = OptimizerGroup | OptimizedTable | OptimizedTableSet
+KINDS: dict[str, type[OptimizerGroup] | type[OptimizedTable] | type[OptimizedTableSet]] = {
     "OptimizerGroup": OptimizerGroup,
     "OptimizedTable": OptimizedTable,
+    "OptimizedTableSet": OptimizedTableSet,
 }
 
 

@@ -150,6 +150,41 @@ class Kube:
                 raise ValueError(f"the value of key {key!r} is not UTF-8 text") from None
         return data
 
+    def list_custom(self, plural: str, namespace: str) -> list[Manifest]:
+        """Every object of one of floe's kinds in `namespace`, as dicts."""
+        listed: Any = self.custom.list_namespaced_custom_object(API_GROUP, VERSION, namespace, plural)
+        return [dict(item) for item in listed.get("items", [])]
+
+    def create_custom(self, plural: str, namespace: str, manifest: Manifest) -> None:
+        """Create an object of one of floe's kinds; one that exists already is left as it is."""
+        try:
+            self.custom.create_namespaced_custom_object(API_GROUP, VERSION, namespace, plural, manifest)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def replace_custom_spec(self, plural: str, name: str, namespace: str, spec: Manifest) -> None:
+        """Replace the whole ``spec`` of one of floe's objects (a JSON patch: fields the new spec
+        leaves out go, which a merge patch would keep)."""
+        operation = [{"op": "replace", "path": "/spec", "value": spec}]
+        self.custom.patch_namespaced_custom_object(
+            API_GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            operation,
+            _content_type="application/json-patch+json",
+        )
+
+    def delete_custom(self, plural: str, name: str, namespace: str) -> None:
+        """Delete one of floe's objects; one already gone is fine."""
+        try:
+            self.custom.delete_namespaced_custom_object(API_GROUP, VERSION, namespace, plural, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
     def patch_status(self, plural: str, name: str, namespace: str, status: Manifest) -> None:
         """Merge-patch the ``status`` subresource of one of floe's resources."""
         self.custom.patch_namespaced_custom_object_status(

@@ -15,12 +15,12 @@ from typing import Any
 
 import kopf
 
-from floe.controller import groups, tables
+from floe.controller import groups, table_sets, tables
 from floe.controller.kube import Kube, load_config
 from floe.controller.runtime import Controller, OperatorConfig, install_redaction
 
 # Their handlers are registered with kopf by importing them.
-HANDLER_MODULES = (groups, tables)
+HANDLER_MODULES = (groups, tables, table_sets)
 
 
 def kopf_settings(config: OperatorConfig) -> dict[str, Any]:

@@ -24,24 +24,25 @@ table is applied as soon as the refresh can read it (`floe.controller.status` ha
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 
-from floe.api.models import API_GROUP, OptimizedTable
+from floe.api.models import API_GROUP, OptimizedTable, OptimizedTableSet
 from floe.controller.runtime import Controller, InvolvedObject
 
+Model = TypeVar("Model", OptimizedTable, OptimizedTableSet)
 VERSION = "v1alpha1"
 PLURAL = "optimizedtables"
 
 
-def table_model(body: kopf.Body) -> OptimizedTable:
-    """The resource as floe's model (status is the operator's own and is not validated)."""
+def resource_model(body: kopf.Body, model: type[Model]) -> Model:
+    """The resource as floe's model of its kind (status is the operator's own and is not validated)."""
     meta = body.metadata
-    return OptimizedTable.model_validate(
+    return model.model_validate(
         {
             "apiVersion": body.get("apiVersion"),
-            "kind": "OptimizedTable",
+            "kind": model.__name__,
             "metadata": {"name": meta.name, "namespace": meta.namespace},
             "spec": dict(body.get("spec") or {}),
         }
@@ -59,7 +60,7 @@ def reconcile_table(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, **_: 
     itself (`Controller.reconcile_table`).
     """
     controller: Controller = memo.controller
-    resource = table_model(body)
+    resource = resource_model(body, OptimizedTable)
     meta = resource.metadata
     involved = InvolvedObject(
         str(body.get("apiVersion")), "OptimizedTable", meta.name, meta.namespace, body.metadata.uid or ""

@@ -18,11 +18,21 @@ from rich.live import Live
 from rich.table import Table as RichTable
 
 from floe.api.manifests import load_manifests
-from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
+from floe.api.models import (
+    API_VERSION,
+    TABLE_SET_LABEL,
+    CatalogRef,
+    OptimizedTable,
+    OptimizedTableSet,
+    OptimizedTableSetSpec,
+    OptimizerGroup,
+)
 from floe.local.interrupt import Interrupted, deferred_interrupts, reinstall
 from floe.service.engine import EngineEvent, OptimizingEngine, TableView
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
+from floe.tables.catalog import open_catalog
+from floe.tables.selection import TableSelector, list_table_identifiers, table_resource_name
 from floe_optimizer.app import Optimizer
 from floe_optimizer.spark_runner import wait_for_idle_executors
 from floe_optimizer.spark_session import get_spark
@@ -30,32 +40,91 @@ from floe_optimizer.spark_session import get_spark
 
 @dataclass
 class ManifestWatcher:
-    """Re-reads manifests when a file under `path` changes (by modification time)."""
+    """Re-reads manifests when a file under `path` changes (by modification time), and lists the
+    catalogs of OptimizedTableSets again every ``listInterval``."""
 
     path: Path
     catalog: CatalogRef | None
+    problems: dict[str, str] = field(default_factory=dict)
+    """Per OptimizedTableSet (namespace/name) whose catalog could not be listed: why. Its tables
+    stay as last listed."""
     _stamp: tuple[tuple[str, float], ...] = field(default=())
+    _listed: dict[str, tuple[float, OptimizedTableSetSpec, list[str]]] = field(default_factory=dict)
+    """Per OptimizedTableSet: when it was listed (monotonic), its spec then, what it selected."""
 
     def changed(self) -> bool:
-        """Whether any manifest file was added, removed or modified since the last load."""
+        """Whether any manifest file was added, removed or modified since the last load, or a
+        set's catalog is due to be listed again."""
         files = sorted(self.path.glob("*.y*ml")) if self.path.is_dir() else [self.path]
         stamp = tuple((str(f), f.stat().st_mtime) for f in files if f.exists())
-        if stamp == self._stamp:
+        due = any(time.monotonic() - at >= spec.list_interval for at, spec, _ in self._listed.values())
+        if stamp == self._stamp and not due:
             return False
         self._stamp = stamp
         return True
 
     def load(self) -> tuple[list[OptimizerGroup], list[OptimizedTable]]:
-        """Groups and tables, tables without catalog properties taking `--catalog-config`'s."""
+        """Groups and tables (those of the sets included), tables without catalog properties
+        taking `--catalog-config`'s. A table given by its own manifest wins over a set's."""
         resources = load_manifests(self.path)
         groups = [r for r in resources if isinstance(r, OptimizerGroup)]
-        tables = []
-        for r in resources:
-            if isinstance(r, OptimizedTable):
-                if self.catalog is not None and not r.spec.catalog.properties:
-                    r = r.model_copy(update={"spec": r.spec.model_copy(update={"catalog": self.catalog})})
-                tables.append(r)
+        tables = [self._with_catalog(r) for r in resources if isinstance(r, OptimizedTable)]
+        sets = [r for r in resources if isinstance(r, OptimizedTableSet)]
+        self._listed = {k: v for k, v in self._listed.items() if k in {_key(s) for s in sets}}
+        served = {(t.metadata.namespace, t.spec.catalog.name, t.spec.table) for t in tables}
+        names = {(t.metadata.namespace, t.metadata.name) for t in tables}
+        for table_set in sets:
+            namespace, catalog = table_set.metadata.namespace, table_set.spec.catalog.name
+            for identifier in self._selected(table_set):
+                name = table_resource_name(identifier)
+                if (namespace, catalog, identifier) in served or (namespace, name) in names:
+                    continue
+                served.add((namespace, catalog, identifier))
+                names.add((namespace, name))
+                tables.append(self._with_catalog(_set_table(table_set, name, identifier)))
         return groups, tables
+
+    def _with_catalog(self, table: OptimizedTable) -> OptimizedTable:
+        if self.catalog is None or table.spec.catalog.properties:
+            return table
+        return table.model_copy(update={"spec": table.spec.model_copy(update={"catalog": self.catalog})})
+
+    def _selected(self, table_set: OptimizedTableSet) -> list[str]:
+        """The set's tables: listed now when due or when the set changed, else as last listed
+        (also when listing fails)."""
+        key = _key(table_set)
+        at, spec, selected = self._listed.get(key, (None, None, []))
+        if at is not None and spec == table_set.spec and time.monotonic() - at < table_set.spec.list_interval:
+            return selected
+        catalog = table_set.spec.catalog
+        if self.catalog is not None and not catalog.properties:
+            catalog = self.catalog
+        try:
+            identifiers = list_table_identifiers(open_catalog(catalog))
+        except Exception as exc:  # whatever the catalog says: the tables stay as they were
+            self.problems[key] = f"cannot list catalog {catalog.name!r}: {exc}"
+        else:
+            self.problems.pop(key, None)
+            selected = TableSelector(table_set.spec.include, table_set.spec.exclude).select(identifiers)
+        self._listed[key] = (time.monotonic(), table_set.spec, selected)
+        return selected
+
+
+def _set_table(table_set: OptimizedTableSet, name: str, identifier: str) -> OptimizedTable:
+    """The OptimizedTable the set gives `identifier`, named `name`."""
+    meta = {"name": name, "namespace": table_set.metadata.namespace}
+    return OptimizedTable.model_validate(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "OptimizedTable",
+            "metadata": {**meta, "labels": {TABLE_SET_LABEL: table_set.metadata.name}},
+            "spec": table_set.spec.table_spec(identifier).model_dump(by_alias=True, exclude_defaults=True),
+        }
+    )
+
+
+def _key(table_set: OptimizedTableSet) -> str:
+    return f"{table_set.metadata.namespace}/{table_set.metadata.name}"
 
 
 def render(views: list[TableView], events: list[EngineEvent]) -> RichTable:
@@ -120,6 +189,8 @@ def run_engine(
     watcher = ManifestWatcher(manifests, catalog)
     watcher.changed()
     groups, tables = watcher.load()
+    for table_set, problem in watcher.problems.items():
+        console.print(f"[yellow]{table_set}[/yellow]: {problem}")
     # Even on this machine the service listens on a port other local users can reach: only
     # the optimizers started here, which are handed this token, may register and take tasks.
     token = secrets.token_urlsafe(32)
@@ -144,6 +215,8 @@ def run_engine(
                 if watcher.changed():
                     groups, tables = watcher.load()
                     _apply(engine, groups, tables, optimizers, server.url, token, spark)
+                    for table_set, problem in watcher.problems.items():
+                        console.print(f"[yellow]{table_set}[/yellow]: {problem}")
                 live.update(render(engine.table_views(), events[-5:]), refresh=True)
                 if once and engine.converged():
                     break

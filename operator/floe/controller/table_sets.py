@@ -1,0 +1,228 @@
+"""kopf handlers of OptimizedTableSet: one OptimizedTable per catalog table the set selects.
+
+At creation, at every change of the set (its spec, labels or annotations: annotating it is how
+a user asks for a listing now) and every ``spec.listInterval`` (checked by a timer), the operator
+lists the set's catalog and makes the set's OptimizedTables agree with it:
+
+* a selected table without one gets one, named after the table (`table_resource_name`), owned
+  by the set (deleting the set deletes them: Kubernetes' garbage collector) and labelled
+  ``floe.dev/table-set=<set>``; its spec is the set's template with the table, catalog and
+  group filled in, and is rewritten when the template changes;
+* a selected table that another OptimizedTable already serves (the same catalog and table,
+  written by hand or by another set) is left to that one: the closest definition wins. If the set
+  had made one before, the set's goes;
+* the set's OptimizedTable of a table no longer selected, or dropped from the catalog, goes,
+  with a ``TableRemoved`` Event on the set.
+
+A catalog that cannot be listed (its Secret unreadable, the catalog down) changes nothing: the
+set's ``CatalogReady`` condition turns False with the reason, and a ``ListFailed`` Warning Event
+is posted when that reason first appears. A renamed table shows as one table dropped and another
+selected.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from floe.api.models import (
+    API_GROUP,
+    API_VERSION,
+    TABLE_SET_LABEL,
+    OptimizedTableSet,
+    OptimizedTableSpec,
+)
+from floe.controller.kube import Manifest
+from floe.controller.runtime import Controller
+from floe.controller.secrets import CatalogSecretError, read_catalog_properties
+from floe.controller.status import clip, condition, epoch, timestamp, with_transition_times
+from floe.controller.tables import resource_model
+from floe.tables.catalog import open_catalog
+from floe.tables.selection import TableSelector, list_table_identifiers, table_resource_name
+
+log = logging.getLogger(__name__)
+
+VERSION = "v1alpha1"
+PLURAL = "optimizedtablesets"
+TABLES = "optimizedtables"
+RELIST_CHECK_S = 10.0
+"""How often the timer asks whether a set's listInterval has passed since its last listing."""
+
+
+@dataclass
+class SetPlan:
+    """What to change so that a set's OptimizedTables agree with its selected tables."""
+
+    create: list[Manifest] = field(default_factory=list)
+    update: dict[str, OptimizedTableSpec] = field(default_factory=dict)
+    """The set's existing OptimizedTables whose spec differs from the template's, by name."""
+    delete: list[str] = field(default_factory=list)
+    claimed: list[str] = field(default_factory=list)
+    """Selected tables another OptimizedTable serves."""
+    managed: int = 0
+
+
+def owner_reference(name: str, uid: str) -> Manifest:
+    """The ownerReference that makes a set's OptimizedTables go with it."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "OptimizedTableSet",
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _owned_by(resource: Manifest, uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in resource.get("metadata", {}).get("ownerReferences") or [])
+
+
+def plan_table_set(
+    table_set: OptimizedTableSet, uid: str, selected: list[str], existing: list[Manifest]
+) -> SetPlan:
+    """The changes that bring `existing` (the OptimizedTables of the set's namespace) to one
+    OptimizedTable per `selected` table, each owned by the set unless another one serves it."""
+    meta, spec = table_set.metadata, table_set.spec
+    owned = {r["metadata"]["name"]: r for r in existing if _owned_by(r, uid)}
+    others = [r for r in existing if not _owned_by(r, uid) and not r["metadata"].get("deletionTimestamp")]
+    served_elsewhere = {_catalog_table(r) for r in others}
+    taken_names = {r["metadata"]["name"] for r in others}
+    plan = SetPlan()
+    wanted: set[str] = set()
+    for identifier in selected:
+        name = table_resource_name(identifier)
+        if (spec.catalog.name, identifier) in served_elsewhere or name in taken_names:
+            plan.claimed.append(identifier)
+            continue
+        wanted.add(name)
+        desired = spec.table_spec(identifier)
+        current = owned.get(name)
+        if current is None:
+            plan.create.append(
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "OptimizedTable",
+                    "metadata": {
+                        "name": name,
+                        "namespace": meta.namespace,
+                        "labels": {TABLE_SET_LABEL: meta.name},
+                        "ownerReferences": [owner_reference(meta.name, uid)],
+                    },
+                    "spec": desired.model_dump(by_alias=True, exclude_defaults=True),
+                }
+            )
+        elif _spec_of(current) != desired:
+            plan.update[name] = desired
+    plan.delete = sorted(set(owned) - wanted)
+    plan.managed = len(wanted)
+    return plan
+
+
+def _catalog_table(resource: Manifest) -> tuple[str | None, str | None]:
+    spec = resource.get("spec") or {}
+    return (spec.get("catalog") or {}).get("name"), spec.get("table")
+
+
+def _spec_of(resource: Manifest) -> OptimizedTableSpec | None:
+    try:
+        return OptimizedTableSpec.model_validate(resource.get("spec") or {})
+    except ValueError:
+        return None
+
+
+def sync_table_set(controller: Controller, body: kopf.Body, status: Any) -> dict[str, Any]:
+    """List the set's catalog and bring its OptimizedTables in line; the set's new status."""
+    table_set = resource_model(body, OptimizedTableSet)
+    meta = table_set.metadata
+    uid = body.metadata.uid or ""
+    involved = {"apiVersion": API_VERSION, "kind": "OptimizedTableSet", "name": meta.name}
+    involved |= {"namespace": meta.namespace, "uid": uid}
+    previous = dict(status or {})
+    now = time.time()
+    try:
+        identifiers = _list_catalog(controller, table_set)
+    except Exception as exc:  # the Secret, the catalog: whatever fails, nothing is removed
+        message = clip(controller.redact(f"cannot list catalog {table_set.spec.catalog.name!r}: {exc}"))
+        reason = exc.problem.reason if isinstance(exc, CatalogSecretError) else "ListFailed"
+        old = {c.get("type"): c for c in previous.get("conditions") or []}.get("CatalogReady") or {}
+        if old.get("reason") != reason or old.get("status") != "False":
+            controller.kube.event(involved, "Warning", "ListFailed", message)
+        log.warning("table set %s/%s: %s", meta.namespace, meta.name, message)
+        conditions = [condition("CatalogReady", False, reason, message)]
+        return {
+            **{k: previous[k] for k in ("matchedTables", "managedTables", "claimedTables") if k in previous},
+            "observedGeneration": body.metadata.get("generation"),
+            "lastListed": timestamp(now),
+            "message": message,
+            "conditions": with_transition_times(conditions, previous.get("conditions"), lambda: now),
+        }
+    selected = TableSelector(table_set.spec.include, table_set.spec.exclude).select(identifiers)
+    existing = controller.kube.list_custom(TABLES, meta.namespace)
+    plan = plan_table_set(table_set, uid, selected, existing)
+    for manifest in plan.create:
+        controller.kube.create_custom(TABLES, meta.namespace, manifest)
+    for name, spec in plan.update.items():
+        controller.kube.replace_custom_spec(
+            TABLES, name, meta.namespace, spec.model_dump(by_alias=True, exclude_defaults=True)
+        )
+    for name in plan.delete:
+        controller.kube.delete_custom(TABLES, name, meta.namespace)
+        controller.kube.event(
+            involved,
+            "Normal",
+            "TableRemoved",
+            f"OptimizedTable {name}: its table is no longer selected or was dropped",
+        )
+    message = (
+        f"{len(selected)} tables selected of {len(identifiers)} listed; {plan.managed} served by this set"
+        + (f", {len(plan.claimed)} by other OptimizedTables" if plan.claimed else "")
+    )
+    conditions = [condition("CatalogReady", True, "Listed", f"listed {len(identifiers)} tables")]
+    return {
+        "observedGeneration": body.metadata.get("generation"),
+        "lastListed": timestamp(now),
+        "matchedTables": len(selected),
+        "managedTables": plan.managed,
+        "claimedTables": len(plan.claimed),
+        "message": message,
+        "conditions": with_transition_times(conditions, previous.get("conditions"), lambda: now),
+    }
+
+
+def _list_catalog(controller: Controller, table_set: OptimizedTableSet) -> list[str]:
+    catalog = table_set.spec.catalog
+    properties = dict(catalog.properties)
+    if catalog.secret_ref is not None:
+        # Inline properties win over the Secret's, as for OptimizedTables.
+        properties = {
+            **read_catalog_properties(controller.kube, catalog.secret_ref, table_set.metadata.namespace),
+            **properties,
+        }
+    controller.redact.add(properties)
+    return list_table_identifiers(open_catalog(catalog.model_copy(update={"properties": properties})))
+
+
+@kopf.on.resume(API_GROUP, VERSION, PLURAL)
+@kopf.on.create(API_GROUP, VERSION, PLURAL)
+@kopf.on.update(API_GROUP, VERSION, PLURAL)
+def reconcile_table_set(
+    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
+    """List the catalog now: the set is new, changed, or the operator (re)started."""
+    patch.status.update(sync_table_set(memo.controller, body, status))
+
+
+@kopf.timer(API_GROUP, VERSION, PLURAL, interval=RELIST_CHECK_S, initial_delay=RELIST_CHECK_S)
+def relist_table_set(
+    body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
+    """List the catalog again once the set's listInterval has passed since its last listing."""
+    last = epoch(dict(status or {}).get("lastListed"))
+    interval = resource_model(body, OptimizedTableSet).spec.list_interval
+    if last is None or time.time() - last >= interval:
+        patch.status.update(sync_table_set(memo.controller, body, status))
