@@ -754,3 +754,36 @@ def test_a_table_set_keeps_one_optimized_table_per_selected_table(
     k8s.wait_for("the set's tables to go with it", lambda: not set_tables(), timeout=60)
     assert _get(k8s, "ot", "events-by-hand", "-n", namespace) is not None
     k8s.kubectl("delete", "ot", "events-by-hand", "-n", namespace)
+
+
+def test_an_operator_that_cannot_serve_external_metrics_says_why_and_runs_on(
+    k8s: K8sCluster, namespace: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """externalMetrics on, but the serving certificate is missing (a Secret not mounted): the
+    operator logs why it does not serve the API and runs the task service and engine without it."""
+    saved = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(k8s.kubeconfig)
+    try:
+        kube_module.load_config()
+        config = OperatorConfig(
+            namespaces=[namespace],
+            service_port=0,
+            create_peering_objects=False,
+            standalone=True,
+            external_metrics=ExternalMetricsConfig(0, tmp_path / "not-mounted"),
+        )
+        ctrl = Controller(config, kube_module.Kube())
+        with caplog.at_level("ERROR", logger="floe.controller.runtime"):
+            ctrl.start()
+        try:
+            assert ctrl.metrics_server is None
+            (record,) = [r for r in caplog.records if "external.metrics.k8s.io" in r.getMessage()]
+            assert "not-mounted" in record.getMessage(), record.getMessage()
+            assert ctrl.server.url  # the task service serves regardless
+        finally:
+            ctrl.stop()
+    finally:
+        if saved is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = saved

@@ -1,4 +1,5 @@
-"""Load OptimizerGroup / OptimizedTable manifests from YAML files, as `kubectl apply -f` would."""
+"""Load OptimizerGroup, OptimizedTable and OptimizedTableSet manifests from YAML files, as
+`kubectl apply -f` would."""
 
 from __future__ import annotations
 

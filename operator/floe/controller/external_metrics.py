@@ -137,9 +137,16 @@ class ClientAuthentication:
 
 
 def server_ssl_context(cert_file: Path, key_file: Path, clients: ClientAuthentication) -> ssl.SSLContext:
-    """TLS that serves `cert_file` and requires a client certificate signed by the clients' CA."""
+    """TLS that serves `cert_file` and requires a client certificate signed by the clients' CA;
+    ValueError naming the files when they cannot be loaded."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=clients.ca_pem)
-    context.load_cert_chain(cert_file, key_file)
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        # ssl names neither file: say which, so a Secret that is not mounted shows as such.
+        raise ValueError(
+            f"cannot load the serving certificate {cert_file} and key {key_file}: {exc}"
+        ) from exc
     context.verify_mode = ssl.CERT_REQUIRED
     return context
 
