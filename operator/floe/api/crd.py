@@ -672,11 +672,6 @@ KIND_SPECS: tuple[KindSpec, ...] = (
             _AGE,
         ),
     ),
-)
-
-
-KIND_SPECS = (
-    *KIND_SPECS,
     KindSpec(
         model=OptimizedTableSet,
         plural="optimizedtablesets",

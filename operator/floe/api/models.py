@@ -420,6 +420,10 @@ class CatalogRef(_Model):
         description="Secret holding the catalog properties, in the table's namespace",
     )
 
+    def with_properties_under(self, properties: Mapping[str, str]) -> CatalogRef:
+        """This catalog with `properties` (a Secret's) under its inline ones: inline wins, it is explicit."""
+        return self.model_copy(update={"properties": {**properties, **self.properties}})
+
 
 class MinorSpec(_Model):
     """Minor optimizing thresholds."""
@@ -802,6 +806,12 @@ class OptimizedTable(_Model):
     status: OptimizedTableStatus | None = None
 
 
+SET_OWN_FIELDS = ("table", "catalog", "group")
+"""What an OptimizedTableSet sets on each of its tables itself, not through its template."""
+TABLE_SET_LABEL = "floe.dev/table-set"
+"""The label on each OptimizedTable a set made: the set's name."""
+
+
 def _template_fields() -> dict[str, Any]:
     """OptimizedTableSpec's fields but the table, its catalog and group, each optional and unset
     by default, with the same bounds: what an OptimizedTableSet gives its tables."""
@@ -815,11 +825,6 @@ def _template_fields() -> dict[str, Any]:
         fields[name] = (annotation | None, optional)
     return fields
 
-
-SET_OWN_FIELDS = ("table", "catalog", "group")
-TABLE_SET_LABEL = "floe.dev/table-set"
-"""The label on each OptimizedTable a set made: the set's name."""
-"""What an OptimizedTableSet sets on each of its tables itself, not through its template."""
 
 if TYPE_CHECKING:
     OptimizedTableTemplate = _Model

@@ -26,9 +26,9 @@ SECRET_UNREADABLE = "SecretUnreadable"
 
 def with_catalog_properties(resource: OptimizedTable, properties: dict[str, str]) -> OptimizedTable:
     """The table with the Secret's properties under its inline ones (inline wins: it is explicit)."""
-    catalog = resource.spec.catalog
-    merged = {**properties, **catalog.properties}
-    spec = resource.spec.model_copy(update={"catalog": catalog.model_copy(update={"properties": merged})})
+    spec = resource.spec.model_copy(
+        update={"catalog": resource.spec.catalog.with_properties_under(properties)}
+    )
     return resource.model_copy(update={"spec": spec})
 
 

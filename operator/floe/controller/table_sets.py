@@ -32,7 +32,6 @@ import kopf
 from floe.api.models import (
     API_GROUP,
     API_VERSION,
-    TABLE_SET_LABEL,
     OptimizedTableSet,
     OptimizedTableSpec,
 )
@@ -42,7 +41,12 @@ from floe.controller.secrets import CatalogSecretError, read_catalog_properties
 from floe.controller.status import clip, condition, epoch, timestamp, with_transition_times
 from floe.controller.tables import resource_model
 from floe.tables.catalog import open_catalog
-from floe.tables.selection import TableSelector, list_table_identifiers, table_resource_name
+from floe.tables.selection import (
+    TableSelector,
+    claim_tables,
+    list_table_identifiers,
+    set_table_manifest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,39 +91,22 @@ def plan_table_set(
 ) -> SetPlan:
     """The changes that bring `existing` (the OptimizedTables of the set's namespace) to one
     OptimizedTable per `selected` table, each owned by the set unless another one serves it."""
-    meta, spec = table_set.metadata, table_set.spec
     owned = {r["metadata"]["name"]: r for r in existing if _owned_by(r, uid)}
     others = [r for r in existing if not _owned_by(r, uid) and not r["metadata"].get("deletionTimestamp")]
     served_elsewhere = {_catalog_table(r) for r in others}
     taken_names = {r["metadata"]["name"] for r in others}
-    plan = SetPlan()
-    wanted: set[str] = set()
-    for identifier in selected:
-        name = table_resource_name(identifier)
-        if (spec.catalog.name, identifier) in served_elsewhere or name in taken_names:
-            plan.claimed.append(identifier)
-            continue
-        wanted.add(name)
-        desired = spec.table_spec(identifier)
+    mine, claimed = claim_tables(table_set.spec.catalog.name, selected, served_elsewhere, taken_names)
+    plan = SetPlan(claimed=claimed)
+    for name, identifier in mine.items():
         current = owned.get(name)
         if current is None:
-            plan.create.append(
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": "OptimizedTable",
-                    "metadata": {
-                        "name": name,
-                        "namespace": meta.namespace,
-                        "labels": {TABLE_SET_LABEL: meta.name},
-                        "ownerReferences": [owner_reference(meta.name, uid)],
-                    },
-                    "spec": desired.model_dump(by_alias=True, exclude_defaults=True),
-                }
-            )
-        elif _spec_of(current) != desired:
+            manifest = set_table_manifest(table_set, name, identifier)
+            manifest["metadata"]["ownerReferences"] = [owner_reference(table_set.metadata.name, uid)]
+            plan.create.append(manifest)
+        elif _spec_of(current) != (desired := table_set.spec.table_spec(identifier)):
             plan.update[name] = desired
-    plan.delete = sorted(set(owned) - wanted)
-    plan.managed = len(wanted)
+    plan.delete = sorted(set(owned) - set(mine))
+    plan.managed = len(mine)
     return plan
 
 
@@ -136,7 +123,8 @@ def _spec_of(resource: Manifest) -> OptimizedTableSpec | None:
 
 
 def sync_table_set(controller: Controller, body: kopf.Body, status: Any) -> dict[str, Any]:
-    """List the set's catalog and bring its OptimizedTables in line; the set's new status."""
+    """List the set's catalog and bring its OptimizedTables in line; what to merge into the set's
+    status (a failed listing leaves the last listing's counts as they are)."""
     table_set = resource_model(body, OptimizedTableSet)
     meta = table_set.metadata
     uid = body.metadata.uid or ""
@@ -144,6 +132,7 @@ def sync_table_set(controller: Controller, body: kopf.Body, status: Any) -> dict
     involved |= {"namespace": meta.namespace, "uid": uid}
     previous = dict(status or {})
     now = time.time()
+    counts: dict[str, int] = {}
     try:
         identifiers = _list_catalog(controller, table_set)
     except Exception as exc:  # the Secret, the catalog: whatever fails, nothing is removed
@@ -153,58 +142,51 @@ def sync_table_set(controller: Controller, body: kopf.Body, status: Any) -> dict
         if old.get("reason") != reason or old.get("status") != "False":
             controller.kube.event(involved, "Warning", "ListFailed", message)
         log.warning("table set %s/%s: %s", meta.namespace, meta.name, message)
-        conditions = [condition("CatalogReady", False, reason, message)]
-        return {
-            **{k: previous[k] for k in ("matchedTables", "managedTables", "claimedTables") if k in previous},
-            "observedGeneration": body.metadata.get("generation"),
-            "lastListed": timestamp(now),
-            "message": message,
-            "conditions": with_transition_times(conditions, previous.get("conditions"), lambda: now),
+        ready = condition("CatalogReady", False, reason, message)
+    else:
+        selected = TableSelector(table_set.spec.include, table_set.spec.exclude).select(identifiers)
+        plan = plan_table_set(table_set, uid, selected, controller.kube.list_custom(TABLES, meta.namespace))
+        _carry_out(controller, plan, meta.namespace, involved)
+        counts = {
+            "matchedTables": len(selected),
+            "managedTables": plan.managed,
+            "claimedTables": len(plan.claimed),
         }
-    selected = TableSelector(table_set.spec.include, table_set.spec.exclude).select(identifiers)
-    existing = controller.kube.list_custom(TABLES, meta.namespace)
-    plan = plan_table_set(table_set, uid, selected, existing)
-    for manifest in plan.create:
-        controller.kube.create_custom(TABLES, meta.namespace, manifest)
-    for name, spec in plan.update.items():
-        controller.kube.replace_custom_spec(
-            TABLES, name, meta.namespace, spec.model_dump(by_alias=True, exclude_defaults=True)
+        message = (
+            f"{len(selected)} tables selected of {len(identifiers)} listed; {plan.managed} served by this set"
+            + (f", {len(plan.claimed)} by other OptimizedTables" if plan.claimed else "")
         )
-    for name in plan.delete:
-        controller.kube.delete_custom(TABLES, name, meta.namespace)
-        controller.kube.event(
-            involved,
-            "Normal",
-            "TableRemoved",
-            f"OptimizedTable {name}: its table is no longer selected or was dropped",
-        )
-    message = (
-        f"{len(selected)} tables selected of {len(identifiers)} listed; {plan.managed} served by this set"
-        + (f", {len(plan.claimed)} by other OptimizedTables" if plan.claimed else "")
-    )
-    conditions = [condition("CatalogReady", True, "Listed", f"listed {len(identifiers)} tables")]
+        ready = condition("CatalogReady", True, "Listed", f"listed {len(identifiers)} tables")
     return {
+        **counts,
         "observedGeneration": body.metadata.get("generation"),
         "lastListed": timestamp(now),
-        "matchedTables": len(selected),
-        "managedTables": plan.managed,
-        "claimedTables": len(plan.claimed),
         "message": message,
-        "conditions": with_transition_times(conditions, previous.get("conditions"), lambda: now),
+        "conditions": with_transition_times([ready], previous.get("conditions"), lambda: now),
     }
+
+
+def _carry_out(controller: Controller, plan: SetPlan, namespace: str, involved: Manifest) -> None:
+    """Make the plan's changes to the set's OptimizedTables, with an Event per table removed."""
+    for manifest in plan.create:
+        controller.kube.create_custom(TABLES, namespace, manifest)
+    for name, spec in plan.update.items():
+        controller.kube.replace_custom_spec(
+            TABLES, name, namespace, spec.model_dump(by_alias=True, exclude_defaults=True)
+        )
+    for name in plan.delete:
+        controller.kube.delete_custom(TABLES, name, namespace)
+        removed = f"OptimizedTable {name}: its table is no longer selected or was dropped"
+        controller.kube.event(involved, "Normal", "TableRemoved", removed)
 
 
 def _list_catalog(controller: Controller, table_set: OptimizedTableSet) -> list[str]:
     catalog = table_set.spec.catalog
-    properties = dict(catalog.properties)
     if catalog.secret_ref is not None:
-        # Inline properties win over the Secret's, as for OptimizedTables.
-        properties = {
-            **read_catalog_properties(controller.kube, catalog.secret_ref, table_set.metadata.namespace),
-            **properties,
-        }
-    controller.redact.add(properties)
-    return list_table_identifiers(open_catalog(catalog.model_copy(update={"properties": properties})))
+        secret = read_catalog_properties(controller.kube, catalog.secret_ref, table_set.metadata.namespace)
+        catalog = catalog.with_properties_under(secret)
+    controller.redact.add(catalog.properties)
+    return list_table_identifiers(open_catalog(catalog))
 
 
 @kopf.on.resume(API_GROUP, VERSION, PLURAL)

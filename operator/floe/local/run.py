@@ -19,8 +19,6 @@ from rich.table import Table as RichTable
 
 from floe.api.manifests import load_manifests
 from floe.api.models import (
-    API_VERSION,
-    TABLE_SET_LABEL,
     CatalogRef,
     OptimizedTable,
     OptimizedTableSet,
@@ -32,7 +30,7 @@ from floe.service.engine import EngineEvent, OptimizingEngine, TableView
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.tables.catalog import open_catalog
-from floe.tables.selection import TableSelector, list_table_identifiers, table_resource_name
+from floe.tables.selection import TableSelector, claim_tables, list_table_identifiers, set_table_manifest
 from floe_optimizer.app import Optimizer
 from floe_optimizer.spark_runner import wait_for_idle_executors
 from floe_optimizer.spark_session import get_spark
@@ -71,23 +69,23 @@ class ManifestWatcher:
         tables = [self._with_catalog(r) for r in resources if isinstance(r, OptimizedTable)]
         sets = [r for r in resources if isinstance(r, OptimizedTableSet)]
         self._listed = {k: v for k, v in self._listed.items() if k in {_key(s) for s in sets}}
-        served = {(t.metadata.namespace, t.spec.catalog.name, t.spec.table) for t in tables}
-        names = {(t.metadata.namespace, t.metadata.name) for t in tables}
         for table_set in sets:
-            namespace, catalog = table_set.metadata.namespace, table_set.spec.catalog.name
-            for identifier in self._selected(table_set):
-                name = table_resource_name(identifier)
-                if (namespace, catalog, identifier) in served or (namespace, name) in names:
-                    continue
-                served.add((namespace, catalog, identifier))
-                names.add((namespace, name))
-                tables.append(self._with_catalog(_set_table(table_set, name, identifier)))
+            namespace = [t for t in tables if t.metadata.namespace == table_set.metadata.namespace]
+            served = {(t.spec.catalog.name, t.spec.table) for t in namespace}
+            names = {t.metadata.name for t in namespace}
+            mine, _ = claim_tables(table_set.spec.catalog.name, self._selected(table_set), served, names)
+            for name, identifier in mine.items():
+                manifest = set_table_manifest(table_set, name, identifier)
+                tables.append(self._with_catalog(OptimizedTable.model_validate(manifest)))
         return groups, tables
 
+    def _catalog_for(self, catalog: CatalogRef) -> CatalogRef:
+        """`catalog`, or `--catalog-config`'s when it has no properties of its own."""
+        return self.catalog if self.catalog is not None and not catalog.properties else catalog
+
     def _with_catalog(self, table: OptimizedTable) -> OptimizedTable:
-        if self.catalog is None or table.spec.catalog.properties:
-            return table
-        return table.model_copy(update={"spec": table.spec.model_copy(update={"catalog": self.catalog})})
+        catalog = self._catalog_for(table.spec.catalog)
+        return table.model_copy(update={"spec": table.spec.model_copy(update={"catalog": catalog})})
 
     def _selected(self, table_set: OptimizedTableSet) -> list[str]:
         """The set's tables: listed now when due or when the set changed, else as last listed
@@ -96,9 +94,7 @@ class ManifestWatcher:
         at, spec, selected = self._listed.get(key, (None, None, []))
         if at is not None and spec == table_set.spec and time.monotonic() - at < table_set.spec.list_interval:
             return selected
-        catalog = table_set.spec.catalog
-        if self.catalog is not None and not catalog.properties:
-            catalog = self.catalog
+        catalog = self._catalog_for(table_set.spec.catalog)
         try:
             identifiers = list_table_identifiers(open_catalog(catalog))
         except Exception as exc:  # whatever the catalog says: the tables stay as they were
@@ -108,19 +104,6 @@ class ManifestWatcher:
             selected = TableSelector(table_set.spec.include, table_set.spec.exclude).select(identifiers)
         self._listed[key] = (time.monotonic(), table_set.spec, selected)
         return selected
-
-
-def _set_table(table_set: OptimizedTableSet, name: str, identifier: str) -> OptimizedTable:
-    """The OptimizedTable the set gives `identifier`, named `name`."""
-    meta = {"name": name, "namespace": table_set.metadata.namespace}
-    return OptimizedTable.model_validate(
-        {
-            "apiVersion": API_VERSION,
-            "kind": "OptimizedTable",
-            "metadata": {**meta, "labels": {TABLE_SET_LABEL: table_set.metadata.name}},
-            "spec": table_set.spec.table_spec(identifier).model_dump(by_alias=True, exclude_defaults=True),
-        }
-    )
 
 
 def _key(table_set: OptimizedTableSet) -> str:

@@ -14,6 +14,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable
+from typing import Self
 
 from aiohttp import web
 
@@ -79,6 +80,13 @@ class BackgroundServer:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
 
     async def _serve(self, sock: socket.socket) -> None:
         runner = web.AppRunner(

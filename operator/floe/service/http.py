@@ -434,10 +434,3 @@ class TaskServiceServer(BackgroundServer):
             # reset, then close: a stranger's 64 MiB holds the connection one second, not ten.
             lingering_time_s=LINGER_S,
         )
-
-    def __enter__(self) -> TaskServiceServer:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()

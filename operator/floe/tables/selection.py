@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
 from pyiceberg.catalog import Catalog
 
-from floe.api.models import DNS1123_SUBDOMAIN, MAX_SUBDOMAIN_LENGTH
+from floe.api.models import (
+    API_VERSION,
+    DNS1123_SUBDOMAIN,
+    MAX_SUBDOMAIN_LENGTH,
+    TABLE_SET_LABEL,
+    OptimizedTableSet,
+)
 
 _HASH_LENGTH = 8
 
@@ -103,3 +110,36 @@ def table_resource_name(identifier: str) -> str:
     digest = hashlib.sha256(identifier.encode()).hexdigest()[:_HASH_LENGTH]
     readable = ".".join(parts)[: MAX_SUBDOMAIN_LENGTH - _HASH_LENGTH - 1].rstrip("-.")
     return f"{readable}-{digest}"
+
+
+def claim_tables(
+    catalog: str, selected: Iterable[str], served: Collection[tuple[Any, Any]], taken_names: Collection[str]
+) -> tuple[dict[str, str], list[str]]:
+    """Which of a set's `selected` tables of `catalog` the set serves: by resource name, those no
+    other OptimizedTable of the namespace serves (`served`: their (catalog, table) pairs) and whose
+    name none holds (`taken_names`); and the identifiers left to the others."""
+    mine: dict[str, str] = {}
+    others: list[str] = []
+    for identifier in selected:
+        name = table_resource_name(identifier)
+        if (catalog, identifier) in served or name in taken_names:
+            others.append(identifier)
+        else:
+            mine[name] = identifier
+    return mine, others
+
+
+def set_table_manifest(table_set: OptimizedTableSet, name: str, identifier: str) -> dict[str, Any]:
+    """The OptimizedTable the set gives the table `identifier`, named `name` and labelled with the
+    set; its spec is the set's template with the table, catalog and group filled in."""
+    spec = table_set.spec.table_spec(identifier)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "OptimizedTable",
+        "metadata": {
+            "name": name,
+            "namespace": table_set.metadata.namespace,
+            "labels": {TABLE_SET_LABEL: table_set.metadata.name},
+        },
+        "spec": spec.model_dump(by_alias=True, exclude_defaults=True),
+    }
