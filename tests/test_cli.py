@@ -211,6 +211,8 @@ def test_operator_flags_reach_its_configuration(tmp_path: Path, monkeypatch: pyt
             "--secret-interval=2.5",
             "--liveness=http://0.0.0.0:8081/healthz",
             "--driver-service-account=team-driver",
+            "--external-metrics-port=6443",
+            f"--external-metrics-cert-dir={tmp_path}",
         ]
     )
 
@@ -221,6 +223,8 @@ def test_operator_flags_reach_its_configuration(tmp_path: Path, monkeypatch: pyt
     assert (config.peering_lifetime_s, config.secret_interval_s) == (15, 2.5)
     assert config.liveness_endpoint == "http://0.0.0.0:8081/healthz"
     assert config.driver_service_account == "team-driver"
+    assert config.external_metrics is not None
+    assert (config.external_metrics.port, config.external_metrics.cert_dir) == (6443, tmp_path)
     defaults = operator_config(build_parser().parse_args(["operator"]))
     assert (defaults.peering_lifetime_s, defaults.secret_interval_s, defaults.liveness_endpoint) == (
         60,
@@ -229,6 +233,7 @@ def test_operator_flags_reach_its_configuration(tmp_path: Path, monkeypatch: pyt
     )
     # Without the chart's flag, the drivers run as the account the chart makes for release "floe".
     assert defaults.driver_service_account == "floe-driver"
+    assert defaults.external_metrics is None  # not served unless asked for
     # Without a token given, each process makes its own: never an open registration.
     assert defaults.registration_token and defaults.registration_token != config.registration_token
     monkeypatch.setenv("FLOE_REGISTRATION_TOKEN", "from-the-environment")
@@ -275,3 +280,7 @@ def test_operator_refuses_a_missing_token_file_and_bad_intervals(
         with pytest.raises(SystemExit):
             build_parser().parse_args(["operator", flag])
         assert "must be positive" in capsys.readouterr().err
+    for flag in ("--external-metrics-port=-1", "--external-metrics-port=65536", "--external-metrics-port=x"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["operator", flag])
+        assert "--external-metrics-port" in capsys.readouterr().err

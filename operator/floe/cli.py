@@ -264,6 +264,14 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
     return parse
 
 
+def _port_or_off(text: str) -> int:
+    """A TCP port to listen on, or 0 for not at all."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port (1 to 65535) or 0 for off, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``floe`` command."""
     parser = argparse.ArgumentParser(prog="floe", description="Keep Apache Iceberg tables compacted.")
@@ -358,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     op.add_argument(
         "--external-metrics-port",
-        type=int,
+        type=_port_or_off,
         default=0,
         metavar="PORT",
         help="serve each group's demand as external.metrics.k8s.io over HTTPS on this port, for "

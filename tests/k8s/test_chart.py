@@ -139,6 +139,7 @@ def test_helm_lint(helm_offline: Helm) -> None:
         ({"registrationToken": {"existingSecret": "My_Secret"}}, ["/registrationToken/existingSecret"]),
         ({"livenessPort": 80}, ["/livenessPort", "minimum"]),
         ({"peeringLifetimeSeconds": 1}, ["/peeringLifetimeSeconds", "minimum"]),
+        ({"externalMetrics": {"port": 80}}, ["/externalMetrics/port", "minimum"]),
     ],
     ids=[
         "replicas",
@@ -156,6 +157,7 @@ def test_helm_lint(helm_offline: Helm) -> None:
         "token-secret",
         "liveness-port",
         "peering",
+        "external-metrics-port",
     ],
 )
 def test_bad_values_fail_with_the_key_named(
