@@ -197,8 +197,8 @@ def test_quantities_are_int_or_string_with_hoisted_validations() -> None:
     assert target["maxLength"] == MAX_UNIT_LENGTH
     # Unset, the table's write.target-file-size-bytes decides; other quantities keep defaults.
     assert "default" not in target and target["nullable"] is True
-    task_size = _schema("OptimizedTable")["properties"]["spec"]["properties"]["maxTaskSize"]
-    assert task_size["default"] == "128Mi"
+    memory = _schema("OptimizerGroup")["properties"]["spec"]["properties"]["executorMemory"]
+    assert memory["default"] == "2Gi" and memory["x-kubernetes-int-or-string"] is True
 
 
 def test_durations_are_patterned_strings() -> None:
@@ -251,12 +251,17 @@ def test_crd_defaults_equal_the_model_defaults() -> None:
     minimal = {"table": "db.t", "catalog": {"name": "c"}}
     table = {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizedTable", "metadata": {"name": "t"}}
     defaulted = _apply_defaults(_schema("OptimizedTable"), {**table, "spec": minimal})
-    assert defaulted["spec"]["minor"] == {"triggerFileCount": 12, "triggerInterval": "1h"}
-    assert defaulted["spec"]["full"]["triggerInterval"] == "-1"
+    # A table's settings get no defaults from the API server: unset, they are inherited
+    # (floe.api.inheritance); floe's defaults are the model's, and status.effectiveSpec shows them.
+    assert defaulted["spec"] == {**minimal, "group": "default"}
     assert (
         OptimizedTable.model_validate(defaulted).spec
         == OptimizedTable.model_validate({**table, "spec": minimal}).spec
     )
+    # Nor do the levels a table inherits from, at any depth.
+    for kind, path in (("OptimizedTableSet", "template"), ("OptimizerGroup", "tableDefaults")):
+        node = _schema(kind)["properties"]["spec"]["properties"][path]
+        assert "default:" not in yaml.safe_dump(node), kind
 
 
 @pytest.mark.parametrize("kind", ["OptimizerGroup", "OptimizedTable"])

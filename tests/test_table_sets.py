@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 from pyiceberg.catalog.sql import SqlCatalog
 
+from floe.api.inheritance import SettingsLayer, effective_spec, own_settings
 from floe.api.models import (
     DNS1123_SUBDOMAIN,
     TABLE_SET_LABEL,
@@ -84,17 +85,16 @@ def test_a_template_takes_the_bounds_of_the_table_it_becomes() -> None:
         _table_set(template={"table": "a.b"})  # the set names its tables itself
     with pytest.raises(ValidationError):
         _table_set(listInterval="0s")
-    spec = _table_set(group="etl", template={"quota": 2.0, "minor": {"triggerFileCount": 4}}).spec
-    table = spec.table_spec("sales.orders")
-    assert (table.table, table.group, table.quota, table.minor.trigger_file_count) == (
-        "sales.orders",
-        "etl",
-        2.0,
-        4,
-    )
-    assert table.catalog.secret_ref == "demo-catalog"
+    table_set = _table_set(group="etl", template={"quota": 2.0, "minor": {"triggerFileCount": 4}})
+    table = table_set.spec.table_spec("sales.orders")
+    assert (table.table, table.group, table.catalog.secret_ref) == ("sales.orders", "etl", "demo-catalog")
+    # The template is inherited, not copied: the table's own spec sets nothing else.
+    assert own_settings(table) == {}
+    template = SettingsLayer.of("OptimizedTableSet/lake", table_set.spec.template)
+    effective = effective_spec(table, [template]).spec
+    assert (effective.quota, effective.minor.trigger_file_count) == (2.0, 4)
     # Unset template fields are floe's defaults, not copies of some value.
-    assert table.major == OptimizedTableSpec.model_fields["major"].get_default(call_default_factory=True)
+    assert effective.major == OptimizedTableSpec.model_fields["major"].get_default(call_default_factory=True)
 
 
 def test_table_names_are_the_identifier_or_a_distinct_readable_form() -> None:
@@ -129,8 +129,8 @@ def test_listing_walks_nested_namespaces(nested_catalog: SqlCatalog) -> None:
 def _owned(name: str, identifier: str, spec: OptimizedTableSpec) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "ownerReferences": [owner_reference("lake", UID)]},
-        # As the API server returns it: every default filled in.
-        "spec": spec.model_dump(by_alias=True),
+        # As the API server returns it: the group's default filled in.
+        "spec": {"group": "default", **spec.model_dump(mode="json", by_alias=True, exclude_unset=True)},
     }
 
 
@@ -142,25 +142,30 @@ def test_plan_creates_one_owned_table_per_selected_table() -> None:
     assert created["metadata"]["ownerReferences"] == [owner_reference("lake", UID)]
     assert created["metadata"]["labels"] == {TABLE_SET_LABEL: "lake"}
     assert created["metadata"]["namespace"] == "analytics"
+    # The template is inherited (floe.api.inheritance), not copied into the table's spec.
     assert created["spec"] == {
         "table": "sales.orders",
         "catalog": {"name": "demo", "secretRef": "demo-catalog"},
-        "quota": 2.0,
     }
     assert (plan.update, plan.delete, plan.claimed, plan.managed) == ({}, [], [], 2)
 
 
-def test_plan_follows_the_template_and_the_catalog() -> None:
+def test_plan_follows_the_catalog_and_group_and_leaves_the_tables_own_settings() -> None:
     before = _table_set(template={"quota": 2.0})
-    existing = [
-        _owned("sales.orders", "sales.orders", before.spec.table_spec("sales.orders")),
-        _owned("raw.events", "raw.events", before.spec.table_spec("raw.events")),
-    ]
+    orders = _owned("sales.orders", "sales.orders", before.spec.table_spec("sales.orders"))
+    orders["spec"]["minor"] = {"triggerInterval": "2h"}  # the user's own setting on the set's table
+    existing = [orders, _owned("raw.events", "raw.events", before.spec.table_spec("raw.events"))]
     unchanged = plan_table_set(before, UID, ["raw.events", "sales.orders"], existing)
     assert (unchanged.create, unchanged.update, unchanged.delete) == ([], {}, [])
-    after = _table_set(template={"quota": 1.0})
+    # A template change needs no write: the tables inherit it.
+    retemplated = _table_set(template={"quota": 1.0})
+    assert plan_table_set(retemplated, UID, ["raw.events", "sales.orders"], existing).update == {}
+    after = _table_set(template={"quota": 1.0}, group="etl", catalog={"name": "demo", "secretRef": "other"})
     plan = plan_table_set(after, UID, ["sales.orders"], existing)  # raw.events was dropped
-    assert plan.update == {"sales.orders": after.spec.table_spec("sales.orders")}
+    # Only the set's own fields are written: the table's minor setting stays its own.
+    assert plan.update == {
+        "sales.orders": {"catalog": {"name": "demo", "secretRef": "other"}, "group": "etl"}
+    }
     assert plan.delete == ["raw.events"]
 
 
@@ -204,9 +209,15 @@ def test_floe_run_expands_a_set_and_a_hand_written_table_wins(
             "catalog": {"name": "lake", "properties": properties},
             "include": ["sales.**", "raw.*"],
             "exclude": ["sales.eu.fr.*"],
-            "template": {"quota": 2.0},
+            "template": {"quota": 2.0, "minor": {"triggerInterval": "2h"}},
             "listInterval": "1h",
         },
+    }
+    group = {
+        "apiVersion": "floe.dev/v1alpha1",
+        "kind": "OptimizerGroup",
+        "metadata": {"name": "default"},
+        "spec": {"tableDefaults": {"quota": 3.0, "fragmentRatio": 4, "minor": {"triggerFileCount": 6}}},
     }
     by_hand = {
         "apiVersion": "floe.dev/v1alpha1",
@@ -214,29 +225,41 @@ def test_floe_run_expands_a_set_and_a_hand_written_table_wins(
         "metadata": {"name": "events"},
         "spec": {"table": "raw.events", "catalog": {"name": "lake", "properties": properties}, "quota": 0.25},
     }
-    _write(manifests / "lake.yaml", [table_set, by_hand])
+    _write(manifests / "lake.yaml", [table_set, by_hand, group])
     watcher = ManifestWatcher(manifests, None)
     assert watcher.changed()
     _, tables = watcher.load()
     by_table = {t.spec.table: t for t in tables}
     assert sorted(by_table) == ["raw.events", "sales.eu.orders", "sales.orders"]
-    assert by_table["raw.events"].metadata.name == "events" and by_table["raw.events"].spec.quota == 0.25
-    assert by_table["sales.orders"].spec.quota == 2.0
     assert by_table["sales.orders"].metadata.labels == {TABLE_SET_LABEL: "lake"}
+    # Each setting from the closest level that sets it: the table, its set, its group, floe.
+    events, orders = by_table["raw.events"].spec, by_table["sales.orders"].spec
+    assert by_table["raw.events"].metadata.name == "events"
+    assert (events.quota, events.fragment_ratio, events.minor.trigger_interval) == (0.25, 4, 3600.0)
+    assert (orders.quota, orders.fragment_ratio, orders.minor.trigger_interval) == (2.0, 4, 7200.0)
+    assert orders.minor.trigger_file_count == events.minor.trigger_file_count == 6
+    assert orders.min_target_size_ratio == 0.75
     assert not watcher.changed()  # nothing edited, the listing not due for an hour
+
+    # An edited group default reaches the tables at the next load.
+    group["spec"]["tableDefaults"]["fragmentRatio"] = 16
+    _write(manifests / "lake.yaml", [table_set, by_hand, group])
+    assert watcher.changed()
+    _, tables = watcher.load()
+    assert {t.spec.fragment_ratio for t in tables} == {16}
 
     # A catalog that cannot be listed keeps the tables as last listed, and says why.
     nested_catalog.create_table("sales.returns", pa.schema([("id", pa.int64())]))
     table_set["spec"]["catalog"]["properties"] = {**properties, "uri": f"sqlite:///{tmp_path}/gone/x.db"}
     table_set["spec"]["listInterval"] = "1s"
-    _write(manifests / "lake.yaml", [table_set, by_hand])
+    _write(manifests / "lake.yaml", [table_set, by_hand, group])
     assert watcher.changed()
     _, tables = watcher.load()
     assert sorted(t.spec.table for t in tables) == ["raw.events", "sales.eu.orders", "sales.orders"]
     assert "cannot list catalog 'lake'" in watcher.problems["default/lake"]
     # Listed again once reachable: the new table joins.
     table_set["spec"]["catalog"]["properties"] = properties
-    _write(manifests / "lake.yaml", [table_set, by_hand])
+    _write(manifests / "lake.yaml", [table_set, by_hand, group])
     assert watcher.changed()
     _, tables = watcher.load()
     assert "sales.returns" in {t.spec.table for t in tables} and not watcher.problems

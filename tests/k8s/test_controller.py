@@ -662,11 +662,12 @@ def test_an_autoscaled_group_follows_its_tables_demand(
 def test_a_table_set_keeps_one_optimized_table_per_selected_table(
     k8s: K8sCluster, namespace: str, controller: Controller, tmp_path: Path
 ) -> None:
-    """One manifest for a catalog: an OptimizedTable per selected table, owned by the set and made
-    from its template, which follows the template's edits; a table an OptimizedTable written by
-    hand serves is left to it; a table dropped from the catalog loses its OptimizedTable, with an
-    Event; a catalog that cannot be listed changes nothing and says why; deleting the set deletes
-    its tables."""
+    """One manifest for a catalog: an OptimizedTable per selected table, owned by the set; each
+    table's settings are its own, else the set's template, else its group's tableDefaults, and
+    edits of either reach the tables at once, shown in status.effectiveSpec with their sources;
+    a table an OptimizedTable written by hand serves is left to it; a table dropped from the
+    catalog loses its OptimizedTable, with an Event; a catalog that cannot be listed changes
+    nothing and says why; deleting the set deletes its tables."""
     catalog = SqlCatalog("lake", uri=f"sqlite:///{tmp_path}/lake.db", warehouse=(tmp_path / "wh").as_uri())
     for name in (("sales",), ("sales", "eu"), ("raw",)):
         catalog.create_namespace(name)
@@ -684,6 +685,9 @@ def test_a_table_set_keeps_one_optimized_table_per_selected_table(
         },
     }
     _apply(k8s, by_hand)
+    group = _group("lake", namespace, executors=0)
+    group["spec"]["tableDefaults"] = {"quota": 3.0, "fragmentRatio": 4, "minor": {"triggerFileCount": 20}}
+    _apply(k8s, group)
     table_set = {
         "apiVersion": "floe.dev/v1alpha1",
         "kind": "OptimizedTableSet",
@@ -706,11 +710,33 @@ def test_a_table_set_keeps_one_optimized_table_per_selected_table(
     k8s.wait_for("the set's two tables", lambda: sorted(set_tables()) == ["sales.eu.orders", "sales.orders"])
     orders = set_tables()["sales.orders"]
     assert orders["metadata"]["ownerReferences"][0]["uid"] == uid
-    assert (orders["spec"]["table"], orders["spec"]["group"], orders["spec"]["quota"]) == (
-        "sales.orders",
-        "lake",
-        2.0,
+    # The set writes the table, its catalog and group; the template is inherited, not copied.
+    assert set(orders["spec"]) == {"table", "catalog", "group"}
+    assert (orders["spec"]["table"], orders["spec"]["group"]) == ("sales.orders", "lake")
+
+    def settings(name: str) -> tuple[dict[str, Any], dict[str, str]]:
+        status = _status(k8s, "ot", name, namespace)
+        return status.get("effectiveSpec") or {}, status.get("specSources") or {}
+
+    def effective(name: str, *path: str) -> Any:
+        value: Any = settings(name)[0]
+        for key in path:
+            value = (value or {}).get(key)
+        return value
+
+    k8s.wait_for("the tables' effective settings", lambda: effective("sales.orders", "quota") == 2.0)
+    shown, sources = settings("sales.orders")
+    assert (shown["fragmentRatio"], shown["minor"]["triggerFileCount"], shown["minTargetSizeRatio"]) == (
+        4,
+        20,
+        0.75,
     )
+    assert sources == {
+        "enabled": "OptimizedTableSet/lake",
+        "quota": "OptimizedTableSet/lake",
+        "fragmentRatio": "OptimizerGroup/lake",
+        "minor.triggerFileCount": "OptimizerGroup/lake",
+    }
     status = _status(k8s, "ots", "lake", namespace)
     assert (status["matchedTables"], status["managedTables"], status["claimedTables"]) == (3, 2, 1)
     assert {c["type"]: c["status"] for c in status["conditions"]} == {"CatalogReady": "True"}
@@ -718,13 +744,27 @@ def test_a_table_set_keeps_one_optimized_table_per_selected_table(
     tables = _get(k8s, "ot", "-n", namespace)["items"]
     assert [t["metadata"]["name"] for t in tables if t["spec"]["table"] == "raw.events"] == ["events-by-hand"]
 
-    # An edit of the template reaches every table of the set.
+    # A setting of the table's own wins over the set's, and the set leaves it alone; an edit of
+    # the template reaches every table that does not set the field itself, with no restart.
+    k8s.kubectl(
+        "patch", "ot", "sales.orders", "-n", namespace, "--type=merge", "-p", '{"spec":{"quota":0.25}}'
+    )
+    k8s.wait_for("the table's own quota", lambda: effective("sales.orders", "quota") == 0.25)
+    assert settings("sales.orders")[1]["quota"] == "OptimizedTable"
     k8s.kubectl(
         "patch", "ots", "lake", "-n", namespace, "--type=merge", "-p", '{"spec":{"template":{"quota":1.0}}}'
     )
+    k8s.wait_for("the template's new quota", lambda: effective("sales.eu.orders", "quota") == 1.0)
+    assert effective("sales.orders", "quota") == 0.25
+    assert set_tables()["sales.orders"]["spec"]["quota"] == 0.25
+    # An edit of the group's defaults reaches its tables.
+    k8s.kubectl(
+        "patch", "og", "lake", "-n", namespace, "--type=merge", "-p",
+        '{"spec":{"tableDefaults":{"minor":{"triggerFileCount":30}}}}',
+    )  # fmt: skip
     k8s.wait_for(
-        "the template's new quota on both tables",
-        lambda: {t["spec"]["quota"] for t in set_tables().values()} == {1.0},
+        "the group's new default on both tables",
+        lambda: {effective(n, "minor", "triggerFileCount") for n in set_tables()} == {30},
     )
 
     # A table dropped from the catalog loses its OptimizedTable; an annotation lists the catalog now.
@@ -754,6 +794,7 @@ def test_a_table_set_keeps_one_optimized_table_per_selected_table(
     k8s.wait_for("the set's tables to go with it", lambda: not set_tables(), timeout=60)
     assert _get(k8s, "ot", "events-by-hand", "-n", namespace) is not None
     k8s.kubectl("delete", "ot", "events-by-hand", "-n", namespace)
+    k8s.kubectl("delete", "og", "lake", "-n", namespace)
 
 
 def test_an_operator_that_cannot_serve_external_metrics_says_why_and_runs_on(

@@ -20,6 +20,7 @@ from floe.api.models import (
     OptimizedTable,
     OptimizedTableSet,
     OptimizedTableStatus,
+    OptimizedTableTemplate,
     OptimizerGroup,
     OptimizerGroupStatus,
 )
@@ -198,11 +199,18 @@ def test_server_defaults_equal_the_model_defaults(crds: K8sCluster, namespace: s
     minimal = table("minimal")
     assert apply(crds, minimal, namespace).returncode == 0
     stored = get(crds, "ot", "minimal", namespace)
-    assert stored["spec"]["minor"] == {"triggerFileCount": 12, "triggerInterval": "1h"}
-    # No default target size: unset, the table's write.target-file-size-bytes decides.
-    assert "targetSize" not in stored["spec"] and stored["spec"]["maxTaskSize"] == "128Mi"
-    assert stored["spec"]["full"]["triggerInterval"] == "-1"
+    # A table's settings stay unset: they are inherited, from its set, its group, then floe.
+    assert stored["spec"] == {**minimal["spec"], "group": "default"}
     assert OptimizedTable.model_validate(stored).spec == OptimizedTable.model_validate(minimal).spec
+    partial = table("partial", minor={"triggerInterval": "2h"})
+    assert apply(crds, partial, namespace).returncode == 0
+    assert get(crds, "ot", "partial", namespace)["spec"]["minor"] == {"triggerInterval": "2h"}
+    # So do those of the levels it inherits from, at any depth.
+    defaults = group("with-defaults", tableDefaults={"minor": {"triggerInterval": "2h"}})
+    assert apply(crds, defaults, namespace).returncode == 0
+    assert get(crds, "og", "with-defaults", namespace)["spec"]["tableDefaults"] == {
+        "minor": {"triggerInterval": "2h"}
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -411,6 +419,22 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.template.targetSize", "targetSize must be greater than 0"],
     ),
     ("set-list-interval", table_set(listInterval="0s"), ["spec.listInterval", "must be greater than 0"]),
+    # An OptimizerGroup's tableDefaults, held to the OptimizedTable's rules too.
+    (
+        "group-defaults-quota",
+        group(tableDefaults={"quota": 0}),
+        ["spec.tableDefaults.quota", "greater than 0"],
+    ),
+    (
+        "group-defaults-table",
+        group(tableDefaults={"table": "a.b"}),
+        ['unknown field "spec.tableDefaults.table"'],
+    ),
+    (
+        "group-defaults-cel",
+        group(tableDefaults={"maintenance": {"orphanFiles": {"olderThan": "10m"}}}),
+        ["spec.tableDefaults.maintenance.orphanFiles.olderThan", "orphanFiles.olderThan must be at least 1h"],
+    ),
 ]
 
 
@@ -515,6 +539,7 @@ def test_table_printer_columns(crds: K8sCluster, namespace: str) -> None:
         delete_files=7,
         last_minor_optimizing=two_days_ago,
         last_full_optimizing="2020-01-01T00:00:00Z",
+        effective_spec=OptimizedTableTemplate.model_validate({"quota": 2.0}),
     )
     patch_status(
         crds, "ot", "orders", namespace, status.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -26,7 +26,9 @@ From pydantic's JSON schema to a structural OpenAPI v3 schema
   ``spec``, ...) defaults to ``{}`` (the fields its factory's value changes, if any), so that the API
   server fills in the nested defaults too: what ``kubectl get -o yaml`` shows is what floe uses, and
   the printer columns and CEL rules always see a value. ``status`` carries no defaults: the
-  controller writes it.
+  controller writes it. Nor do the settings a table inherits (`INHERITED`: an OptimizedTable's
+  settings, a set's template, a group's ``tableDefaults``): unset there means inherited, and
+  the table's ``status.effectiveSpec`` shows what floe uses.
 
 Quantities and durations
 ------------------------
@@ -69,6 +71,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel
+from pydantic.alias_generators import to_camel
 from pydantic.json_schema import PydanticJsonSchemaWarning
 
 from floe.api.models import (
@@ -76,10 +79,12 @@ from floe.api.models import (
     API_VERSION,
     MANUAL_OR_AUTOSCALED,
     MIN_ORPHAN_AGE_S,
+    SET_OWN_FIELDS,
     SPARK_MIN_EXECUTOR_MEMORY,
     ObjectMeta,
     OptimizedTable,
     OptimizedTableSet,
+    OptimizedTableSpec,
     OptimizerGroup,
 )
 from floe.api.units import _DURATION_FACTORS, _DURATION_PART, _QUANTITY_FACTORS
@@ -339,6 +344,28 @@ RULES["OptimizedTableSet"] = (
     ),
 )
 
+#: An OptimizerGroup's tableDefaults hold OptimizedTable settings too.
+RULES["OptimizerGroup"] = (
+    *RULES["OptimizerGroup"],
+    *(
+        replace(rule, path=("spec", "tableDefaults", *rule.path[1:]))
+        for rule in RULES["OptimizedTable"]
+        if rule.path[:1] == ("spec",) and len(rule.path) > 1
+    ),
+)
+
+#: Settings a table inherits (`floe.api.inheritance`), by kind: no defaults there, so that what a
+#: manifest leaves unset stays unset, and a closer level's silence lets a farther one's value through.
+INHERITED: dict[str, tuple[tuple[str, ...], ...]] = {
+    "OptimizerGroup": (("spec", "tableDefaults"),),
+    "OptimizedTable": tuple(
+        ("spec", info.alias or to_camel(name))
+        for name, info in OptimizedTableSpec.model_fields.items()
+        if name not in SET_OWN_FIELDS
+    ),
+    "OptimizedTableSet": (("spec", "template"),),
+}
+
 #: Kubernetes-only schema additions, by kind and path.
 EXTRA_SCHEMA: dict[str, tuple[tuple[tuple[str, ...], dict[str, Any]], ...]] = {
     "OptimizerGroup": (
@@ -554,6 +581,8 @@ def openapi_schema(model: ResourceModel, description: str) -> dict[str, Any]:
     _factory_defaults(model, schema)
     properties = schema["properties"]
     _strip_defaults(properties["status"])
+    for path in INHERITED[kind]:
+        _strip_defaults(_at(schema, path, kind))
     schema["description"] = description
     properties["apiVersion"] = {
         "description": "APIVersion defines the versioned schema of this representation of an object.",
@@ -664,7 +693,12 @@ KIND_SPECS: tuple[KindSpec, ...] = (
             Column("Group", "string", ".spec.group", "the OptimizerGroup serving the table"),
             Column("Table", "string", ".spec.table", "catalog identifier, namespace.table"),
             Column("State", "string", ".status.state", "optimizing state of the table"),
-            Column("Quota", "number", ".spec.quota", "CPU share in threads (<= 1: fraction of the group)"),
+            Column(
+                "Quota",
+                "number",
+                ".status.effectiveSpec.quota",
+                "CPU share in threads (<= 1: fraction of the group), its own or inherited",
+            ),
             Column("Occupation", "number", ".status.quotaOccupation", "quota used over the last hour"),
             Column("Data Files", "integer", ".status.dataFiles", "live data files"),
             Column("Delete Files", "integer", ".status.deleteFiles", "live delete files"),

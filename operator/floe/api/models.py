@@ -345,6 +345,11 @@ class OptimizerGroupSpec(_Model):
     execute_timeout: Duration = Field(
         default=3600.0, description="an acked task not completed within this goes back to PLANNED"
     )
+    table_defaults: OptimizedTableTemplate | None = Field(
+        default=None,
+        description="OptimizedTable settings of the group's tables where neither the table nor its "
+        "OptimizedTableSet sets them (quota, thresholds, maintenance); unset: floe's defaults",
+    )
 
     @field_validator("heartbeat_timeout", "ack_timeout", "execute_timeout")
     @classmethod
@@ -675,6 +680,42 @@ class OptimizedTableSpec(_Model):
         )
 
 
+SET_OWN_FIELDS = ("table", "catalog", "group")
+"""What an OptimizedTableSet sets on each of its tables itself, not through its template."""
+TABLE_SET_LABEL = "floe.dev/table-set"
+"""The label on each OptimizedTable a set made: the set's name."""
+
+
+def _template_fields() -> dict[str, Any]:
+    """OptimizedTableSpec's fields but the table, its catalog and group, each optional and unset
+    by default, with the same bounds: the settings a table can inherit."""
+    fields: dict[str, Any] = {}
+    for name, info in OptimizedTableSpec.model_fields.items():
+        if name in SET_OWN_FIELDS:
+            continue
+        optional = FieldInfo.merge_field_infos(info, default=None)
+        optional.default_factory = None
+        annotation: Any = info.annotation
+        fields[name] = (annotation | None, optional)
+    return fields
+
+
+if TYPE_CHECKING:
+    OptimizedTableTemplate = _Model
+else:
+    OptimizedTableTemplate = create_model(
+        "OptimizedTableTemplate",
+        __base__=_Model,
+        __doc__="OptimizedTable settings, each optional: an OptimizedTableSet's template, an "
+        "OptimizerGroup's tableDefaults, a table's effective settings in its status.",
+        # OptimizedTableSpec's own validators (its nested models bring theirs).
+        __validators__={"_target_positive": field_validator("target_size")(_positive_target_size)},
+        **_template_fields(),
+    )
+# The group's tableDefaults are a template too.
+OptimizerGroupSpec.model_rebuild()
+
+
 Message = Annotated[str, StringConstraints(max_length=MAX_MESSAGE_LENGTH)]
 """Free text in status (clipped to fit by `floe.controller.status.clip`)."""
 Time = Annotated[str, StringConstraints(max_length=MAX_TIME_LENGTH)]
@@ -700,6 +741,14 @@ class MaintenanceJobStatus(_Model):
     last_result: Message | None = Field(default=None, description="outcome of the last run")
     files_reclaimed: int = Field(default=0, description="files the last run removed")
     bytes_reclaimed: int = Field(default=0, description="bytes the last run removed")
+
+
+SettingPath = Annotated[str, StringConstraints(max_length=MAX_LABEL_LENGTH)]
+"""A setting by its camelCase path: ``minor.triggerFileCount``."""
+SettingSource = Annotated[str, StringConstraints(max_length=MAX_SUBDOMAIN_LENGTH + 32)]
+"""``OptimizedTable``, or ``OptimizedTableSet/NAME`` or ``OptimizerGroup/NAME``."""
+MAX_SETTINGS = 256
+"""Far above the settings a table has (about 40)."""
 
 
 class OptimizedTableStatus(_Model):
@@ -729,6 +778,17 @@ class OptimizedTableStatus(_Model):
     last_result: Message | None = Field(default=None, description="outcome of the last optimizing process")
     current_process: str | None = Field(
         default=None, max_length=MAX_LABEL_LENGTH, description="id of the optimizing process under way"
+    )
+    effective_spec: OptimizedTableTemplate | None = Field(
+        default=None,
+        description="the settings floe uses: the table's own, else its OptimizedTableSet's template, "
+        "else its OptimizerGroup's tableDefaults, else floe's defaults",
+    )
+    spec_sources: dict[SettingPath, SettingSource] = Field(
+        default_factory=dict,
+        max_length=MAX_SETTINGS,
+        description="where each setting of effectiveSpec that is not floe's default comes from, by "
+        "path (minor.triggerFileCount): OptimizedTable, OptimizedTableSet/NAME or OptimizerGroup/NAME",
     )
     maintenance: dict[
         Annotated[str, StringConstraints(max_length=MAX_LABEL_LENGTH)], MaintenanceJobStatus
@@ -806,39 +866,6 @@ class OptimizedTable(_Model):
     status: OptimizedTableStatus | None = None
 
 
-SET_OWN_FIELDS = ("table", "catalog", "group")
-"""What an OptimizedTableSet sets on each of its tables itself, not through its template."""
-TABLE_SET_LABEL = "floe.dev/table-set"
-"""The label on each OptimizedTable a set made: the set's name."""
-
-
-def _template_fields() -> dict[str, Any]:
-    """OptimizedTableSpec's fields but the table, its catalog and group, each optional and unset
-    by default, with the same bounds: what an OptimizedTableSet gives its tables."""
-    fields: dict[str, Any] = {}
-    for name, info in OptimizedTableSpec.model_fields.items():
-        if name in SET_OWN_FIELDS:
-            continue
-        optional = FieldInfo.merge_field_infos(info, default=None)
-        optional.default_factory = None
-        annotation: Any = info.annotation
-        fields[name] = (annotation | None, optional)
-    return fields
-
-
-if TYPE_CHECKING:
-    OptimizedTableTemplate = _Model
-else:
-    OptimizedTableTemplate = create_model(
-        "OptimizedTableTemplate",
-        __base__=_Model,
-        __doc__="OptimizedTable settings for every table of a set; an unset field takes floe's default.",
-        # OptimizedTableSpec's own validators (its nested models bring theirs).
-        __validators__={"_target_positive": field_validator("target_size")(_positive_target_size)},
-        **_template_fields(),
-    )
-
-
 TablePattern = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_TABLE_IDENTIFIER_LENGTH, pattern=TABLE_PATTERN)
 ]
@@ -878,11 +905,12 @@ class OptimizedTableSetSpec(_Model):
         return value
 
     def table_spec(self, identifier: str) -> OptimizedTableSpec:
-        """The spec of the set's OptimizedTable for `identifier`."""
-        settings = self.template.model_dump(by_alias=True, exclude_unset=True)
+        """The spec of the set's OptimizedTable for `identifier`: the table, the set's catalog and
+        group. The template is not copied into it: it is inherited (`floe.api.inheritance`), so that
+        what the table's own manifest sets wins, and a changed template reaches every table."""
         catalog = self.catalog.model_dump(by_alias=True, exclude_defaults=True)
         return OptimizedTableSpec.model_validate(
-            {**settings, "table": identifier, "catalog": catalog, "group": self.group}
+            {"table": identifier, "catalog": catalog, "group": self.group}
         )
 
 

@@ -84,10 +84,13 @@ def executor_template_of(body: kopf.Body) -> dict[str, Any] | None:
 @kopf.on.create(API_GROUP, VERSION, PLURAL)
 @kopf.on.update(API_GROUP, VERSION, PLURAL)
 def reconcile_group(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Register the group with the engine and bring its Kubernetes objects to the spec."""
+    """Register the group with the engine and bring its Kubernetes objects to the spec; its
+    tables take its tableDefaults at once."""
     controller: Controller = memo.controller
     group = group_model(body)
     controller.engine.apply_group(group)
+    meta = group.metadata
+    controller.reapply_settings(controller.tables_of_group(meta.namespace, meta.name))
     ensure_driver(controller, body, group)
 
 

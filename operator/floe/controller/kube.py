@@ -163,17 +163,27 @@ class Kube:
             if exc.status != 409:
                 raise
 
-    def replace_custom_spec(self, plural: str, name: str, namespace: str, spec: Manifest) -> None:
-        """Replace the whole ``spec`` of one of floe's objects (a JSON patch: fields the new spec
-        leaves out go, which a merge patch would keep)."""
-        operation = [{"op": "replace", "path": "/spec", "value": spec}]
+    def get_custom(self, plural: str, name: str, namespace: str) -> Manifest | None:
+        """One of floe's objects as a dict; None when it does not exist."""
+        try:
+            found: Any = self.custom.get_namespaced_custom_object(API_GROUP, VERSION, namespace, plural, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(found)
+
+    def set_custom_spec_fields(self, plural: str, name: str, namespace: str, fields: Manifest) -> None:
+        """Set top-level ``spec`` fields of one of floe's objects, each whole (a JSON patch: keys a
+        new value leaves out go, which a merge patch would keep); the spec's other fields stay."""
+        operations = [{"op": "add", "path": f"/spec/{key}", "value": value} for key, value in fields.items()]
         self.custom.patch_namespaced_custom_object(
             API_GROUP,
             VERSION,
             namespace,
             plural,
             name,
-            operation,
+            operations,
             _content_type="application/json-patch+json",
         )
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import kopf
 
+from floe.api.inheritance import InheritedSettingsInvalid, effective_spec
 from floe.api.models import API_VERSION, OptimizedTable, OptimizerGroupSpec
 from floe.controller.external_metrics import (
     AUTHENTICATION_CONFIG_MAP,
@@ -39,6 +40,7 @@ from floe.controller.secrets import (
     read_catalog_properties,
     with_catalog_properties,
 )
+from floe.controller.settings import InheritedSettings
 from floe.controller.status import TableStatusFlusher, epoch, restore_maintenance
 from floe.optimizer.task_spec import OUT_OF_MEMORY
 from floe.service.background import BackgroundServer
@@ -147,7 +149,13 @@ class Controller:
         self.redact = Redactor()
         self.catalog_problems = CatalogProblems()
         """Tables whose catalog Secret cannot be read now (their CatalogReady condition)."""
-        self.flusher = TableStatusFlusher(kube, self.engine, self.redact, time.time, self.catalog_problems)
+        self.settings = InheritedSettings(
+            self.engine, lambda namespace, name: kube.get_custom("optimizedtablesets", name, namespace)
+        )
+        """What each table inherits from its OptimizedTableSet and its OptimizerGroup."""
+        self.flusher = TableStatusFlusher(
+            kube, self.engine, self.redact, time.time, self.catalog_problems, self.settings.status
+        )
         self.leadership = Leadership(
             kube,
             config.identity,
@@ -297,7 +305,12 @@ class Controller:
         return decision.executors
 
     def reconcile_table(
-        self, table_id: str, involved: InvolvedObject, base: OptimizedTable, status: Mapping[str, Any]
+        self,
+        table_id: str,
+        involved: InvolvedObject,
+        base: OptimizedTable,
+        status: Mapping[str, Any],
+        table_set: str | None = None,
     ) -> None:
         """Apply a table to the engine, its catalog properties read from its Secret, if it names one.
 
@@ -305,9 +318,11 @@ class Controller:
         (its status is written at once, even for a table the engine does not know yet), a
         Warning Event names the Secret, and `refresh_catalog_secrets` reads it again every
         ``secret_interval_s`` until it can apply the table. A table the engine already had
-        keeps running on its last properties meanwhile.
+        keeps running on its last properties meanwhile. `table_set`: the OptimizedTableSet that
+        made the table, whose template it inherits.
         """
         self.tables[table_id] = involved
+        self.settings.use_set(table_id, table_set)
         with self.apply_lock:
             self.resources[table_id] = base
         secret = base.spec.catalog.secret_ref
@@ -336,7 +351,50 @@ class Controller:
             self.engine.remove_table(table_id)
         self.catalog_problems.clear(table_id)
         self.flusher.forget(table_id)
+        self.settings.forget(table_id)
         self.tables.pop(table_id, None)
+
+    def apply_table_set(self, namespace: str, name: str, template: Mapping[str, Any] | None) -> int:
+        """An OptimizedTableSet's template as its handler sees it: a change reaches its tables at
+        once. Returns how many tables' settings changed."""
+        return self.reapply_settings(self.settings.apply_set(namespace, name, template))
+
+    def reapply_settings(self, table_ids: Sequence[str]) -> int:
+        """Resolve the settings of `table_ids` again (their set's template or group's defaults
+        changed); the engine takes those that changed. Returns how many."""
+        changed = 0
+        with self.apply_lock:
+            for table_id in table_ids:
+                base, runtime = self.resources.get(table_id), self.engine.runtimes.get(table_id)
+                if base is None or runtime is None:
+                    continue  # not applied yet: it is resolved when it is
+                spec = base.spec.model_copy(update={"catalog": runtime.spec.catalog})
+                resolved = self._resolved(table_id, base.model_copy(update={"spec": spec}))
+                if resolved.spec != runtime.spec:
+                    self.engine.update_settings(table_id, resolved.spec)
+                    changed += 1
+        return changed
+
+    def tables_of_group(self, namespace: str, name: str) -> list[str]:
+        """The tables (namespace/name) that name the group."""
+        return [
+            table_id
+            for table_id, resource in list(self.resources.items())
+            if resource.metadata.namespace == namespace and resource.spec.group == name
+        ]
+
+    def _resolved(self, table_id: str, resource: OptimizedTable) -> OptimizedTable:
+        """`resource` with the settings it inherits. Settings that do not merge into a valid spec
+        (each level is valid on its own) are a Warning Event; the table then runs on its own."""
+        try:
+            effective = self.settings.resolve(table_id, resource)
+        except InheritedSettingsInvalid as exc:
+            involved = self.tables.get(table_id)
+            if involved is not None:
+                self.kube.event(involved.as_dict(), "Warning", "InvalidSettings", self.redact(str(exc)))
+            log.warning("%s: %s", table_id, self.redact(str(exc)))
+            effective = effective_spec(resource.spec, [])
+        return resource.model_copy(update={"spec": effective.spec})
 
     def _register(
         self,
@@ -353,6 +411,7 @@ class Controller:
         with self.apply_lock:  # against a concurrent Secret refresh applying an older spec
             self.awaiting_secret.pop(table_id, None)
             known = table_id in self.engine.runtimes
+            resource = self._resolved(table_id, resource)
             runtime = self.engine.apply_table(resource, secret_properties=mounted)
             if not known and status:
                 self.flusher.seed(table_id, status)
@@ -455,7 +514,7 @@ class Controller:
             unchanged = resource.spec.catalog.properties == runtime.spec.catalog.properties
             if unchanged and self.engine.uses_mounted_secret(table_id) == (mounted is not None):
                 return 0
-            self.engine.apply_table(resource, secret_properties=mounted)
+            self.engine.apply_table(self._resolved(table_id, resource), secret_properties=mounted)
             if unchanged:
                 log.info("%s: its tasks now read storage credentials from the mounted Secret", table_id)
                 return 1

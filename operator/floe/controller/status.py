@@ -104,8 +104,10 @@ def table_status(
     view: TableView | None,
     redact: Callable[[str], str],
     problem: CatalogProblem | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> Status:
-    """A table's status fields (camelCase), every free text redacted."""
+    """A table's status fields (camelCase), every free text redacted; `settings`: its
+    ``effectiveSpec`` and ``specSources`` (`floe.controller.settings`)."""
     state = runtime.state
     error = redact(runtime.last_error)
     return {
@@ -121,6 +123,7 @@ def table_status(
         "lastResult": clip(redact(runtime.last_result)) or None,
         "currentProcess": runtime.process_id,
         "maintenance": maintenance_status(runtime, redact),
+        **(settings or {}),
         "conditions": [
             condition("Optimizing", state in BUSY, state.value if state in BUSY else "Idle"),
             condition(
@@ -133,6 +136,16 @@ def table_status(
             catalog_condition(runtime, problem, redact),
         ],
     }
+
+
+def merge_patch(old: Any, new: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns `old` into `new`: a map's keys that `new` lacks
+    are sent as null, or the API server would keep them."""
+    if not isinstance(old, Mapping) or not isinstance(new, Mapping):
+        return new
+    patch = {k: merge_patch(old.get(k), v) for k, v in new.items() if old.get(k) != v}
+    patch.update({k: None for k in old if k not in new})
+    return patch
 
 
 def catalog_condition(
@@ -243,12 +256,14 @@ class TableStatusFlusher:
         redact: Callable[[str], str],
         now: Callable[[], float],
         problems: CatalogProblems | None = None,
+        settings: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.kube = kube
         self.engine = engine
         self.redact = redact
         self.now = now
         self.problems = problems or CatalogProblems()
+        self.settings = settings if settings is not None else {}
         self._written: dict[str, Status] = {}
         # The engine thread flushes every few seconds; a kopf handler flushes its table at once.
         self._lock = threading.Lock()
@@ -278,7 +293,8 @@ class TableStatusFlusher:
         for table_id in sorted(table_ids if only is None else table_ids & set(only)):
             runtime, problem = runtimes.get(table_id), self.problems.get(table_id)
             if runtime is not None:
-                status = table_status(runtime, views.get(table_id), self.redact, problem)
+                settings = self.settings.get(table_id)
+                status = table_status(runtime, views.get(table_id), self.redact, problem, settings)
             elif problem is not None:
                 status = awaiting_status(problem)
             else:
@@ -292,7 +308,8 @@ class TableStatusFlusher:
                 continue
             namespace, name = table_id.split("/", 1)
             try:
-                self.kube.patch_status(TABLES, name, namespace, changed)
+                patch = {k: merge_patch(written.get(k), v) for k, v in changed.items()}
+                self.kube.patch_status(TABLES, name, namespace, patch)
             except ApiException as exc:
                 if exc.status != 404:
                     log.warning("status of %s not written: %s", table_id, exc.reason)

@@ -6,8 +6,9 @@ lists the set's catalog and makes the set's OptimizedTables agree with it:
 
 * a selected table without one gets one, named after the table (`table_resource_name`), owned
   by the set (deleting the set deletes them: Kubernetes' garbage collector) and labelled
-  ``floe.dev/table-set=<set>``; its spec is the set's template with the table, catalog and
-  group filled in, and is rewritten when the template changes;
+  ``floe.dev/table-set=<set>``; its spec holds the table and the set's catalog and group, which
+  the set keeps as its own. The table inherits the set's template (`floe.api.inheritance`): what
+  its own spec sets wins, and a changed template reaches it at once, without a rewrite;
 * a selected table that another OptimizedTable already serves (the same catalog and table,
   written by hand or by another set) is left to that one: the closest definition wins. If the set
   had made one before, the set's goes;
@@ -32,6 +33,7 @@ import kopf
 from floe.api.models import (
     API_GROUP,
     API_VERSION,
+    SET_OWN_FIELDS,
     OptimizedTableSet,
     OptimizedTableSpec,
 )
@@ -62,8 +64,9 @@ class SetPlan:
     """What to change so that a set's OptimizedTables agree with its selected tables."""
 
     create: list[Manifest] = field(default_factory=list)
-    update: dict[str, OptimizedTableSpec] = field(default_factory=dict)
-    """The set's existing OptimizedTables whose spec differs from the template's, by name."""
+    update: dict[str, Manifest] = field(default_factory=dict)
+    """The set's existing OptimizedTables whose table, catalog or group is not the set's, by name:
+    those fields, as the set gives them."""
     delete: list[str] = field(default_factory=list)
     claimed: list[str] = field(default_factory=list)
     """Selected tables another OptimizedTable serves."""
@@ -103,8 +106,8 @@ def plan_table_set(
             manifest = set_table_manifest(table_set, name, identifier)
             manifest["metadata"]["ownerReferences"] = [owner_reference(table_set.metadata.name, uid)]
             plan.create.append(manifest)
-        elif _spec_of(current) != (desired := table_set.spec.table_spec(identifier)):
-            plan.update[name] = desired
+        elif changes := _identity_changes(current, table_set.spec.table_spec(identifier)):
+            plan.update[name] = changes
     plan.delete = sorted(set(owned) - set(mine))
     plan.managed = len(mine)
     return plan
@@ -115,11 +118,23 @@ def _catalog_table(resource: Manifest) -> tuple[str | None, str | None]:
     return (spec.get("catalog") or {}).get("name"), spec.get("table")
 
 
-def _spec_of(resource: Manifest) -> OptimizedTableSpec | None:
+def _identity_changes(resource: Manifest, desired: OptimizedTableSpec) -> Manifest:
+    """The fields the set gives its OptimizedTable (table, catalog, group) where `resource` differs
+    from `desired`; its other fields are the table's own settings, which the set leaves alone."""
     try:
-        return OptimizedTableSpec.model_validate(resource.get("spec") or {})
+        current: OptimizedTableSpec | None = OptimizedTableSpec.model_validate(resource.get("spec") or {})
     except ValueError:
-        return None
+        current = None
+    wanted = {
+        "table": desired.table,
+        "catalog": desired.catalog.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+        "group": desired.group,
+    }
+    return {
+        key: wanted[key]
+        for key in SET_OWN_FIELDS
+        if current is None or getattr(current, key) != getattr(desired, key)
+    }
 
 
 def sync_table_set(controller: Controller, body: kopf.Body, status: Any) -> dict[str, Any]:
@@ -170,10 +185,8 @@ def _carry_out(controller: Controller, plan: SetPlan, namespace: str, involved: 
     """Make the plan's changes to the set's OptimizedTables, with an Event per table removed."""
     for manifest in plan.create:
         controller.kube.create_custom(TABLES, namespace, manifest)
-    for name, spec in plan.update.items():
-        controller.kube.replace_custom_spec(
-            TABLES, name, namespace, spec.model_dump(by_alias=True, exclude_defaults=True)
-        )
+    for name, fields in plan.update.items():
+        controller.kube.set_custom_spec_fields(TABLES, name, namespace, fields)
     for name in plan.delete:
         controller.kube.delete_custom(TABLES, name, namespace)
         removed = f"OptimizedTable {name}: its table is no longer selected or was dropped"
@@ -195,8 +208,12 @@ def _list_catalog(controller: Controller, table_set: OptimizedTableSet) -> list[
 def reconcile_table_set(
     body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
 ) -> None:
-    """List the catalog now: the set is new, changed, or the operator (re)started."""
-    patch.status.update(sync_table_set(memo.controller, body, status))
+    """List the catalog now: the set is new, changed, or the operator (re)started; a changed
+    template reaches the set's tables at once."""
+    controller: Controller = memo.controller
+    template = (body.get("spec") or {}).get("template")
+    controller.apply_table_set(body.metadata.namespace or "default", body.metadata.name or "", template)
+    patch.status.update(sync_table_set(controller, body, status))
 
 
 @kopf.timer(API_GROUP, VERSION, PLURAL, interval=RELIST_CHECK_S, initial_delay=RELIST_CHECK_S)

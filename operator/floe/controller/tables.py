@@ -30,6 +30,7 @@ import kopf
 
 from floe.api.models import API_GROUP, OptimizedTable, OptimizedTableSet
 from floe.controller.runtime import Controller, InvolvedObject
+from floe.controller.settings import owning_set
 
 Model = TypeVar("Model", OptimizedTable, OptimizedTableSet)
 VERSION = "v1alpha1"
@@ -53,7 +54,8 @@ def resource_model(body: kopf.Body, model: type[Model]) -> Model:
 @kopf.on.create(API_GROUP, VERSION, PLURAL)
 @kopf.on.update(API_GROUP, VERSION, PLURAL)
 def reconcile_table(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
-    """Create or update the table's runtime, catalog properties read from its Secret.
+    """Create or update the table's runtime, catalog properties read from its Secret, settings
+    inherited from the OptimizedTableSet that made it (if one did) and its group.
 
     A Secret that cannot be read does not fail the handler (kopf would post an Event at every
     retry): the controller records it as the table's CatalogReady condition and retries it
@@ -65,7 +67,10 @@ def reconcile_table(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, **_: 
     involved = InvolvedObject(
         str(body.get("apiVersion")), "OptimizedTable", meta.name, meta.namespace, body.metadata.uid or ""
     )
-    controller.reconcile_table(f"{meta.namespace}/{meta.name}", involved, resource, dict(status or {}))
+    table_set = owning_set(body.metadata.get("ownerReferences"))
+    controller.reconcile_table(
+        f"{meta.namespace}/{meta.name}", involved, resource, dict(status or {}), table_set
+    )
 
 
 @kopf.on.delete(API_GROUP, VERSION, PLURAL)

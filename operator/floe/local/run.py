@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table as RichTable
 
+from floe.api.inheritance import SettingsLayer, effective_spec
 from floe.api.manifests import load_manifests
 from floe.api.models import (
     CatalogRef,
@@ -63,10 +65,19 @@ class ManifestWatcher:
 
     def load(self) -> tuple[list[OptimizerGroup], list[OptimizedTable]]:
         """Groups and tables (those of the sets included), tables without catalog properties
-        taking `--catalog-config`'s. A table given by its own manifest wins over a set's."""
+        taking `--catalog-config`'s. A table given by its own manifest wins over a set's. Each
+        table carries its effective settings: its own, else its set's template, else its group's
+        tableDefaults (`floe.api.inheritance`)."""
         resources = load_manifests(self.path)
         groups = [r for r in resources if isinstance(r, OptimizerGroup)]
-        tables = [self._with_catalog(r) for r in resources if isinstance(r, OptimizedTable)]
+        defaults = {
+            (g.metadata.namespace, g.metadata.name): SettingsLayer.of(
+                f"OptimizerGroup/{g.metadata.name}", g.spec.table_defaults
+            )
+            for g in groups
+        }
+        own = [r for r in resources if isinstance(r, OptimizedTable)]
+        tables = [_resolved(self._with_catalog(r), None, defaults) for r in own]
         sets = [r for r in resources if isinstance(r, OptimizedTableSet)]
         self._listed = {k: v for k, v in self._listed.items() if k in {_key(s) for s in sets}}
         for table_set in sets:
@@ -74,9 +85,12 @@ class ManifestWatcher:
             served = {(t.spec.catalog.name, t.spec.table) for t in namespace}
             names = {t.metadata.name for t in namespace}
             mine, _ = claim_tables(table_set.spec.catalog.name, self._selected(table_set), served, names)
+            template = SettingsLayer.of(
+                f"OptimizedTableSet/{table_set.metadata.name}", table_set.spec.template
+            )
             for name, identifier in mine.items():
-                manifest = set_table_manifest(table_set, name, identifier)
-                tables.append(self._with_catalog(OptimizedTable.model_validate(manifest)))
+                table = OptimizedTable.model_validate(set_table_manifest(table_set, name, identifier))
+                tables.append(_resolved(self._with_catalog(table), template, defaults))
         return groups, tables
 
     def _catalog_for(self, catalog: CatalogRef) -> CatalogRef:
@@ -104,6 +118,16 @@ class ManifestWatcher:
             selected = TableSelector(table_set.spec.include, table_set.spec.exclude).select(identifiers)
         self._listed[key] = (time.monotonic(), table_set.spec, selected)
         return selected
+
+
+def _resolved(
+    table: OptimizedTable,
+    template: SettingsLayer | None,
+    defaults: Mapping[tuple[str, str], SettingsLayer | None],
+) -> OptimizedTable:
+    """`table` with the settings it inherits from its set's `template` and its group's `defaults`."""
+    group = defaults.get((table.metadata.namespace, table.spec.group))
+    return table.model_copy(update={"spec": effective_spec(table.spec, [template, group]).spec})
 
 
 def _key(table_set: OptimizedTableSet) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from floe.api.models import CatalogRef, OptimizedTable, OptimizerGroup
+from floe.api.models import CatalogRef, OptimizedTable, OptimizedTableSpec, OptimizerGroup
 from floe.api.table_properties import InvalidTableProperty
 from floe.commit.rewrite import CommitFailed, CommitPending, commit_rewrite
 from floe.maintenance.jobs import run_maintenance_job
@@ -261,6 +261,18 @@ class OptimizingEngine:
         """Whether the table's tasks leave its Secret's storage credentials to the optimizer's mount."""
         with self._lock:
             return table_id in self._secret_properties
+
+    def update_settings(self, table_id: str, spec: OptimizedTableSpec) -> None:
+        """New settings (quota, thresholds, maintenance) for a table the engine has, its catalog,
+        Secret and group as they are: what an inherited setting's change does."""
+        with self._lock:
+            runtime = self.runtimes.get(table_id)
+            if runtime is None:
+                return
+            runtime.update_spec(
+                spec.model_copy(update={"catalog": runtime.spec.catalog, "group": runtime.spec.group})
+            )
+            self._register_in_group(runtime)
 
     def remove_table(self, table_id: str) -> None:
         """Forget a table; its in-flight process is cancelled and nothing is committed.
