@@ -169,6 +169,51 @@ def test_plan_follows_the_catalog_and_group_and_leaves_the_tables_own_settings()
     assert plan.delete == ["raw.events"]
 
 
+def test_a_renamed_table_is_followed_by_its_uuid() -> None:
+    table_set = _table_set()
+    orders = _owned("sales.orders", "sales.orders", table_set.spec.table_spec("sales.orders"))
+    orders["status"] = {"tableUuid": "uuid-orders"}
+    orders["spec"]["quota"] = 0.25  # a setting of the table's own, which the rename keeps
+    events = _owned("raw.events", "raw.events", table_set.spec.table_spec("raw.events"))
+    events["status"] = {"tableUuid": "uuid-events"}
+    uuids = {"sales.orders_v2": "uuid-orders", "raw.clicks": "uuid-clicks"}
+    loaded: list[str] = []
+
+    def table_uuid(identifier: str) -> str | None:
+        loaded.append(identifier)
+        return uuids.get(identifier)
+
+    selected = ["raw.clicks", "sales.orders_v2"]  # sales.orders renamed, raw.events dropped
+    plan = plan_table_set(table_set, UID, selected, [orders, events], table_uuid)
+    assert plan.renamed == {"sales.orders": "sales.orders_v2"}
+    assert [m["spec"]["table"] for m in plan.create] == ["raw.clicks"]
+    assert (plan.delete, plan.update, plan.managed) == (["raw.events"], {}, 2)
+    assert sorted(loaded) == ["raw.clicks", "sales.orders_v2"]
+
+    # Followed: the OptimizedTable keeps its name and serves the new identifier from now on.
+    orders["spec"]["table"] = "sales.orders_v2"
+    loaded.clear()
+    steady = plan_table_set(table_set, UID, selected, [orders], table_uuid)
+    assert (steady.renamed, steady.update, steady.delete) == ({}, {}, [])
+    assert [m["spec"]["table"] for m in steady.create] == ["raw.clicks"]
+    assert loaded == []  # nothing went: no table is loaded for its UUID
+    # A new table under the old name gets the distinct form of it: the old one is held.
+    again = plan_table_set(table_set, UID, [*selected, "sales.orders"], [orders], table_uuid)
+    created = {m["spec"]["table"]: m["metadata"]["name"] for m in again.create}
+    assert created["sales.orders"].startswith("sales.orders-") and again.delete == []
+
+
+def test_a_table_whose_uuid_is_unknown_or_different_is_dropped_and_the_new_one_made() -> None:
+    table_set = _table_set()
+    orders = _owned("sales.orders", "sales.orders", table_set.spec.table_spec("sales.orders"))
+    plan = plan_table_set(table_set, UID, ["sales.orders_v2"], [orders], lambda i: "uuid-orders")
+    assert (plan.renamed, plan.delete) == ({}, ["sales.orders"])  # its UUID was never recorded
+    orders["status"] = {"tableUuid": "uuid-orders"}
+    plan = plan_table_set(table_set, UID, ["sales.orders_v2"], [orders], lambda i: "uuid-other")
+    assert (plan.renamed, plan.delete) == ({}, ["sales.orders"])
+    assert [m["spec"]["table"] for m in plan.create] == ["sales.orders_v2"]
+
+
 def test_a_table_served_by_another_optimized_table_is_left_to_it() -> None:
     table_set = _table_set()
     theirs = {

@@ -773,6 +773,26 @@ def test_a_table_set_keeps_one_optimized_table_per_selected_table(
     k8s.wait_for("the dropped table's OptimizedTable to go", lambda: sorted(set_tables()) == ["sales.orders"])
     assert "TableRemoved" in {e["reason"] for e in _events(k8s, namespace, "lake")}
 
+    # A table renamed in the catalog is followed by its UUID, which the engine records once it
+    # reads the table (enabled now): the same OptimizedTable, its own settings kept.
+    k8s.kubectl(
+        "patch", "ot", "sales.orders", "-n", namespace, "--type=merge", "-p", '{"spec":{"enabled":true}}'
+    )
+    uuid = str(catalog.load_table("sales.orders").metadata.table_uuid)
+    k8s.wait_for(
+        "the table's UUID in status",
+        lambda: _status(k8s, "ot", "sales.orders", namespace).get("tableUuid") == uuid,
+    )
+    catalog.rename_table("sales.orders", "sales.orders_renamed")
+    k8s.kubectl("annotate", "ots", "lake", "-n", namespace, "list.floe.dev/requested=2", "--overwrite")
+    k8s.wait_for(
+        "the OptimizedTable to follow the renamed table",
+        lambda: set_tables().get("sales.orders", {}).get("spec", {}).get("table") == "sales.orders_renamed",
+    )
+    assert sorted(set_tables()) == ["sales.orders"]
+    assert set_tables()["sales.orders"]["spec"]["quota"] == 0.25
+    assert "TableRenamed" in {e["reason"] for e in _events(k8s, namespace, "lake")}
+
     # A catalog that cannot be listed: a condition and an Event, and nothing removed.
     k8s.kubectl(
         "patch", "ots", "lake", "-n", namespace, "--type=merge", "-p",

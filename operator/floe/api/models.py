@@ -761,6 +761,11 @@ class OptimizedTableStatus(_Model):
         "COMMITTING or DISABLED",
     )
     snapshot_id: int | None = Field(default=None, description="the table's snapshot floe last evaluated")
+    table_uuid: str | None = Field(
+        default=None,
+        max_length=MAX_LABEL_LENGTH,
+        description="the table's UUID (table-uuid in its metadata), by which a set follows a renamed table",
+    )
     quota_occupation: float = Field(
         default=0.0, description="task time of the last hour / 1 h / quota limit (1.0 = 100%)"
     )

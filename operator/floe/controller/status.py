@@ -113,6 +113,7 @@ def table_status(
     return {
         "state": state.value,
         "snapshotId": runtime.snapshot_id,
+        "tableUuid": runtime.table_uuid,
         "quotaOccupation": round(view.occupation, 4) if view else 0.0,
         "dataFiles": runtime.data_files,
         "deleteFiles": runtime.delete_files,

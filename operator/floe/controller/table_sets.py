@@ -17,18 +17,23 @@ lists the set's catalog and makes the set's OptimizedTables agree with it:
 
 A catalog that cannot be listed (its Secret unreadable, the catalog down) changes nothing: the
 set's ``CatalogReady`` condition turns False with the reason, and a ``ListFailed`` Warning Event
-is posted when that reason first appears. A renamed table shows as one table dropped and another
-selected.
+is posted when that reason first appears. A table renamed in the catalog is followed when a
+listing finds the table UUID of one of the set's tables (recorded in its status by the engine)
+under a new identifier: its OptimizedTable keeps its name, status and own settings and takes the
+new identifier, with a ``TableRenamed`` Event; a catalog whose renames cannot be seen that way
+(the table gone before its UUID was recorded) shows one table dropped and another selected.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
+from pyiceberg.catalog import Catalog
 
 from floe.api.models import (
     API_GROUP,
@@ -48,6 +53,7 @@ from floe.tables.selection import (
     claim_tables,
     list_table_identifiers,
     set_table_manifest,
+    table_resource_name,
 )
 
 log = logging.getLogger(__name__)
@@ -70,6 +76,8 @@ class SetPlan:
     delete: list[str] = field(default_factory=list)
     claimed: list[str] = field(default_factory=list)
     """Selected tables another OptimizedTable serves."""
+    renamed: dict[str, str] = field(default_factory=dict)
+    """The set's OptimizedTables whose table was renamed, by name: the table's new identifier."""
     managed: int = 0
 
 
@@ -90,27 +98,59 @@ def _owned_by(resource: Manifest, uid: str) -> bool:
 
 
 def plan_table_set(
-    table_set: OptimizedTableSet, uid: str, selected: list[str], existing: list[Manifest]
+    table_set: OptimizedTableSet,
+    uid: str,
+    selected: list[str],
+    existing: list[Manifest],
+    table_uuid: Callable[[str], str | None] = lambda identifier: None,
 ) -> SetPlan:
     """The changes that bring `existing` (the OptimizedTables of the set's namespace) to one
-    OptimizedTable per `selected` table, each owned by the set unless another one serves it."""
-    owned = {r["metadata"]["name"]: r for r in existing if _owned_by(r, uid)}
+    OptimizedTable per `selected` table, each owned by the set unless another one serves it.
+
+    A table of the set's that left the catalog while a new one appeared with its UUID
+    (`table_uuid` of a new identifier; the old one's is in its status) was renamed: its
+    OptimizedTable follows it, keeping its name, its history and the settings added to it.
+    """
+    owned = [r for r in existing if _owned_by(r, uid)]
     others = [r for r in existing if not _owned_by(r, uid) and not r["metadata"].get("deletionTimestamp")]
     served_elsewhere = {_catalog_table(r) for r in others}
     taken_names = {r["metadata"]["name"] for r in others}
     mine, claimed = claim_tables(table_set.spec.catalog.name, selected, served_elsewhere, taken_names)
-    plan = SetPlan(claimed=claimed)
-    for name, identifier in mine.items():
-        current = owned.get(name)
-        if current is None:
-            manifest = set_table_manifest(table_set, name, identifier)
-            manifest["metadata"]["ownerReferences"] = [owner_reference(table_set.metadata.name, uid)]
-            plan.create.append(manifest)
-        elif changes := _identity_changes(current, table_set.spec.table_spec(identifier)):
-            plan.update[name] = changes
-    plan.delete = sorted(set(owned) - set(mine))
-    plan.managed = len(mine)
+    plan = SetPlan(claimed=claimed, managed=len(mine))
+    serving = {str((r.get("spec") or {}).get("table")): r for r in owned}
+    new = [identifier for identifier in mine.values() if identifier not in serving]
+    gone = {r["metadata"]["name"]: r for table, r in serving.items() if table not in mine.values()}
+    plan.renamed = _renamed(gone, new, table_uuid)
+    for identifier in mine.values():
+        current = serving.get(identifier)
+        if current is not None and (
+            changes := _identity_changes(current, table_set.spec.table_spec(identifier))
+        ):
+            plan.update[current["metadata"]["name"]] = changes
+    held = {r["metadata"]["name"] for r in owned}
+    for identifier in [i for i in new if i not in plan.renamed.values()]:
+        # A name an OptimizedTable of the set holds for another table (one renamed away) stays
+        # its own: the new table takes the distinct form of its name.
+        name = table_resource_name(identifier, distinct=table_resource_name(identifier) in held)
+        manifest = set_table_manifest(table_set, name, identifier)
+        manifest["metadata"]["ownerReferences"] = [owner_reference(table_set.metadata.name, uid)]
+        plan.create.append(manifest)
+    plan.delete = sorted(set(gone) - set(plan.renamed))
     return plan
+
+
+def _renamed(
+    gone: Mapping[str, Manifest], new: list[str], table_uuid: Callable[[str], str | None]
+) -> dict[str, str]:
+    """Which OptimizedTables of `gone` (by name) serve a table now listed as one of `new`: the
+    same table UUID. The new tables are loaded only when a table with a known UUID went."""
+    by_uuid = {uuid: name for name, r in gone.items() if (uuid := (r.get("status") or {}).get("tableUuid"))}
+    renamed: dict[str, str] = {}
+    for identifier in new if by_uuid else []:
+        name = by_uuid.pop(table_uuid(identifier) or "", None)
+        if name is not None:
+            renamed[name] = identifier
+    return renamed
 
 
 def _catalog_table(resource: Manifest) -> tuple[str | None, str | None]:
@@ -149,7 +189,8 @@ def sync_table_set(controller: Controller, body: kopf.Body, status: Any) -> dict
     now = time.time()
     counts: dict[str, int] = {}
     try:
-        identifiers = _list_catalog(controller, table_set)
+        catalog = _open_catalog(controller, table_set)
+        identifiers = list_table_identifiers(catalog)
     except Exception as exc:  # the Secret, the catalog: whatever fails, nothing is removed
         message = clip(controller.redact(f"cannot list catalog {table_set.spec.catalog.name!r}: {exc}"))
         reason = exc.problem.reason if isinstance(exc, CatalogSecretError) else "ListFailed"
@@ -160,7 +201,10 @@ def sync_table_set(controller: Controller, body: kopf.Body, status: Any) -> dict
         ready = condition("CatalogReady", False, reason, message)
     else:
         selected = TableSelector(table_set.spec.include, table_set.spec.exclude).select(identifiers)
-        plan = plan_table_set(table_set, uid, selected, controller.kube.list_custom(TABLES, meta.namespace))
+        existing = controller.kube.list_custom(TABLES, meta.namespace)
+        plan = plan_table_set(
+            table_set, uid, selected, existing, lambda identifier: _uuid(catalog, identifier)
+        )
         _carry_out(controller, plan, meta.namespace, involved)
         counts = {
             "matchedTables": len(selected),
@@ -182,7 +226,14 @@ def sync_table_set(controller: Controller, body: kopf.Body, status: Any) -> dict
 
 
 def _carry_out(controller: Controller, plan: SetPlan, namespace: str, involved: Manifest) -> None:
-    """Make the plan's changes to the set's OptimizedTables, with an Event per table removed."""
+    """Make the plan's changes to the set's OptimizedTables, with an Event per table followed to
+    its new name and per table removed."""
+    for name, identifier in plan.renamed.items():
+        controller.kube.set_custom_spec_fields(TABLES, name, namespace, {"table": identifier})
+        renamed = (
+            f"OptimizedTable {name}: its table was renamed to {identifier} (the same table UUID): followed"
+        )
+        controller.kube.event(involved, "Normal", "TableRenamed", renamed)
     for manifest in plan.create:
         controller.kube.create_custom(TABLES, namespace, manifest)
     for name, fields in plan.update.items():
@@ -193,13 +244,22 @@ def _carry_out(controller: Controller, plan: SetPlan, namespace: str, involved: 
         controller.kube.event(involved, "Normal", "TableRemoved", removed)
 
 
-def _list_catalog(controller: Controller, table_set: OptimizedTableSet) -> list[str]:
+def _open_catalog(controller: Controller, table_set: OptimizedTableSet) -> Catalog:
     catalog = table_set.spec.catalog
     if catalog.secret_ref is not None:
         secret = read_catalog_properties(controller.kube, catalog.secret_ref, table_set.metadata.namespace)
         catalog = catalog.with_properties_under(secret)
     controller.redact.add(catalog.properties)
-    return list_table_identifiers(open_catalog(catalog))
+    return open_catalog(catalog)
+
+
+def _uuid(catalog: Catalog, identifier: str) -> str | None:
+    """The table's UUID; None when it cannot be loaded (it is then taken for a new table)."""
+    try:
+        return str(catalog.load_table(identifier).metadata.table_uuid)
+    except Exception as exc:  # whatever the catalog says, the table is not followed
+        log.warning("table %s not loaded to compare its UUID: %s", identifier, exc)
+        return None
 
 
 @kopf.on.resume(API_GROUP, VERSION, PLURAL)

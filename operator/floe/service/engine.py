@@ -428,7 +428,7 @@ class OptimizingEngine:
         now = self.clock()
         try:
             table = self._load(runtime)
-            runtime.on_loaded(now)
+            runtime.on_loaded(now, str(table.metadata.table_uuid))
             current = table.metadata.current_snapshot()
             snapshot_id = current.snapshot_id if current else None
             if not runtime.needs_evaluation(snapshot_id, table.metadata_location):

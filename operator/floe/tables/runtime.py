@@ -77,6 +77,8 @@ class TableRuntime:
     last_result: str = ""
     last_plan_s: float | None = None
     last_refresh_s: float | None = None
+    table_uuid: str | None = None
+    """The table's UUID, as its last load found it: how a set follows a renamed table."""
     last_minor_s: float | None = None
     last_major_s: float | None = None
     last_full_s: float | None = None
@@ -268,10 +270,11 @@ class TableRuntime:
         self.last_error = error
         self._finish(f"failed: {error}")
 
-    def on_loaded(self, now_s: float) -> None:
-        """A refresh loaded the table through its catalog."""
+    def on_loaded(self, now_s: float, table_uuid: str | None = None) -> None:
+        """A refresh loaded the table (whose UUID is `table_uuid`) through its catalog."""
         self.last_refresh_s = now_s
         self.catalog_error = ""
+        self.table_uuid = table_uuid or self.table_uuid
 
     def on_access_error(self, error: str, now_s: float, catalog_failed: bool) -> None:
         """The catalog (``catalog_failed``) or the table could not be read; shown until a refresh succeeds.

@@ -97,11 +97,13 @@ def list_table_identifiers(catalog: Catalog) -> list[str]:
     return sorted(tables)
 
 
-def table_resource_name(identifier: str) -> str:
+def table_resource_name(identifier: str, distinct: bool = False) -> str:
     """The name of the OptimizedTable a set makes for `identifier`: the identifier itself when it
     is a valid object name (``sales.orders``), else a readable form of it with a hash of the
-    identifier, so that tables differing only in case or punctuation never share a name."""
-    if len(identifier) <= MAX_SUBDOMAIN_LENGTH and re.fullmatch(DNS1123_SUBDOMAIN, identifier):
+    identifier, so that tables differing only in case or punctuation never share a name.
+    `distinct`: the form with the hash in any case (the plain name is held for another table)."""
+    plain = len(identifier) <= MAX_SUBDOMAIN_LENGTH and re.fullmatch(DNS1123_SUBDOMAIN, identifier)
+    if plain and not distinct:
         return identifier
     parts = []
     for part in identifier.lower().split("."):
