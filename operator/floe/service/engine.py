@@ -49,6 +49,7 @@ from floe.tables.catalog import (
 )
 from floe.tables.history import optimizing_history
 from floe.tables.maintenance_job import MaintenanceJob
+from floe.tables.metadata_probe import metadata_locations
 from floe.tables.runtime import (
     INVALID_TABLE_PROPERTY,
     UNSUPPORTED,
@@ -136,6 +137,11 @@ class OptimizingEngine:
         self.groups: dict[str, OptimizerGroup] = {}
         """Groups by `group_key`."""
         self._catalogs: dict[tuple[str, tuple[tuple[str, str], ...]], Catalog] = {}
+        self.table_loads = 0
+        """Tables loaded through their catalog so far (refreshes, plans, maintenance)."""
+        self.catalog_probes = 0
+        """Calls that told the metadata locations of a catalog's tables at once (`metadata_locations`)."""
+        self._counts_lock = threading.Lock()  # the refresh threads load tables concurrently
         self._scans: dict[str, ScannedTable] = {}
         self._in_flight: dict[str, _InFlight] = {}
         self._delayed_commits: dict[str, _DelayedCommit] = {}
@@ -418,7 +424,12 @@ class OptimizingEngine:
                 and r.state != TableState.DISABLED
                 and (r.last_refresh_s is None or now - r.last_refresh_s >= self.refresh_interval_s)
             ]
-        for future in [self._pool.submit(self._refresh, r) for r in due]:
+        unchanged = self._unchanged_tables(due)
+        with self._lock:
+            for runtime in due:
+                if runtime.table_id in unchanged:
+                    runtime.on_loaded(now)
+        for future in [self._pool.submit(self._refresh, r) for r in due if r.table_id not in unchanged]:
             future.result()
         with self._lock:
             for runtime in self.runtimes.values():
@@ -507,14 +518,38 @@ class OptimizingEngine:
                 self._emit(runtime.table_id, "Warning", "NoOptimizer", f"pending: {reason}")
             runtime.pending_reason = reason
 
-    def _load(self, runtime: TableRuntime) -> Table:
-        ref: CatalogRef = runtime.spec.catalog
-        key = (ref.name, tuple(sorted(ref.properties.items())))
+    def _unchanged_tables(self, runtimes: list[TableRuntime]) -> set[str]:
+        """The tables among `runtimes` whose current metadata file is the one their last evaluation
+        read, asked of each catalog once for all its tables where it can tell (`metadata_locations`);
+        the others are loaded. A catalog that fails here fails again in the loads, which report it."""
+        by_catalog: dict[tuple[str, tuple[tuple[str, str], ...]], list[TableRuntime]] = {}
+        for runtime in runtimes:
+            by_catalog.setdefault(_catalog_key(runtime.spec.catalog), []).append(runtime)
+        unchanged: set[str] = set()
+        for tables in by_catalog.values():
+            try:
+                locations = metadata_locations(self._catalog(tables[0].spec.catalog))
+            except Exception:  # the loads that follow report the catalog's error
+                continue
+            if locations is None:
+                continue
+            with self._counts_lock:
+                self.catalog_probes += 1
+            unchanged.update(r.table_id for r in tables if r.unchanged_at(locations.get(r.spec.table)))
+        return unchanged
+
+    def _catalog(self, ref: CatalogRef) -> Catalog:
+        key = _catalog_key(ref)
         catalog = self._catalogs.get(key)
         if catalog is None:
             catalog = open_catalog(ref)
             self._catalogs[key] = catalog
-        return load_table(catalog, runtime.spec.table)
+        return catalog
+
+    def _load(self, runtime: TableRuntime) -> Table:
+        with self._counts_lock:
+            self.table_loads += 1
+        return load_table(self._catalog(runtime.spec.catalog), runtime.spec.table)
 
     # -- maintenance ---------------------------------------------------------------------
 
@@ -882,3 +917,8 @@ def _failure_summary(outcome: ProcessOutcome) -> str:
         return "process failed"
     first = min(outcome.failures)
     return f"{len(outcome.failures)} tasks failed; {first}: {outcome.failures[first]}"
+
+
+def _catalog_key(ref: CatalogRef) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """Tables of one catalog with the same properties share one open catalog."""
+    return ref.name, tuple(sorted(ref.properties.items()))

@@ -152,6 +152,16 @@ class TableRuntime:
             return True
         return metadata_location is not None and metadata_location != self.evaluated_metadata
 
+    def unchanged_at(self, metadata_location: str | None) -> bool:
+        """Whether a table whose current metadata file is `metadata_location` has nothing new for a
+        refresh: its last evaluation read that very file (metadata files never change), so loading
+        it would find the evaluated snapshot, schema and properties."""
+        return (
+            metadata_location is not None
+            and metadata_location == self.evaluated_metadata
+            and self.evaluated_snapshot_id is not None
+        )
+
     def on_history(self, history: OptimizingHistory) -> None:
         """Last optimizing times as recorded in the table's own snapshots."""
         self.last_minor_s = _latest(self.last_minor_s, history.last_minor_s)

@@ -1,0 +1,30 @@
+"""Where each table's current metadata file is, for many tables in one catalog call.
+
+A refresh that finds a table's metadata where its last evaluation read it has nothing to do:
+metadata files are immutable, so the snapshot, schema and properties are the ones evaluated.
+Loading the table to learn that (a catalog lookup, then reading and validating the metadata
+file) is most of what an idle table costs the engine (``bench/catalog_scale.py``); one query
+that returns the locations of all of a catalog's tables costs a few microseconds per table.
+
+Only catalogs that can answer for many tables at once are probed: the SQL catalog (the JDBC
+catalog's ``iceberg_tables`` table, shared with Iceberg Java). Others (REST, Glue, Hive) answer
+one table per call, and their tables are loaded as before.
+"""
+
+from __future__ import annotations
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+
+def metadata_locations(catalog: Catalog) -> dict[str, str] | None:
+    """Each table of `catalog` (``namespace.table``) and its current metadata file; None when the
+    catalog cannot tell for all its tables in one call. Raises what the catalog raises."""
+    if not isinstance(catalog, SqlCatalog):
+        return None
+    query = select(IcebergTables.table_namespace, IcebergTables.table_name, IcebergTables.metadata_location)
+    with Session(catalog.engine) as session:
+        rows = session.execute(query.where(IcebergTables.catalog_name == catalog.name))
+        return {f"{namespace}.{name}": location for namespace, name, location in rows if location}

@@ -1,0 +1,122 @@
+"""An idle table costs one row of one catalog query per refresh, not a load: the engine asks a SQL
+catalog where all its tables' metadata is at once, and loads only the tables whose metadata moved."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.noop import NoopCatalog
+from pyiceberg.catalog.sql import SqlCatalog
+
+from floe.api.models import OptimizedTable, OptimizerGroup
+from floe.service.engine import OptimizingEngine
+from floe.service.task_service import TaskService
+from floe.tables.metadata_probe import metadata_locations
+
+MAINTENANCE_JOBS = ("snapshotRetention", "orphanFiles", "manifests", "danglingDeletes")
+ROWS = pa.table({"id": pa.array(range(10), pa.int64())})
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[SqlCatalog]:
+    catalog = SqlCatalog("lake", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=(tmp_path / "wh").as_uri())
+    for namespace in (("sales",), ("sales", "eu")):
+        catalog.create_namespace(namespace)
+    yield catalog
+    catalog.engine.dispose()
+
+
+def test_a_sql_catalog_tells_every_tables_metadata_location_at_once(
+    catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    for identifier in ("sales.orders", "sales.eu.orders"):
+        catalog.create_table(identifier, ROWS.schema)
+    catalog.load_table("sales.orders").append(ROWS)
+    # Another catalog in the same database is not this one.
+    other = SqlCatalog("other", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=(tmp_path / "wh2").as_uri())
+    other.create_namespace("sales")
+    other.create_table("sales.returns", ROWS.schema)
+    assert metadata_locations(catalog) == {
+        identifier: catalog.load_table(identifier).metadata_location
+        for identifier in ("sales.orders", "sales.eu.orders")
+    }
+    # A catalog that answers one table per call is not probed: its tables are loaded.
+    assert metadata_locations(NoopCatalog("rest-like")) is None
+
+
+def _engine() -> OptimizingEngine:
+    engine = OptimizingEngine(TaskService(clock=time.time), refresh_interval_s=0.0)
+    engine.apply_group(
+        OptimizerGroup.model_validate(
+            {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizerGroup", "metadata": {"name": "default"}}
+        )
+    )
+    return engine
+
+
+def _table(catalog: SqlCatalog, identifier: str, **spec: object) -> OptimizedTable:
+    properties = {"type": "sql", **{k: str(v) for k, v in catalog.properties.items()}}
+    return OptimizedTable.model_validate(
+        {
+            "apiVersion": "floe.dev/v1alpha1",
+            "kind": "OptimizedTable",
+            "metadata": {"name": identifier.replace(".", "-")},
+            "spec": {
+                "table": identifier,
+                "catalog": {"name": catalog.name, "properties": properties},
+                # No maintenance job: each loads the table when it runs, which is not a refresh.
+                "maintenance": {job: {"enabled": False} for job in MAINTENANCE_JOBS},
+                **spec,
+            },
+        }
+    )
+
+
+def test_an_idle_table_is_loaded_again_only_when_its_metadata_moves(catalog: SqlCatalog) -> None:
+    table = catalog.create_table("sales.orders", ROWS.schema)
+    table.append(ROWS)
+    engine = _engine()
+    try:
+        runtime = engine.apply_table(_table(catalog, "sales.orders"))
+        engine.tick()
+        assert (engine.table_loads, runtime.snapshot_id) == (1, table.metadata.current_snapshot_id)
+        for _ in range(3):
+            engine.tick()
+        # Refreshed three more times (one probe each), never loaded: nothing moved.
+        assert (engine.table_loads, engine.catalog_probes) == (1, 4)
+        assert runtime.last_refresh_s is not None and not runtime.last_error
+
+        # A writer's commit moves the metadata: the table is loaded and its new snapshot seen.
+        table.append(ROWS)
+        engine.tick()
+        assert engine.table_loads == 2 and runtime.snapshot_id == table.refresh().metadata.current_snapshot_id
+        engine.tick()
+        assert engine.table_loads == 2
+
+        # A changed spec is evaluated again, on a load, even with the metadata where it was.
+        engine.apply_table(_table(catalog, "sales.orders", fragmentRatio=4))
+        engine.tick()
+        assert engine.table_loads == 3
+
+        # A table gone from the catalog is loaded, which says so.
+        catalog.drop_table("sales.orders")
+        engine.tick()
+        assert engine.table_loads == 4 and "not found" in runtime.last_error
+    finally:
+        engine.close()
+
+
+def test_a_table_never_evaluated_is_loaded_whatever_the_probe_says(catalog: SqlCatalog) -> None:
+    catalog.create_table("sales.orders", ROWS.schema)  # no snapshot: nothing was ever evaluated
+    engine = _engine()
+    try:
+        engine.apply_table(_table(catalog, "sales.orders"))
+        engine.tick()
+        engine.tick()
+        assert engine.table_loads == 2
+    finally:
+        engine.close()
