@@ -1,26 +1,27 @@
-"""Idle cost per table: what the engine spends refreshing tables that nothing writes to.
+"""Idle cost per table: what the operator's engine loop spends on tables nothing writes to.
 
 Issue 21 measured the operator's idle CPU growing with its tables (about 2 ms per table per
 10 s refresh, on one GIL-bound core) and its engine loop stalling on the first refresh of many
-tables. This benchmark measures the part of that the engine owns, in-process: ``--tables``
-tables (default 1,000 and 10,000) in one SQL catalog (SQLite), one small file each, applied to
-one ``OptimizingEngine`` that refreshes every table at every tick (refresh interval 0), with
-the maintenance jobs off (each loads its table about once an hour; the refresh, every 10 s,
-is 360 times that).
+tables. This benchmark measures the operator's loop in-process, without Kubernetes:
+``--tables`` tables (default 1,000 and 10,000) in one SQL catalog (SQLite), one small file
+each, applied to one ``OptimizingEngine``, maintenance jobs off (each loads its table about
+once an hour; the refresh, every 10 s, is 360 times that).
 
-Two engines, side by side in one run, each in a fresh child process:
+Two sides, each in a fresh child process: ``before``, floe at ``--before`` (a git revision,
+extracted once), and ``after``, this checkout. Each measures:
 
-- ``load``: every due table is loaded through the catalog at each refresh (floe before the
-  metadata probe; here the same engine with the probe turned off);
-- ``probe``: floe now: one query for the metadata locations of all the catalog's tables, and
-  only the tables whose metadata moved are loaded (`floe.tables.metadata_probe`).
+- refresh: the first refresh (every table loaded, scanned and evaluated), then ``--rounds``
+  refreshes of every table (refresh interval 0): CPU per table per refresh and per table per
+  hour at the operator's 10 s, the wall time of one (the engine loop does nothing else
+  meanwhile), table loads and catalog probes per table per hour;
+- loop: the operator's loop as ``floe operator`` runs it, for ``--loop-seconds`` after a
+  warm-up: ``engine.tick()`` every second (tables refreshed every 10 s) and the status flush
+  every 5 s into a stand-in for the API server that counts patches: CPU as a share of one
+  core and per table per hour (issue 21's targets at 10,000 tables: <= 5 % of a core,
+  <= 18 ms per table per hour), status patches per second;
+- peak RSS of the process.
 
-Measured per engine: the first refresh (every table loaded, scanned and evaluated: wall and
-CPU), then ``--rounds`` idle refreshes: CPU per table per refresh, and per table per hour at
-the operator's 10 s refresh; the wall time of one idle refresh (the engine loop does nothing
-else meanwhile); table loads and catalog probes per table per hour; peak RSS. The catalogs are
-made once and kept under ``--dir``.
-
+Not measured: kopf and the API server around the loop, maintenance, REST catalogs.
 Run: ``.venv/bin/python bench/catalog_scale.py [--tables 1000,10000]``.
 """
 
@@ -31,22 +32,22 @@ import json
 import resource
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 BENCH = Path(__file__).resolve().parent
-sys.path[:0] = [str(BENCH), str(BENCH.parent / "operator")]
+REPO = BENCH.parent
 
-from harness.cli import benchmark_parser  # noqa: E402
-from harness.machine import load_average  # noqa: E402
-from harness.report import command_line, emit, markdown_table, times  # noqa: E402
-
-ENGINES = ("load", "probe")
+SIDES = ("before", "after")
+BEFORE = "a4899e5"
+"""The last revision that loaded every table at every refresh and computed every table's status
+at every flush."""
 REFRESH_INTERVAL_S = 10.0
 """The operator's default table refresh interval: an hour is 360 refreshes."""
+TICK_S, FLUSH_S, WARMUP_S = 1.0, 5.0, 12.0
+"""The operator's engine round and status flush intervals; the loop's warm-up."""
 MAINTENANCE_OFF = {
     job: {"enabled": False} for job in ("snapshotRetention", "orphanFiles", "manifests", "danglingDeletes")
 }
@@ -60,16 +61,16 @@ def _catalog_properties(directory: Path) -> dict[str, str]:
     }
 
 
-def make_catalog(directory: Path, tables: int) -> dict[str, str]:
+def make_catalog(directory: Path, tables: int) -> None:
     """The catalog of `tables` tables with one small file each, made once (kept under `directory`)."""
-    properties = _catalog_properties(directory)
-    done = directory / "done"
-    if done.exists():
-        return properties
+    if (directory / "done").exists():
+        return
+    import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "catalog.db").unlink(missing_ok=True)
+    properties = _catalog_properties(directory)
     catalog = SqlCatalog("lake", **{k: v for k, v in properties.items() if k != "type"})
     catalog.create_namespace("db")
     rows = pa.table({"id": pa.array(range(100), pa.int64()), "v": pa.array([str(i) for i in range(100)])})
@@ -77,147 +78,216 @@ def make_catalog(directory: Path, tables: int) -> dict[str, str]:
     for index in range(tables):
         catalog.create_table(f"db.t{index:05d}", rows.schema).append(rows)
     print(f"made {tables} tables in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    done.write_text(str(tables))
-    return properties
+    (directory / "done").write_text(str(tables))
 
 
-def measure(engine_name: str, tables: int, properties: dict[str, str], rounds: int) -> dict[str, Any]:
-    """One engine over the catalog's tables, in this (fresh) process."""
+class _CountingKube:
+    """Where the status flush writes: counts the patches an API server would get."""
+
+    def __init__(self) -> None:
+        self.patches = 0
+
+    def patch_status(self, plural: str, name: str, namespace: str, status: dict[str, Any]) -> None:
+        self.patches += 1
+
+
+def measure(tables: int, properties: dict[str, str], rounds: int, loop_seconds: float) -> dict[str, Any]:
+    """Both measurements, with the floe this process imports (the child's source)."""
     from floe.api.models import OptimizedTable, OptimizerGroup
-    from floe.service import engine as engine_module
+    from floe.controller.status import TableStatusFlusher
     from floe.service.engine import OptimizingEngine
     from floe.service.task_service import TaskService
+    from floe.tables.credentials import Redactor
 
-    if engine_name == "load":
-        engine_module.metadata_locations = lambda catalog: None  # type: ignore[assignment]
-    engine = OptimizingEngine(TaskService(clock=time.time), refresh_interval_s=0.0)
-    group = {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizerGroup", "metadata": {"name": "default"}}
-    engine.apply_group(OptimizerGroup.model_validate(group))
-    for index in range(tables):
-        manifest = {
-            "apiVersion": "floe.dev/v1alpha1",
-            "kind": "OptimizedTable",
-            "metadata": {"name": f"t{index:05d}"},
-            "spec": {
-                "table": f"db.t{index:05d}",
-                "catalog": {"name": "lake", "properties": properties},
-                "maintenance": MAINTENANCE_OFF,
-            },
-        }
-        engine.apply_table(OptimizedTable.model_validate(manifest))
+    def make_engine(refresh_interval_s: float) -> OptimizingEngine:
+        engine = OptimizingEngine(
+            TaskService(clock=time.time), refresh_interval_s=refresh_interval_s, namespaced_groups=True
+        )
+        group = {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizerGroup"}
+        engine.apply_group(
+            OptimizerGroup.model_validate({**group, "metadata": {"name": "default", "namespace": "ns"}})
+        )
+        for index in range(tables):
+            manifest = {
+                "apiVersion": "floe.dev/v1alpha1",
+                "kind": "OptimizedTable",
+                "metadata": {"name": f"t{index:05d}", "namespace": "ns"},
+                "spec": {
+                    "table": f"db.t{index:05d}",
+                    "catalog": {"name": "lake", "properties": properties},
+                    "maintenance": MAINTENANCE_OFF,
+                },
+            }
+            engine.apply_table(OptimizedTable.model_validate(manifest))
+        return engine
+
+    import floe
+
+    out: dict[str, Any] = {"floe": str(Path(floe.__file__).parent.parent)}
+    engine = make_engine(0.0)
     try:
         cpu, wall = time.process_time(), time.perf_counter()
         engine.tick()
-        first = {"first_wall_s": time.perf_counter() - wall, "first_cpu_s": time.process_time() - cpu}
-        loads, probes = engine.table_loads, engine.catalog_probes
+        out |= {"first_wall_s": time.perf_counter() - wall, "first_cpu_s": time.process_time() - cpu}
+        loads, probes = getattr(engine, "table_loads", None), getattr(engine, "catalog_probes", 0)
         cpu, wall = time.process_time(), time.perf_counter()
         for _ in range(rounds):
             engine.tick()
         idle_cpu, idle_wall = time.process_time() - cpu, time.perf_counter() - wall
-        refreshes = rounds * tables
-        per_hour = 3600.0 / REFRESH_INTERVAL_S / refreshes
         errors = [r.last_error for r in engine.runtimes.values() if r.last_error]
         assert not errors, errors[:3]
-        return {
-            **first,
-            "cpu_ms_per_refresh": idle_cpu / refreshes * 1000,
-            "cpu_ms_per_table_hour": idle_cpu * per_hour * 1000,
-            "idle_refresh_wall_s": idle_wall / rounds,
-            "loads_per_table_hour": (engine.table_loads - loads) * per_hour,
-            "probes_per_hour": (engine.catalog_probes - probes) * 3600.0 / REFRESH_INTERVAL_S / rounds,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        }
     finally:
         engine.close()
+    per_hour = 3600.0 / REFRESH_INTERVAL_S / (rounds * tables)
+    out |= {
+        "cpu_ms_per_refresh": idle_cpu / (rounds * tables) * 1000,
+        "cpu_ms_per_table_hour": idle_cpu * per_hour * 1000,
+        "idle_refresh_wall_s": idle_wall / rounds,
+        # Before the probe the engine counted no loads: each refresh was one.
+        "loads_per_table_hour": (engine.table_loads - loads) * per_hour if loads is not None else 360.0,
+        "probes_per_hour": (getattr(engine, "catalog_probes", 0) - probes)
+        * 3600.0
+        / REFRESH_INTERVAL_S
+        / rounds,
+    }
+
+    engine = make_engine(REFRESH_INTERVAL_S)
+    kube = _CountingKube()
+    flusher = TableStatusFlusher(kube, engine, Redactor(), time.time)  # type: ignore[arg-type]
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < WARMUP_S:  # the first refresh, and the first statuses
+            engine.tick()
+            flusher.flush()
+            time.sleep(TICK_S)
+        kube.patches = 0
+        cpu, started = time.process_time(), time.monotonic()
+        last_flush = started
+        while time.monotonic() - started < loop_seconds:
+            engine.tick()
+            if time.monotonic() - last_flush >= FLUSH_S:
+                last_flush = time.monotonic()
+                flusher.flush()
+            time.sleep(TICK_S)
+        loop_cpu, loop_wall = time.process_time() - cpu, time.monotonic() - started
+    finally:
+        engine.close()
+    out |= {
+        "loop_core_percent": loop_cpu / loop_wall * 100,
+        "loop_ms_per_table_hour": loop_cpu / loop_wall * 3600 / tables * 1000,
+        "loop_patches_per_s": kube.patches / loop_wall,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    return out
 
 
-def report(results: dict[int, dict[str, dict[str, Any]]], rounds: int) -> str:
+def _revision_source(revision: str, work_dir: Path) -> Path:
+    """floe's operator package at `revision`, extracted once from git."""
+    commit = subprocess.check_output(["git", "-C", str(REPO), "rev-parse", revision], text=True).strip()
+    target = work_dir / f"src-{commit[:12]}"
+    if not (target / "operator").is_dir():
+        work_dir.mkdir(parents=True, exist_ok=True)
+        archive = work_dir / f"{commit[:12]}.tar"
+        subprocess.run(
+            ["git", "-C", str(REPO), "archive", "-o", str(archive), commit, "operator"], check=True
+        )
+        with tarfile.open(archive) as tar:
+            tar.extractall(target, filter="data")
+        archive.unlink()
+    return target
+
+
+def report(results: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespace, command: str) -> str:
     """The results section."""
-    rows = []
-    for tables, by_engine in results.items():
-        for name, r in by_engine.items():
-            rows.append(
-                [
-                    f"{tables:,}",
-                    name,
-                    f"{r['first_wall_s']:.1f}",
-                    f"{r['cpu_ms_per_refresh']:.3f}",
-                    f"{r['cpu_ms_per_table_hour']:.1f}",
-                    f"{r['idle_refresh_wall_s']:.2f}",
-                    f"{r['loads_per_table_hour']:.0f}",
-                    f"{r['probes_per_hour']:.0f}",
-                    f"{r['peak_rss_mib']:.0f}",
-                ]
-            )
-    table = markdown_table(
+    from harness.machine import load_average
+    from harness.report import markdown_table, times
+
+    rows = [
         [
-            "tables",
-            "engine",
-            "first refresh s",
-            "idle CPU ms / table / refresh",
-            "idle CPU ms / table / hour (target <= 18)",
-            "idle refresh wall s",
-            "loads / table / hour",
-            "catalog probes / hour",
-            "peak RSS MiB",
-        ],
-        rows,
-    )
+            f"{tables:,}",
+            side,
+            f"{r['first_wall_s']:.1f}",
+            f"{r['cpu_ms_per_table_hour']:.1f}",
+            f"{r['idle_refresh_wall_s']:.2f}",
+            f"{r['loads_per_table_hour']:.0f}",
+            f"{r['probes_per_hour']:.0f}",
+            f"{r['loop_core_percent']:.1f}",
+            f"{r['loop_ms_per_table_hour']:.1f}",
+            f"{r['loop_patches_per_s']:.1f}",
+            f"{r['peak_rss_mib']:.0f}",
+        ]
+        for tables, by_side in results.items()
+        for side, r in by_side.items()
+    ]
+    headers = [
+        "tables",
+        "floe",
+        "first refresh s",
+        "refresh CPU ms / table / hour",
+        "one refresh s",
+        "loads / table / hour",
+        "catalog probes / hour",
+        "loop CPU % of a core (target <= 5)",
+        "loop CPU ms / table / hour (target <= 18)",
+        "status patches / s",
+        "peak RSS MiB",
+    ]
     ratios = markdown_table(
-        ["tables", "idle CPU per table, load / probe", "idle refresh wall, load / probe"],
+        ["tables", "refresh CPU, before / after", "one refresh, before / after", "loop CPU, before / after"],
         [
             [
                 f"{tables:,}",
-                times(e["load"]["cpu_ms_per_refresh"], e["probe"]["cpu_ms_per_refresh"]),
-                times(e["load"]["idle_refresh_wall_s"], e["probe"]["idle_refresh_wall_s"]),
+                times(s["before"]["cpu_ms_per_table_hour"], s["after"]["cpu_ms_per_table_hour"]),
+                times(s["before"]["idle_refresh_wall_s"], s["after"]["idle_refresh_wall_s"]),
+                times(s["before"]["loop_core_percent"], s["after"]["loop_core_percent"]),
             ]
-            for tables, e in results.items()
-            if {"load", "probe"} <= set(e)
+            for tables, s in results.items()
+            if set(SIDES) <= set(s)
         ],
     )
     return (
-        "## Idle cost per table: refreshes of tables nothing writes to\n\n"
-        f"Command: `{command_line()}`. Load average at the end: {load_average()}.\n\n"
-        f"One SQL catalog (SQLite), one small file per table; one in-process engine refreshing every "
-        f"table at each tick, maintenance off; {rounds} idle refreshes after the first. Per hour: at the "
-        f"operator's {REFRESH_INTERVAL_S:.0f} s refresh.\n\n{table}\n\n{ratios}\n"
+        "## 7. Idle cost per table: the engine loop over tables nothing writes to\n\n"
+        f"Command: `{command}`. Load average at the end: {load_average()}.\n\n"
+        f"One SQL catalog (SQLite), one small file per table, maintenance off; in-process, no "
+        f"Kubernetes. before: floe at `{args.before}`; after: this checkout. Refresh: {args.rounds} "
+        f"refreshes of every table after the first, per hour at the operator's "
+        f"{REFRESH_INTERVAL_S:.0f} s. Loop: the engine round every {TICK_S:.0f} s and the status flush "
+        f"every {FLUSH_S:.0f} s for {args.loop_seconds:.0f} s after {WARMUP_S:.0f} s of warm-up.\n\n"
+        f"{markdown_table(headers, rows)}\n\n{ratios}\n"
     )
 
 
 def main() -> int:
+    sys.path.insert(0, str(BENCH))
+    from harness.cli import benchmark_parser
+    from harness.report import command_line, emit
+
     parser = benchmark_parser(__doc__ or "", "catalog-scale")
     parser.add_argument("--tables", default="1000,10000", help="comma-separated table counts")
-    parser.add_argument("--rounds", type=int, default=5, help="idle refreshes measured")
-    parser.add_argument(
-        "--engines", default=",".join(ENGINES), help=f"comma-separated, from {', '.join(ENGINES)}"
-    )
-    parser.add_argument(
-        "--child", nargs=3, metavar=("ENGINE", "TABLES", "CATALOG_DIR"), help=argparse.SUPPRESS
-    )
+    parser.add_argument("--rounds", type=int, default=5, help="refreshes of every table measured")
+    parser.add_argument("--loop-seconds", type=float, default=60.0, help="how long the loop is measured")
+    parser.add_argument("--before", default=BEFORE, help="git revision of floe before the change")
+    parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated, from before, after")
     args = parser.parse_args()
-    if args.child:
-        name, tables, directory = args.child[0], int(args.child[1]), Path(args.child[2])
-        print(json.dumps(measure(name, tables, _catalog_properties(directory), args.rounds)))
-        return 0
     results: dict[int, dict[str, dict[str, Any]]] = {}
     for tables in (int(t) for t in args.tables.split(",")):
         directory = args.dir / f"tables-{tables}"
         make_catalog(directory, tables)
-        for name in args.engines.split(","):
-            command = [
-                sys.executable,
-                __file__,
-                "--rounds",
-                str(args.rounds),
-                "--child",
-                name,
-                str(tables),
-                str(directory),
-            ]
-            out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-            results.setdefault(tables, {})[name] = json.loads(out.strip().splitlines()[-1])
-            print(f"{tables} tables, {name}: {results[tables][name]}", file=sys.stderr)
-    emit(report(results, args.rounds), args.markdown)
+        for side in args.sides.split(","):
+            source = _revision_source(args.before, args.dir) if side == "before" else REPO
+            child = [str(source / "operator"), tables, str(directory), args.rounds, args.loop_seconds]
+            code = (
+                "import json, sys; sys.path.insert(0, sys.argv[1]); "
+                f"sys.path.insert(1, {str(BENCH)!r}); import catalog_scale as c; "
+                "print(json.dumps(c.measure(int(sys.argv[2]), c._catalog_properties(c.Path(sys.argv[3])), "
+                "int(sys.argv[4]), float(sys.argv[5]))))"
+            )
+            out = subprocess.run(
+                [sys.executable, "-c", code, *map(str, child)], check=True, capture_output=True, text=True
+            ).stdout
+            results.setdefault(tables, {})[side] = json.loads(out.strip().splitlines()[-1])
+            print(f"{tables} tables, {side}: {results[tables][side]}", file=sys.stderr)
+    emit(report(results, args, command_line()), args.markdown)
     return 0
 
 

@@ -30,6 +30,8 @@ from floe.controller.secrets import (
 from floe.controller.status import TableStatusFlusher, catalog_condition, table_status
 from floe.service.engine import OptimizingEngine
 from floe.service.task_service import TaskService
+from floe.tables.credentials import Redactor
+from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.runtime import TableRuntime
 
 SECRET_VALUE = "p4ssw0rd-never-shown"
@@ -190,7 +192,7 @@ def test_a_missing_table_is_degraded_but_its_catalog_answered(
     runtime = engine.apply_table(_table(catalog, identifier="db.missing"))
     engine.tick()
     assert _condition(runtime)[:2] == ("True", "CatalogAvailable")
-    conditions = {c["type"]: c for c in table_status(runtime, None, redact=lambda text: text)["conditions"]}
+    conditions = {c["type"]: c for c in table_status(runtime, 0.0, redact=lambda text: text)["conditions"]}
     assert (
         conditions["Degraded"]["status"] == "True" and conditions["Degraded"]["reason"] == "TableUnavailable"
     )
@@ -247,4 +249,87 @@ def test_a_table_waiting_for_its_secret_gets_a_status(engine: OptimizingEngine, 
     assert {c["type"] for c in kube.patches[-1][2]["conditions"]} >= {"CatalogReady", "Degraded"}
     problems.clear("ns/waiting")
     flusher.forget("ns/waiting")
+    assert flusher.flush() == 0
+
+
+def test_status_writes_are_rate_limited_and_every_table_gets_its_turn(engine: OptimizingEngine) -> None:
+    """Thousands of tables changing at once are written at the configured rate, not in one burst;
+    those left over go first next time; a handler's flush of one table is never held back."""
+    kube, problems, clock = FakeKube(), CatalogProblems(), [1000.0]
+    flusher = TableStatusFlusher(
+        kube,  # type: ignore[arg-type]
+        engine,
+        lambda text: text,
+        lambda: clock[0],
+        problems,
+        max_writes_per_s=2.0,
+        burst_s=5.0,
+    )
+    problem = CatalogProblem(
+        "catalog", SECRET_NOT_FOUND, "catalog Secret 'catalog' in namespace 'ns' not found"
+    )
+    tables = [f"ns/t{index:02d}" for index in range(25)]
+    for table_id in tables:
+        problems.record(table_id, problem)
+    assert flusher.flush() == 10  # the bucket holds 5 s at 2 writes/s
+    assert flusher.flush() == 0  # none left until time passes
+    clock[0] += 2.0
+    assert flusher.flush() == 4
+    problems.record("ns/t00", CatalogProblem("other", SECRET_NOT_FOUND, "catalog Secret 'other' not found"))
+    assert flusher.flush(only={"ns/t00"}) == 1  # at once, whatever the budget
+    clock[0] += 10.0
+    assert flusher.flush() == 10
+    clock[0] += 10.0
+    assert flusher.flush() == 1
+    written = [f"{namespace}/{name}" for namespace, name, _ in kube.patches]
+    assert sorted(set(written)) == tables and len(written) == 26
+    clock[0] += 10.0
+    assert flusher.flush() == 0  # nothing changed
+
+
+def test_without_a_rate_every_changed_table_is_written_at_once(engine: OptimizingEngine) -> None:
+    kube, problems = FakeKube(), CatalogProblems()
+    flusher = TableStatusFlusher(kube, engine, lambda text: text, time.time, problems)  # type: ignore[arg-type]
+    problem = CatalogProblem(
+        "catalog", SECRET_NOT_FOUND, "catalog Secret 'catalog' in namespace 'ns' not found"
+    )
+    for index in range(300):
+        problems.record(f"ns/t{index:03d}", problem)
+    assert flusher.flush() == 300
+
+
+def test_a_flush_skips_unchanged_tables_and_writes_each_kind_of_change(
+    engine: OptimizingEngine, catalog: SqlCatalog
+) -> None:
+    """An idle table's status is not computed again (what it is made of is compared first); each
+    thing it is made of still gets written when it changes."""
+    kube, redactor, settings = FakeKube(), Redactor(), {}  # type: ignore[var-annotated]
+    flusher = TableStatusFlusher(kube, engine, redactor, time.time, CatalogProblems(), settings)  # type: ignore[arg-type]
+    runtime = engine.apply_table(_table(catalog))
+    deadline = time.monotonic() + 60
+    engine.tick()
+    while not engine.converged():  # its first maintenance runs, one job after the other
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+        engine.tick()
+    assert flusher.flush() == 1 and flusher.flush() == 0
+
+    def last_patch() -> dict[str, Any]:
+        return kube.patches[-1][2]
+
+    # A maintenance job failing, with a credential in its message the redaction learns later.
+    runtime.on_maintenance_started(MaintenanceJob.EXPIRE)
+    runtime.on_maintenance_failed(MaintenanceJob.EXPIRE, f"denied for key {SECRET_VALUE}", time.time())
+    assert flusher.flush() == 1 and SECRET_VALUE in last_patch()["maintenance"]["expire"]["lastResult"]
+    redactor.add({"s3.secret-access-key": SECRET_VALUE})
+    assert flusher.flush() == 1 and SECRET_VALUE not in str(last_patch())
+    # Settings resolved again (a group's defaults edited).
+    settings["ns/t"] = {"effectiveSpec": {"quota": 2.0}, "specSources": {"quota": "OptimizerGroup/g"}}
+    assert flusher.flush() == 1 and last_patch()["specSources"] == {"quota": "OptimizerGroup/g"}
+    # A new spec (the catalog's Secret named now): the CatalogReady message says so.
+    engine.apply_table(_table(catalog, secretRef="ready-catalog"))
+    engine.tick()
+    assert flusher.flush() == 1
+    ready = {c["type"]: c for c in last_patch()["conditions"]}["CatalogReady"]
+    assert "ready-catalog" in ready["message"]
     assert flusher.flush() == 0

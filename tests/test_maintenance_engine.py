@@ -83,7 +83,7 @@ def test_due_jobs_run_on_their_own_schedule_show_in_status_and_count_toward_quot
     assert 'floe_maintenance_runs_total{job="expire",result="done"} 1.0' in scrape
     reclaimed = runs[MaintenanceJob.ORPHANS].files_removed
     assert f'floe_maintenance_files_reclaimed_total{{job="orphans"}} {float(reclaimed)}' in scrape
-    status = table_status(runtime, None, redact=lambda text: text)["maintenance"]
+    status = table_status(runtime, 0.0, redact=lambda text: text)["maintenance"]
     assert set(status) == {"dangling-deletes", "manifests", "expire", "orphans"}
     assert status["orphans"]["filesReclaimed"] >= 1 and status["expire"]["nextDue"] is not None
 

@@ -129,7 +129,7 @@ def test_the_engine_shows_the_refusal_once_and_never_plans(
     assert engine.stuck_tables() == {runtime.table_id: reason}, "floe run --once reports it and exits 1"
     assert engine.converged()
     assert run_maintenance is None, "no maintenance on a refused table"
-    degraded = next(c for c in table_status(runtime, None, str)["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in table_status(runtime, 0.0, str)["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"], degraded["message"]) == ("True", "Unsupported", reason)
 
 
@@ -271,7 +271,7 @@ def test_the_engine_refuses_a_bad_table_property_until_it_is_fixed(
     assert [(e.kind, e.reason, e.message) for e in events] == [("Warning", "InvalidTableProperty", reason)]
     assert engine.stuck_tables() == {runtime.table_id: reason}
     assert runtime.due_maintenance(time.time()) is not None
-    degraded = next(c for c in table_status(runtime, None, str)["conditions"] if c["type"] == "Degraded")
+    degraded = next(c for c in table_status(runtime, 0.0, str)["conditions"] if c["type"] == "Degraded")
     assert (degraded["reason"], degraded["message"]) == ("InvalidTableProperty", reason)
 
     engine.apply_table(_table(sql_catalog, "g", targetSize="16Ki", minor={"triggerFileCount": 2}))

@@ -73,6 +73,8 @@ class OperatorConfig:
     identity: str = ""
     tick_interval_s: float = 1.0
     status_interval_s: float = 5.0
+    status_writes_per_s: float = 20.0
+    """Table status patches a second, on average (`TableStatusFlusher`)."""
     refresh_interval_s: float = 10.0
     create_peering_objects: bool = True
     """Create the (Cluster)KopfPeering objects when missing; the Helm chart makes its own, and an
@@ -154,7 +156,14 @@ class Controller:
         )
         """What each table inherits from its OptimizedTableSet and its OptimizerGroup."""
         self.flusher = TableStatusFlusher(
-            kube, self.engine, self.redact, time.time, self.catalog_problems, self.settings.status
+            kube,
+            self.engine,
+            self.redact,
+            time.time,
+            self.catalog_problems,
+            self.settings.status,
+            max_writes_per_s=config.status_writes_per_s,
+            burst_s=config.status_interval_s,
         )
         self.leadership = Leadership(
             kube,

@@ -21,10 +21,11 @@ A table's ``CatalogReady`` condition says whether floe can reach its catalog:
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import logging
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sized
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -32,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from floe.api.models import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH
 from floe.controller.kube import Kube
 from floe.controller.secrets import CatalogProblem, CatalogProblems
-from floe.service.engine import OptimizingEngine, TableView
+from floe.service.engine import OptimizingEngine
 from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
 
@@ -101,20 +102,21 @@ def with_transition_times(
 
 def table_status(
     runtime: TableRuntime,
-    view: TableView | None,
+    occupation: float,
     redact: Callable[[str], str],
     problem: CatalogProblem | None = None,
     settings: Mapping[str, Any] | None = None,
 ) -> Status:
-    """A table's status fields (camelCase), every free text redacted; `settings`: its
-    ``effectiveSpec`` and ``specSources`` (`floe.controller.settings`)."""
+    """A table's status fields (camelCase), every free text redacted; `occupation`: of its quota
+    over the last hour; `settings`: its ``effectiveSpec`` and ``specSources``
+    (`floe.controller.settings`)."""
     state = runtime.state
     error = redact(runtime.last_error)
     return {
         "state": state.value,
         "snapshotId": runtime.snapshot_id,
         "tableUuid": runtime.table_uuid,
-        "quotaOccupation": round(view.occupation, 4) if view else 0.0,
+        "quotaOccupation": round(occupation, 4),
         "dataFiles": runtime.data_files,
         "deleteFiles": runtime.delete_files,
         "lastMinorOptimizing": timestamp(runtime.last_minor_s),
@@ -137,6 +139,44 @@ def table_status(
             catalog_condition(runtime, problem, redact),
         ],
     }
+
+
+def _status_inputs(
+    runtime: TableRuntime,
+    occupation: float,
+    problem: CatalogProblem | None,
+    settings: Mapping[str, Any] | None,
+    redactions: int | None,
+) -> tuple[Any, ...]:
+    """Everything `table_status` makes a table's status from, compared before computing it.
+
+    Objects the engine replaces rather than changes (the spec, each maintenance run, the
+    settings) are held as they are: a tuple compares its items by identity first, so an
+    unchanged one costs nothing. The number of credential values the redaction knows is in it
+    too: a value learnt later must be masked in texts written before."""
+    return (
+        runtime.state,
+        runtime.snapshot_id,
+        runtime.table_uuid,
+        round(occupation, 4),
+        runtime.data_files,
+        runtime.delete_files,
+        runtime.last_minor_s,
+        runtime.last_major_s,
+        runtime.last_full_s,
+        runtime.last_result,
+        runtime.process_id,
+        runtime.pending_reason,
+        runtime.last_error,
+        runtime.refusal,
+        runtime.refusal_reason,
+        runtime.catalog_error,
+        runtime.spec,
+        tuple(runtime.maintenance_runs.items()),
+        problem,
+        settings,
+        redactions,
+    )
 
 
 def merge_patch(old: Any, new: Any) -> Any:
@@ -247,7 +287,12 @@ class TableStatusFlusher:
     """Writes changed table status fields back, one merge patch per table per flush.
 
     It writes the tables the engine knows, and the tables waiting for their catalog Secret
-    (`CatalogProblems`), which the engine does not know yet.
+    (`CatalogProblems`), which the engine does not know yet. With `max_writes_per_s`, the
+    periodic flushes send at most that many patches a second on average (a token bucket
+    holding `burst_s` seconds of them): when thousands of tables change at once (the operator
+    starting, a group's defaults edited) the API server is not flooded, and the tables left
+    over go first at the next flush. A flush of named tables (a handler's, at once) is never
+    held back, though it uses up the budget too.
     """
 
     def __init__(
@@ -258,6 +303,8 @@ class TableStatusFlusher:
         now: Callable[[], float],
         problems: CatalogProblems | None = None,
         settings: Mapping[str, Mapping[str, Any]] | None = None,
+        max_writes_per_s: float | None = None,
+        burst_s: float = 5.0,
     ) -> None:
         self.kube = kube
         self.engine = engine
@@ -266,10 +313,19 @@ class TableStatusFlusher:
         self.problems = problems or CatalogProblems()
         self.settings = settings if settings is not None else {}
         self._written: dict[str, Status] = {}
+        self._inputs: dict[str, tuple[Any, ...]] = {}
+        """Per table: what its status was last made of (`_status_inputs`); while that is the same,
+        its status is not computed again, so an idle table costs a flush next to nothing."""
         # The engine thread flushes every few seconds; a kopf handler flushes its table at once.
         self._lock = threading.Lock()
         self.patches = 0
         """API calls made so far (tests check that flushing batches)."""
+        self.max_writes_per_s = max_writes_per_s
+        self._capacity = max(1.0, (max_writes_per_s or 0.0) * burst_s)
+        self._tokens = self._capacity
+        self._filled_at = now()
+        self._resume_after = ""
+        """The last table a rate-limited flush wrote: the next one starts after it."""
 
     def seed(self, table_id: str, status: Mapping[str, Any]) -> None:
         """What the resource's status already holds (at resume), so unchanged fields are not re-sent."""
@@ -280,6 +336,7 @@ class TableStatusFlusher:
         """The table is gone; stop writing its status."""
         with self._lock:
             self._written.pop(table_id, None)
+            self._inputs.pop(table_id, None)
 
     def flush(self, only: Collection[str] | None = None) -> int:
         """Patch every table (or those in ``only``) whose status changed; returns the patches sent."""
@@ -287,15 +344,23 @@ class TableStatusFlusher:
             return self._flush(only)
 
     def _flush(self, only: Collection[str] | None) -> int:
-        views = {v.table_id: v for v in self.engine.table_views()}
+        occupations = self.engine.occupations()
         runtimes = dict(self.engine.runtimes)
         table_ids = set(runtimes) | set(self.problems.tables())
+        redactions = len(self.redact) if isinstance(self.redact, Sized) else None
+        self._refill()
         sent = 0
-        for table_id in sorted(table_ids if only is None else table_ids & set(only)):
+        for table_id in self._in_turn(table_ids if only is None else table_ids & set(only)):
+            if only is None and self.max_writes_per_s is not None and self._tokens < 1:
+                break  # the rest go first at the next flush
             runtime, problem = runtimes.get(table_id), self.problems.get(table_id)
+            inputs: tuple[Any, ...] | None = None
             if runtime is not None:
-                settings = self.settings.get(table_id)
-                status = table_status(runtime, views.get(table_id), self.redact, problem, settings)
+                settings, occupation = self.settings.get(table_id), occupations.get(table_id, 0.0)
+                inputs = _status_inputs(runtime, occupation, problem, settings, redactions)
+                if self._inputs.get(table_id) == inputs:
+                    continue
+                status = table_status(runtime, occupation, self.redact, problem, settings)
             elif problem is not None:
                 status = awaiting_status(problem)
             else:
@@ -306,6 +371,7 @@ class TableStatusFlusher:
             )
             changed = {k: v for k, v in status.items() if written.get(k) != v}
             if not changed:
+                self._remember(table_id, inputs)
                 continue
             namespace, name = table_id.split("/", 1)
             try:
@@ -316,6 +382,29 @@ class TableStatusFlusher:
                     log.warning("status of %s not written: %s", table_id, exc.reason)
                 continue
             written.update(changed)
+            self._remember(table_id, inputs)
             sent += 1
+            self._tokens -= 1
+            self._resume_after = table_id
         self.patches += sent
         return sent
+
+    def _remember(self, table_id: str, inputs: tuple[Any, ...] | None) -> None:
+        if inputs is None:
+            self._inputs.pop(table_id, None)
+        else:
+            self._inputs[table_id] = inputs
+
+    def _refill(self) -> None:
+        now = self.now()
+        if self.max_writes_per_s is not None:
+            elapsed = max(0.0, now - self._filled_at)
+            self._tokens = min(self._capacity, self._tokens + elapsed * self.max_writes_per_s)
+        self._filled_at = now
+
+    def _in_turn(self, table_ids: Collection[str]) -> list[str]:
+        """`table_ids` sorted, from the first after the last one a flush wrote: when writes are
+        rate-limited, every table gets its turn."""
+        ordered = sorted(table_ids)
+        start = bisect.bisect_right(ordered, self._resume_after)
+        return ordered[start:] + ordered[:start]

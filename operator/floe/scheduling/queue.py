@@ -536,6 +536,11 @@ class GroupScheduler:
         with self._monitor.hold():
             return {table_id: self._table_stats(table, now) for table_id, table in self._tables.items()}
 
+    def occupations(self, now: float) -> dict[str, float]:
+        """Each table's quota occupation, keyed by table id (`stats` without the rest)."""
+        with self._monitor.hold():
+            return {table_id: table.occupation(now) for table_id, table in self._tables.items()}
+
     def first_start_since(self, since: float) -> float | None:
         """When the first task that started running at or after `since` did (among the last
         `RECENT_STARTS`), None if none has: a task shorter than a status pass still counts."""

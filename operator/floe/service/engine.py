@@ -136,12 +136,14 @@ class OptimizingEngine:
         self.runtimes: dict[str, TableRuntime] = {}
         self.groups: dict[str, OptimizerGroup] = {}
         """Groups by `group_key`."""
-        self._catalogs: dict[tuple[str, tuple[tuple[str, str], ...]], Catalog] = {}
+        self._catalogs: dict[CatalogKey, Catalog] = {}
         self.table_loads = 0
         """Tables loaded through their catalog so far (refreshes, plans, maintenance)."""
         self.catalog_probes = 0
         """Calls that told the metadata locations of a catalog's tables at once (`metadata_locations`)."""
         self._counts_lock = threading.Lock()  # the refresh threads load tables concurrently
+        self._marked_pending: set[str] = set()
+        """Tables the engine last told their group's scheduler may be planned (`_update_pending`)."""
         self._scans: dict[str, ScannedTable] = {}
         self._in_flight: dict[str, _InFlight] = {}
         self._delayed_commits: dict[str, _DelayedCommit] = {}
@@ -288,6 +290,7 @@ class OptimizingEngine:
         with self._lock:
             runtime = self.runtimes.pop(table_id, None)
             self._secret_properties.pop(table_id, None)
+            self._marked_pending.discard(table_id)
             if runtime is None:
                 return
             flight = self._in_flight.pop(runtime.process_id, None) if runtime.process_id else None
@@ -417,14 +420,25 @@ class OptimizingEngine:
     def _refresh_due_tables(self) -> None:
         now = self.clock()
         with self._lock:
-            due = [
-                r
-                for r in self.runtimes.values()
-                if not r.busy
-                and r.state != TableState.DISABLED
-                and (r.last_refresh_s is None or now - r.last_refresh_s >= self.refresh_interval_s)
+            eligible = [r for r in self.runtimes.values() if not r.busy and r.state != TableState.DISABLED]
+        due = [
+            r
+            for r in eligible
+            if r.last_refresh_s is None or now - r.last_refresh_s >= self.refresh_interval_s
+        ]
+        locations = self._metadata_locations(due)
+        if locations:
+            # A probe answers for every table of its catalog: they are all refreshed with the due
+            # ones, so that the catalog's tables stay due together and one probe serves a round.
+            due_ids = {r.table_id for r in due}
+            due += [
+                r for r in eligible if r.table_id not in due_ids and _catalog_key(r.spec.catalog) in locations
             ]
-        unchanged = self._unchanged_tables(due)
+        unchanged = {
+            r.table_id
+            for r in due
+            if r.unchanged_at((locations.get(_catalog_key(r.spec.catalog)) or {}).get(r.spec.table))
+        }
         with self._lock:
             for runtime in due:
                 if runtime.table_id in unchanged:
@@ -501,13 +515,20 @@ class OptimizingEngine:
         self._refuse(runtime, INVALID_TABLE_PROPERTY, message, None, None, now)
 
     def _update_pending(self, runtime: TableRuntime, now: float) -> None:
+        if runtime.state != TableState.PENDING and runtime.table_id not in self._marked_pending:
+            return  # neither pending nor marked so: nothing to say or undo (most tables, most rounds)
         key = self.table_group_key(runtime)
         if key not in self.groups:
             if runtime.state == TableState.PENDING:
                 runtime.pending_reason = f"group {runtime.group!r} does not exist"
             return
         scheduler = self.service.group(key)
-        scheduler.set_pending(runtime.table_id, runtime.may_plan(now))
+        pending = runtime.may_plan(now)
+        scheduler.set_pending(runtime.table_id, pending)
+        if pending:
+            self._marked_pending.add(runtime.table_id)
+        else:
+            self._marked_pending.discard(runtime.table_id)
         if runtime.state == TableState.PENDING and scheduler.threads == 0:
             if self.groups[key].spec.autoscaling is not None:
                 # Not a problem: the group's demand brings its executors back.
@@ -518,25 +539,22 @@ class OptimizingEngine:
                 self._emit(runtime.table_id, "Warning", "NoOptimizer", f"pending: {reason}")
             runtime.pending_reason = reason
 
-    def _unchanged_tables(self, runtimes: list[TableRuntime]) -> set[str]:
-        """The tables among `runtimes` whose current metadata file is the one their last evaluation
-        read, asked of each catalog once for all its tables where it can tell (`metadata_locations`);
-        the others are loaded. A catalog that fails here fails again in the loads, which report it."""
-        by_catalog: dict[tuple[str, tuple[tuple[str, str], ...]], list[TableRuntime]] = {}
-        for runtime in runtimes:
-            by_catalog.setdefault(_catalog_key(runtime.spec.catalog), []).append(runtime)
-        unchanged: set[str] = set()
-        for tables in by_catalog.values():
+    def _metadata_locations(self, runtimes: list[TableRuntime]) -> dict[CatalogKey, dict[str, str]]:
+        """The metadata locations of every table of each catalog of `runtimes` that can tell them
+        all in one call (`metadata_locations`). A table whose metadata file is the one its last
+        evaluation read needs no load (`TableRuntime.unchanged_at`); the others are loaded. A
+        catalog that fails here fails again in the loads, which report it."""
+        found: dict[CatalogKey, dict[str, str]] = {}
+        for key, ref in {_catalog_key(r.spec.catalog): r.spec.catalog for r in runtimes}.items():
             try:
-                locations = metadata_locations(self._catalog(tables[0].spec.catalog))
+                locations = metadata_locations(self._catalog(ref))
             except Exception:  # the loads that follow report the catalog's error
                 continue
-            if locations is None:
-                continue
-            with self._counts_lock:
-                self.catalog_probes += 1
-            unchanged.update(r.table_id for r in tables if r.unchanged_at(locations.get(r.spec.table)))
-        return unchanged
+            if locations is not None:
+                with self._counts_lock:
+                    self.catalog_probes += 1
+                found[key] = locations
+        return found
 
     def _catalog(self, ref: CatalogRef) -> Catalog:
         key = _catalog_key(ref)
@@ -859,6 +877,17 @@ class OptimizingEngine:
 
     # -- views ---------------------------------------------------------------------------
 
+    def occupations(self) -> dict[str, float]:
+        """Each table's quota occupation over the last hour (1.0 = its whole quota), by table id:
+        what `table_views` says of it, for a fraction of the cost."""
+        now = self.clock()
+        with self._lock:
+            by_group = {name: self.service.group(name).occupations(now) for name in self.groups}
+            return {
+                table_id: by_group.get(self.table_group_key(r), {}).get(table_id, 0.0)
+                for table_id, r in self.runtimes.items()
+            }
+
     def table_views(self) -> list[TableView]:
         """Status of every table, ordered by id."""
         now = self.clock()
@@ -919,6 +948,9 @@ def _failure_summary(outcome: ProcessOutcome) -> str:
     return f"{len(outcome.failures)} tasks failed; {first}: {outcome.failures[first]}"
 
 
-def _catalog_key(ref: CatalogRef) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """Tables of one catalog with the same properties share one open catalog."""
+CatalogKey = tuple[str, tuple[tuple[str, str], ...]]
+"""A catalog's name and properties: the tables that share them share one open catalog."""
+
+
+def _catalog_key(ref: CatalogRef) -> CatalogKey:
     return ref.name, tuple(sorted(ref.properties.items()))

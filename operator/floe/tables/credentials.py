@@ -89,6 +89,11 @@ class Redactor:
         with self._lock:
             self._values.update(credential_values(properties))
 
+    def __len__(self) -> int:
+        """How many credential values it masks: a new one can change texts masked before."""
+        with self._lock:
+            return len(self._values)
+
     def __call__(self, text: str) -> str:
         """``text`` with every credential replaced by ``***``."""
         with self._lock:

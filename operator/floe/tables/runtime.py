@@ -9,6 +9,7 @@ reports each step here with the clock's time, so every transition is testable al
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -17,7 +18,7 @@ from floe.planning.files import TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.history import OptimizingHistory
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
-from floe.tables.maintenance_schedule import due_jobs, next_due_s
+from floe.tables.maintenance_schedule import due_jobs, job_intervals, next_due_s
 
 
 class TableState(StrEnum):
@@ -98,6 +99,8 @@ class TableRuntime:
     catalog_error: str | None = None
     """What the last refresh made of the catalog: None, not contacted yet (or since the catalog
     changed); "", it answered (the table itself may still be missing); else why it did not."""
+    _maintenance_due_for: OptimizedTableSpec | None = field(default=None, repr=False, compare=False)
+    _earliest_maintenance: float = field(default=0.0, repr=False, compare=False)
 
     @property
     def group(self) -> str:
@@ -314,11 +317,28 @@ class TableRuntime:
             or self.refusal_reason == UNSUPPORTED
         ):
             return None
+        if now_s < self._earliest_maintenance_s():
+            return None
         last_runs = {job: run.finished_s for job, run in self.maintenance_runs.items()}
         for job in due_jobs(self.spec.maintenance, last_runs, now_s):
             if not (job.commits and self.busy):
                 return job
         return None
+
+    def _earliest_maintenance_s(self) -> float:
+        """When the first job is due (-inf: one never ran; inf: none is on), kept until the spec
+        or a run changes: the engine asks every table every round."""
+        if self._maintenance_due_for is not self.spec:
+            runs = self.maintenance_runs
+            self._earliest_maintenance = min(
+                (
+                    runs[job].finished_s + interval if job in runs else -math.inf
+                    for job, interval in job_intervals(self.spec.maintenance).items()
+                ),
+                default=math.inf,
+            )
+            self._maintenance_due_for = self.spec
+        return self._earliest_maintenance
 
     def next_maintenance_s(self, job: MaintenanceJob, now_s: float) -> float | None:
         """When `job` is due next (now, if it never ran); None when the spec turns it off."""
@@ -336,6 +356,7 @@ class TableRuntime:
     def on_maintenance_done(self, report: MaintenanceReport, now_s: float) -> None:
         """The running job finished; a committed snapshot is evaluated at the next refresh."""
         self._end_maintenance(report.job)
+        self._maintenance_due_for = None
         self.maintenance_runs[report.job] = MaintenanceRun(
             now_s, report.summary, report.files_removed, report.bytes_removed
         )
@@ -346,12 +367,14 @@ class TableRuntime:
     def on_maintenance_failed(self, job: MaintenanceJob, error: str, now_s: float) -> None:
         """The running job raised; it is tried again one interval later."""
         self._end_maintenance(job)
+        self._maintenance_due_for = None
         self.maintenance_runs[job] = MaintenanceRun(now_s, f"failed: {error}", failed=True)
 
     def restore_maintenance_run(self, job: MaintenanceJob, run: MaintenanceRun) -> None:
         """A run recorded before a restart (in status), so the job keeps its schedule."""
         known = self.maintenance_runs.get(job)
         if known is None or known.finished_s < run.finished_s:
+            self._maintenance_due_for = None
             self.maintenance_runs[job] = run
 
     def _end_maintenance(self, job: MaintenanceJob) -> None:
