@@ -48,13 +48,15 @@ def test_a_sql_catalog_tells_every_tables_metadata_location_at_once(
     assert metadata_locations(NoopCatalog("rest-like")) is None
 
 
+def _group() -> OptimizerGroup:
+    return OptimizerGroup.model_validate(
+        {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizerGroup", "metadata": {"name": "default"}}
+    )
+
+
 def _engine() -> OptimizingEngine:
     engine = OptimizingEngine(TaskService(clock=time.time), refresh_interval_s=0.0)
-    engine.apply_group(
-        OptimizerGroup.model_validate(
-            {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizerGroup", "metadata": {"name": "default"}}
-        )
-    )
+    engine.apply_group(_group())
     return engine
 
 
@@ -118,5 +120,27 @@ def test_a_table_never_evaluated_is_loaded_whatever_the_probe_says(catalog: SqlC
         engine.tick()
         engine.tick()
         assert engine.table_loads == 2
+    finally:
+        engine.close()
+
+
+def test_a_round_loads_what_fits_in_its_budget_and_the_next_rounds_the_rest(catalog: SqlCatalog) -> None:
+    """Thousands of new tables do not hold the engine loop for one long round: a round loads
+    tables while its budget lasts (a batch at least), the longest unrefreshed first."""
+    for index in range(30):
+        catalog.create_table(f"sales.t{index:02d}", ROWS.schema).append(ROWS)
+    engine = OptimizingEngine(
+        TaskService(clock=time.time), refresh_interval_s=60.0, io_threads=1, refresh_budget_s=0.0
+    )
+    try:
+        engine.apply_group(_group())
+        runtimes = [engine.apply_table(_table(catalog, f"sales.t{index:02d}")) for index in range(30)]
+        loads = []
+        while any(r.snapshot_id is None for r in runtimes):
+            before = engine.table_loads
+            engine.tick()
+            loads.append(engine.table_loads - before)
+            assert len(loads) <= 10
+        assert loads == [4] * 7 + [2]  # one batch (4 per refresh thread) a round
     finally:
         engine.close()

@@ -16,6 +16,7 @@ its own namespace. Optimizers register with that key.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -128,8 +129,12 @@ class OptimizingEngine:
         io_threads: int = 4,
         namespaced_groups: bool = False,
         maintenance_threads: int = 1,
+        refresh_budget_s: float = 2.0,
     ) -> None:
         self.service = service
+        self.refresh_budget_s = refresh_budget_s
+        """How long a round goes on loading due tables; the rest are loaded in the next rounds."""
+        self._refresh_batch = 4 * io_threads
         self.namespaced_groups = namespaced_groups
         self.clock = clock
         self.refresh_interval_s = refresh_interval_s
@@ -443,8 +448,7 @@ class OptimizingEngine:
             for runtime in due:
                 if runtime.table_id in unchanged:
                     runtime.on_loaded(now)
-        for future in [self._pool.submit(self._refresh, r) for r in due if r.table_id not in unchanged]:
-            future.result()
+        self._load_within_budget([r for r in due if r.table_id not in unchanged])
         with self._lock:
             for runtime in self.runtimes.values():
                 self._update_pending(runtime, now)
@@ -538,6 +542,19 @@ class OptimizingEngine:
             if runtime.pending_reason != reason:
                 self._emit(runtime.table_id, "Warning", "NoOptimizer", f"pending: {reason}")
             runtime.pending_reason = reason
+
+    def _load_within_budget(self, runtimes: list[TableRuntime]) -> None:
+        """Refresh `runtimes` through their catalogs, longest unrefreshed first, in batches while
+        the round's budget lasts (one batch at least): thousands of new tables are loaded over
+        several rounds, and status flushes, planning and commits go on between them."""
+        ordered = sorted(runtimes, key=lambda r: -math.inf if r.last_refresh_s is None else r.last_refresh_s)
+        started = time.monotonic()
+        for start in range(0, len(ordered), self._refresh_batch):
+            if start and time.monotonic() - started >= self.refresh_budget_s:
+                return  # the rest stay due: the next rounds load them first
+            batch = ordered[start : start + self._refresh_batch]
+            for future in [self._pool.submit(self._refresh, r) for r in batch]:
+                future.result()
 
     def _metadata_locations(self, runtimes: list[TableRuntime]) -> dict[CatalogKey, dict[str, str]]:
         """The metadata locations of every table of each catalog of `runtimes` that can tell them
