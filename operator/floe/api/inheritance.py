@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from floe.api.models import SET_OWN_FIELDS, OptimizedTableSpec
+from floe.api.models import SET_OWN_FIELDS, OptimizedTableSpec, OptimizerGroup
 
 OWN_SOURCE = "OptimizedTable"
 """The source of a setting the table's own manifest sets."""
@@ -37,6 +37,18 @@ class SettingsLayer:
         if template is None:
             return None
         return cls(source, template.model_dump(mode="json", by_alias=True, exclude_unset=True))
+
+
+def set_layer(name: str, template: BaseModel) -> SettingsLayer:
+    """What the template of the OptimizedTableSet `name` gives its tables."""
+    layer = SettingsLayer.of(f"OptimizedTableSet/{name}", template)
+    assert layer is not None  # a template given gives a layer
+    return layer
+
+
+def group_layer(group: OptimizerGroup) -> SettingsLayer | None:
+    """What a group's ``tableDefaults`` give its tables; None when it has none."""
+    return SettingsLayer.of(f"OptimizerGroup/{group.metadata.name}", group.spec.table_defaults)
 
 
 @dataclass(frozen=True)

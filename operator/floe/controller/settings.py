@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from floe.api.inheritance import EffectiveSpec, SettingsLayer, effective_spec
+from floe.api.inheritance import EffectiveSpec, SettingsLayer, effective_spec, group_layer, set_layer
 from floe.api.models import OptimizedTable, OptimizedTableTemplate
 from floe.service.engine import OptimizingEngine
 
@@ -36,13 +36,9 @@ def owning_set(owner_references: Any) -> str | None:
     return None
 
 
-def set_layer(namespace: str, name: str, template: Mapping[str, Any] | None) -> SettingsLayer:
+def _stored_set_layer(name: str, template: Mapping[str, Any] | None) -> SettingsLayer:
     """What a set's `template` (its ``spec.template``, as stored) gives its tables."""
-    layer = SettingsLayer.of(
-        f"{SET_KIND}/{name}", OptimizedTableTemplate.model_validate(dict(template or {}))
-    )
-    assert layer is not None
-    return layer
+    return set_layer(name, OptimizedTableTemplate.model_validate(dict(template or {})))
 
 
 class InheritedSettings:
@@ -70,7 +66,7 @@ class InheritedSettings:
 
     def apply_set(self, namespace: str, name: str, template: Mapping[str, Any] | None) -> list[str]:
         """A set's template as its handler sees it; the tables of the set, when it changed."""
-        key, layer = f"{namespace}/{name}", set_layer(namespace, name, template)
+        key, layer = f"{namespace}/{name}", _stored_set_layer(name, template)
         with self._lock:
             if key in self._set_layers and self._set_layers[key] == layer:
                 return []
@@ -88,10 +84,8 @@ class InheritedSettings:
         its status. Raises `InheritedSettingsInvalid` when they do not merge into a valid spec."""
         namespace = resource.metadata.namespace
         group = self.engine.groups.get(self.engine.group_key(resource.spec.group, namespace))
-        group_layer = None
-        if group is not None:
-            group_layer = SettingsLayer.of(f"OptimizerGroup/{group.metadata.name}", group.spec.table_defaults)
-        effective = effective_spec(resource.spec, [self._layer_of_set(table_id), group_layer])
+        defaults = group_layer(group) if group is not None else None
+        effective = effective_spec(resource.spec, [self._layer_of_set(table_id), defaults])
         with self._lock:
             self.status[table_id] = effective.status()
         return effective
@@ -108,7 +102,7 @@ class InheritedSettings:
         layer = None
         if found is not None:
             try:
-                layer = set_layer(namespace, name, (found.get("spec") or {}).get("template"))
+                layer = _stored_set_layer(name, (found.get("spec") or {}).get("template"))
             except ValueError as exc:  # the API server validated it: a newer floe's fields, say
                 log.warning("template of OptimizedTableSet %s not readable: %s", key, exc)
         with self._lock:

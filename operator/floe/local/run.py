@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table as RichTable
 
-from floe.api.inheritance import SettingsLayer, effective_spec
+from floe.api.inheritance import SettingsLayer, effective_spec, group_layer, set_layer
 from floe.api.manifests import load_manifests
 from floe.api.models import (
     CatalogRef,
@@ -70,12 +70,7 @@ class ManifestWatcher:
         tableDefaults (`floe.api.inheritance`)."""
         resources = load_manifests(self.path)
         groups = [r for r in resources if isinstance(r, OptimizerGroup)]
-        defaults = {
-            (g.metadata.namespace, g.metadata.name): SettingsLayer.of(
-                f"OptimizerGroup/{g.metadata.name}", g.spec.table_defaults
-            )
-            for g in groups
-        }
+        defaults = {(g.metadata.namespace, g.metadata.name): group_layer(g) for g in groups}
         own = [r for r in resources if isinstance(r, OptimizedTable)]
         tables = [_resolved(self._with_catalog(r), None, defaults) for r in own]
         sets = [r for r in resources if isinstance(r, OptimizedTableSet)]
@@ -85,9 +80,7 @@ class ManifestWatcher:
             served = {(t.spec.catalog.name, t.spec.table) for t in namespace}
             names = {t.metadata.name for t in namespace}
             mine, _ = claim_tables(table_set.spec.catalog.name, self._selected(table_set), served, names)
-            template = SettingsLayer.of(
-                f"OptimizedTableSet/{table_set.metadata.name}", table_set.spec.template
-            )
+            template = set_layer(table_set.metadata.name, table_set.spec.template)
             for name, identifier in mine.items():
                 table = OptimizedTable.model_validate(set_table_manifest(table_set, name, identifier))
                 tables.append(_resolved(self._with_catalog(table), template, defaults))

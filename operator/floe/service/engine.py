@@ -432,18 +432,18 @@ class OptimizingEngine:
             if r.last_refresh_s is None or now - r.last_refresh_s >= self.refresh_interval_s
         ]
         locations = self._metadata_locations(due)
+        unchanged: set[str] = set()
         if locations:
             # A probe answers for every table of its catalog: they are all refreshed with the due
             # ones, so that the catalog's tables stay due together and one probe serves a round.
+            keys = {r.table_id: _catalog_key(r.spec.catalog) for r in eligible}
             due_ids = {r.table_id for r in due}
-            due += [
-                r for r in eligible if r.table_id not in due_ids and _catalog_key(r.spec.catalog) in locations
-            ]
-        unchanged = {
-            r.table_id
-            for r in due
-            if r.unchanged_at((locations.get(_catalog_key(r.spec.catalog)) or {}).get(r.spec.table))
-        }
+            due += [r for r in eligible if r.table_id not in due_ids and keys[r.table_id] in locations]
+            unchanged = {
+                r.table_id
+                for r in due
+                if r.unchanged_at(locations.get(keys[r.table_id], {}).get(r.spec.table))
+            }
         with self._lock:
             for runtime in due:
                 if runtime.table_id in unchanged:
