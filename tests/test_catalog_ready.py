@@ -8,6 +8,7 @@ catalogs.
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ from floe.controller.secrets import (
     CatalogSecretError,
     read_catalog_properties,
 )
-from floe.controller.status import TableStatusFlusher, catalog_condition, table_status
+from floe.controller.status import PATCH_CONCURRENCY, TableStatusFlusher, catalog_condition, table_status
 from floe.service.engine import OptimizingEngine
 from floe.service.task_service import TaskService
 from floe.tables.credentials import Redactor
@@ -333,3 +334,42 @@ def test_a_flush_skips_unchanged_tables_and_writes_each_kind_of_change(
     ready = {c["type"]: c for c in last_patch()["conditions"]}["CatalogReady"]
     assert "ready-catalog" in ready["message"]
     assert flusher.flush() == 0
+
+
+class SlowKube(FakeKube):
+    """A FakeKube whose status patches wait on the API server, counting how many are in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = self.most_in_flight = 0
+        self._lock = threading.Lock()
+
+    def patch_status(self, plural: str, name: str, namespace: str, status: dict[str, Any]) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        time.sleep(0.02)
+        with self._lock:
+            self.in_flight -= 1
+        if name == "t013":
+            raise ApiException(status=404, reason="Not Found")
+        super().patch_status(plural, name, namespace, status)
+
+
+def test_a_flush_sends_its_patches_concurrently_and_retries_only_those_refused(
+    engine: OptimizingEngine,
+) -> None:
+    """A flush's patches go out a few at a time (an API server's round trip each); one the API
+    server refused is not remembered as written, so the next flush sends it again."""
+    kube, problems = SlowKube(), CatalogProblems()
+    flusher = TableStatusFlusher(kube, engine, lambda text: text, time.time, problems)  # type: ignore[arg-type]
+    problem = CatalogProblem("catalog", SECRET_NOT_FOUND, "catalog Secret 'catalog' not found")
+    for index in range(40):
+        problems.record(f"ns/t{index:03d}", problem)
+    try:
+        assert flusher.flush() == 39
+        assert 1 < kube.most_in_flight <= PATCH_CONCURRENCY
+        assert len({name for _, name, _ in kube.patches}) == 39
+        assert flusher.flush() == 0 and flusher.patches == 39  # t013 was tried again, and refused again
+    finally:
+        flusher.close()

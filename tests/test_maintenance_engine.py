@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from prometheus_client import generate_latest
 from pyiceberg.catalog.sql import SqlCatalog
@@ -49,15 +50,12 @@ def test_due_jobs_run_on_their_own_schedule_show_in_status_and_count_toward_quot
         _table(sql_catalog, "g1", maintenance={"snapshotRetention": {"maxAge": "1ms", "interval": "1h"}})
     )
 
-    _tick_until(stack, lambda: len(runtime.maintenance_runs) == 4 and runtime.maintaining is None)
+    _tick_until(stack, lambda: len(runtime.maintenance_runs) == 3 and runtime.maintaining is None)
 
     runs = runtime.maintenance_runs
-    assert set(runs) == {
-        MaintenanceJob.DANGLING_DELETES,
-        MaintenanceJob.MANIFESTS,
-        MaintenanceJob.EXPIRE,
-        MaintenanceJob.ORPHANS,
-    }
+    assert set(runs) == {MaintenanceJob.DANGLING_DELETES, MaintenanceJob.EXPIRE, MaintenanceJob.ORPHANS}
+    # A handful of manifests, far below the rewrite's trigger: the evaluation settled it.
+    assert MaintenanceJob.MANIFESTS in runtime.settled_jobs
     assert not any(run.failed for run in runs.values()), runs
     table = sql_catalog.load_table("db.t")
     assert len(table.metadata.snapshots) == 1  # expired down to minSnapshots
@@ -68,9 +66,10 @@ def test_due_jobs_run_on_their_own_schedule_show_in_status_and_count_toward_quot
     reasons = {(e.reason, e.message.split(":")[0]) for e in stack.events}
     assert {("MaintenanceDone", "expire"), ("MaintenanceDone", "orphans")} <= reasons
 
-    # Each job is due again one interval after its own last run, not before.
-    expire = runs[MaintenanceJob.EXPIRE].finished_s
-    assert runtime.next_maintenance_s(MaintenanceJob.EXPIRE, time.time()) == expire + 3600
+    # Each job is due again one interval after its own last run, not before; expiry left one
+    # snapshot, which never ages out: once the table is evaluated again, it waits for a change.
+    _tick_until(stack, lambda: runtime.next_maintenance_s(MaintenanceJob.EXPIRE, time.time()) is None)
+    assert runtime.settled_jobs[MaintenanceJob.EXPIRE] == sql_catalog.load_table("db.t").metadata_location
     assert runtime.next_maintenance_s(MaintenanceJob.ORPHANS, time.time()) == (
         runs[MaintenanceJob.ORPHANS].finished_s + DAY
     )
@@ -84,8 +83,8 @@ def test_due_jobs_run_on_their_own_schedule_show_in_status_and_count_toward_quot
     reclaimed = runs[MaintenanceJob.ORPHANS].files_removed
     assert f'floe_maintenance_files_reclaimed_total{{job="orphans"}} {float(reclaimed)}' in scrape
     status = table_status(runtime, 0.0, redact=lambda text: text)["maintenance"]
-    assert set(status) == {"dangling-deletes", "manifests", "expire", "orphans"}
-    assert status["orphans"]["filesReclaimed"] >= 1 and status["expire"]["nextDue"] is not None
+    assert set(status) == {"dangling-deletes", "expire", "orphans"}
+    assert status["orphans"]["filesReclaimed"] >= 1 and status["orphans"]["nextDue"] is not None
 
 
 def test_in_flight_process_is_protected_from_expiry_and_orphan_cleanup(
@@ -131,3 +130,36 @@ def test_in_flight_process_is_protected_from_expiry_and_orphan_cleanup(
     # A committing job waits for the process.
     with pytest.raises(Exception, match="while"):
         stack.engine.run_maintenance_now("default/t", MaintenanceJob.MANIFESTS)
+
+
+def test_jobs_an_evaluation_shows_have_nothing_to_do_wait_for_the_table_to_change(
+    stack: Stack, sql_catalog: SqlCatalog
+) -> None:
+    """A table of one snapshot, one manifest and no delete file: its evaluation settles expiry,
+    manifests and dangling deletes, which then neither run nor load the table; orphan cleanup,
+    which depends on the time, runs. A writer's second snapshot gives expiry something that can
+    age out: it runs again."""
+    rows = pa.table({"id": pa.array(range(10), pa.int64())})
+    table = sql_catalog.create_table("db.t", rows.schema)
+    table.append(rows)
+    stack.engine.apply_group(_group("g1"))
+    runtime = stack.engine.apply_table(_table(sql_catalog, "g1"))
+    _tick_until(
+        stack, lambda: MaintenanceJob.ORPHANS in runtime.maintenance_runs and runtime.maintaining is None
+    )
+    for _ in range(5):
+        stack.engine.tick()
+    assert set(runtime.maintenance_runs) == {MaintenanceJob.ORPHANS}
+    settled = {MaintenanceJob.EXPIRE, MaintenanceJob.MANIFESTS, MaintenanceJob.DANGLING_DELETES}
+    assert set(runtime.settled_jobs) == settled
+    assert runtime.next_maintenance_s(MaintenanceJob.EXPIRE, time.time()) is None
+    assert table_status(runtime, 0.0, redact=str)["maintenance"]["orphans"]["nextDue"] is not None
+
+    table.append(rows)
+    _tick_until(
+        stack, lambda: MaintenanceJob.EXPIRE in runtime.maintenance_runs and runtime.maintaining is None
+    )
+    assert runtime.maintenance_runs[MaintenanceJob.EXPIRE].result.startswith("no snapshot to expire")
+    assert MaintenanceJob.EXPIRE not in runtime.settled_jobs  # the older snapshot will age out
+    assert {MaintenanceJob.MANIFESTS, MaintenanceJob.DANGLING_DELETES} <= set(runtime.settled_jobs)
+    assert runtime.next_maintenance_s(MaintenanceJob.EXPIRE, time.time()) is not None

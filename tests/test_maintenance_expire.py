@@ -16,8 +16,10 @@ from maintenance_tables import (
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table.statistics import StatisticsFile
 
+from floe.api.models import MaintenanceSpec
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.expire import expire_snapshots
+from floe.maintenance.jobs import run_maintenance_job
 from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.writer import conform
 
@@ -89,6 +91,31 @@ def test_young_snapshots_stay_and_a_dry_run_changes_nothing(
     real = expire_snapshots(table, min_snapshots=1, max_age_s=DAY, now_s=_later())
     assert set(real.paths) == set(dry.paths)
     assert [s.snapshot_id for s in table.metadata.snapshots] == [ids[-1]]
+
+
+def test_an_expiry_is_settled_only_when_no_snapshot_can_age_out(
+    sql_catalog: SqlCatalog, reference: ReferenceReader
+) -> None:
+    """Young snapshots beyond minSnapshots will expire some day: the job is not settled. Once
+    only the snapshots kept at any age are left, it is, on the metadata file it read; the other
+    jobs that depend on metadata alone settle when they commit nothing, orphan cleanup never."""
+    table, ids = build_history(sql_catalog, reference)
+    young = expire_snapshots(table, min_snapshots=1, max_age_s=3600, now_s=time.time())
+    assert young.settled_at is None
+    kept_all = expire_snapshots(table, min_snapshots=len(ids), max_age_s=3600, now_s=time.time())
+    assert kept_all.settled_at == table.metadata_location
+    dry = expire_snapshots(table, min_snapshots=1, max_age_s=DAY, now_s=_later(), dry_run=True)
+    assert dry.settled_at is None
+    expire_snapshots(table, min_snapshots=1, max_age_s=DAY, now_s=_later())
+    spec = MaintenanceSpec()
+    jobs = set(MaintenanceJob) - {MaintenanceJob.RETENTION}  # needs a column to filter on
+    reports = {job: run_maintenance_job(table, job, spec, now_s=time.time()) for job in jobs}
+    location = table.metadata_location
+    assert reports[MaintenanceJob.EXPIRE].settled_at == location
+    assert reports[MaintenanceJob.ORPHANS].settled_at is None
+    assert reports[MaintenanceJob.MANIFESTS].snapshot_id is None
+    assert reports[MaintenanceJob.MANIFESTS].settled_at == location
+    assert reports[MaintenanceJob.DANGLING_DELETES].settled_at == location
 
 
 def test_expiry_racing_a_writer_loses_no_committed_row(

@@ -13,7 +13,13 @@ from floe.planning.plan import OptimizingPlan, OptimizingType, PlannedTask
 from floe.scheduling.occupation import TaskTimeLedger
 from floe.scheduling.queue import GroupScheduler
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
-from floe.tables.maintenance_schedule import JOB_ORDER, due_jobs, job_intervals, next_due_s
+from floe.tables.maintenance_schedule import (
+    JOB_ORDER,
+    due_jobs,
+    job_intervals,
+    next_due_s,
+    spread_first_runs,
+)
 from floe.tables.runtime import IllegalTransition, MaintenanceRun, TableRuntime, TableState
 
 P = PartitionKey(0, ())
@@ -142,3 +148,65 @@ def test_ledger_knows_which_runs_are_running() -> None:
     assert ledger.running("run-1")
     ledger.stop("run-1", 10)
     assert not ledger.running("run-1") and ledger.task_seconds("ns/t", 10) == 10
+
+
+def test_first_runs_of_many_tables_spread_over_each_jobs_interval() -> None:
+    """Tables registered together (an operator starting, a set listing a catalog) do not all
+    start their first jobs at once: each job of each table gets a point of its own within the
+    job's interval, the same point every time."""
+    spec = _spec().maintenance  # hourly, orphans daily
+    firsts = [spread_first_runs(f"ns/t{index}", spec, since_s=1000.0) for index in range(2000)]
+    assert all(set(first) == {DANGLING, MANIFESTS, EXPIRE, ORPHANS} for first in firsts)
+    expiries = [first[EXPIRE] for first in firsts]
+    assert all(1000.0 <= when < 1000.0 + 3600 for when in expiries)
+    per_quarter = [sum(1000 + 900 * q <= when < 1000 + 900 * (q + 1) for when in expiries) for q in range(4)]
+    assert all(400 < count < 600 for count in per_quarter), per_quarter
+    assert max(first[ORPHANS] for first in firsts) > 1000.0 + 3600  # over its day
+    assert sum(first[EXPIRE] == first[MANIFESTS] for first in firsts) == 0  # a point per job
+    assert spread_first_runs("ns/t7", spec, since_s=1000.0) == firsts[7]
+
+    runtime = TableRuntime(table_id="ns/t7", spec=_spec(), maintenance_since_s=1000.0)
+    first = min(firsts[7].values())
+    job = min(firsts[7], key=lambda j: firsts[7][j])
+    assert runtime.due_maintenance(first - 1) is None
+    assert runtime.next_maintenance_s(job, 1000.0) == first
+    assert runtime.due_maintenance(first) == job
+    assert due_jobs(spec, {}, now_s=first - 1, first_runs=firsts[7]) == []
+    assert due_jobs(spec, {}, now_s=1000.0 + 86400, first_runs=firsts[7]) == list(job_intervals(spec))
+
+
+def test_a_settled_job_waits_for_the_table_to_change() -> None:
+    """A job that left nothing to do on the table's metadata file (manifests, dangling deletes,
+    an expiry with only snapshots kept at any age) is not due again until the file moves, or its
+    settings change; the status shows no next run meanwhile."""
+    runtime = TableRuntime(table_id="ns/t", spec=_spec())
+    runtime.evaluated_metadata = "s3://wh/t/metadata/00001.json"
+    runtime.on_maintenance_started(DANGLING)
+    runtime.on_maintenance_done(
+        MaintenanceReport(DANGLING, "nothing dangling", settled_at="s3://wh/t/metadata/00001.json"), now_s=0
+    )
+    for job in (MANIFESTS, EXPIRE):
+        runtime.on_maintenance_started(job)
+        runtime.on_maintenance_done(MaintenanceReport(job, "nothing to do"), now_s=0)
+    runtime.on_maintenance_started(ORPHANS)
+    runtime.on_maintenance_done(MaintenanceReport(ORPHANS, "none"), now_s=0)
+    assert runtime.due_maintenance(3600) == MANIFESTS  # unsettled: one interval later
+    assert runtime.next_maintenance_s(DANGLING, 3600) is None
+    assert maintenance_status(runtime, str)["dangling-deletes"]["nextDue"] is None
+    runtime.on_maintenance_started(MANIFESTS)
+    runtime.on_maintenance_done(
+        MaintenanceReport(MANIFESTS, "nothing", settled_at="s3://wh/t/metadata/00001.json"), now_s=3600
+    )
+    assert runtime.due_maintenance(3600) == EXPIRE
+    runtime.on_maintenance_started(EXPIRE)
+    runtime.on_maintenance_done(
+        MaintenanceReport(EXPIRE, "nothing", settled_at="s3://wh/t/metadata/00001.json"), now_s=3600
+    )
+    assert runtime.due_maintenance(80000) is None  # every hourly job settled, orphans not yet due
+    assert runtime.due_maintenance(86400) == ORPHANS  # orphans are never settled: they depend on time
+    runtime.evaluated_metadata = "s3://wh/t/metadata/00002.json"  # a writer committed
+    assert runtime.due_maintenance(10000) == DANGLING
+    runtime.evaluated_metadata = "s3://wh/t/metadata/00001.json"
+    assert runtime.due_maintenance(10000) is None
+    runtime.update_spec(_spec(snapshotRetention={"minSnapshots": 2}))
+    assert runtime.due_maintenance(10000) == DANGLING  # new settings: every job looks again

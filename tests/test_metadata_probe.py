@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from prometheus_client import generate_latest
 from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -108,6 +109,9 @@ def test_an_idle_table_is_loaded_again_only_when_its_metadata_moves(catalog: Sql
         catalog.drop_table("sales.orders")
         engine.tick()
         assert engine.table_loads == 4 and "not found" in runtime.last_error
+        scrape = generate_latest(engine.service.metrics.registry).decode()
+        assert 'floe_catalog_calls_total{kind="load"} 4.0' in scrape
+        assert f'floe_catalog_calls_total{{kind="probe"}} {float(engine.catalog_probes)}' in scrape
     finally:
         engine.close()
 

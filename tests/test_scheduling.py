@@ -317,6 +317,8 @@ def test_next_table_to_plan_marks_it_planning_until_the_engine_answers() -> None
         1,
     )
     assert group.group_stats(0.0).planning_tables == 0
+    # The tables with a process, as `stats` has them: what the group's demand is made of.
+    assert group.process_tasks() == {"a": (planned.running, planned.planned)} == {"a": (0, 1)}
 
 
 def test_no_over_planning_while_planned_tasks_can_fill_every_thread() -> None:

@@ -228,7 +228,7 @@ def k8s(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     if kubectl is None:
         raise K8sError("kubectl is not on PATH (or set FLOE_KUBECTL)")
     work_dir = tmp_path_factory.mktemp("k8s")
-    cluster = _start_cluster(bin_dir, work_dir, kubectl)
+    cluster = start_cluster(bin_dir, work_dir, kubectl)
     request.config.stash[_CLUSTER_KEY] = cluster
     try:
         yield cluster
@@ -285,7 +285,9 @@ def helm_binary(request: pytest.FixtureRequest) -> str:
     return os.environ.get("FLOE_HELM") or cached_tool(request.config, HELM_BUILD, "helm")
 
 
-def _start_cluster(bin_dir: Path, work_dir: Path, kubectl: str) -> K8sCluster:
+def start_cluster(bin_dir: Path, work_dir: Path, kubectl: str) -> K8sCluster:
+    """Start the control plane of `bin_dir`'s binaries, its files under `work_dir` (the ``k8s``
+    fixture's, and `bench/operator_scale.py`'s)."""
     for binary in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
         if not (bin_dir / binary).is_file():
             raise K8sError(f"{bin_dir / binary} is missing; run {BUILD_SCRIPT}")

@@ -106,6 +106,8 @@ def controller(
         tick_interval_s=0.3,
         status_interval_s=1.0,
         refresh_interval_s=1.0,
+        # The status test waits for every job's first run, not for a spread over the hour.
+        spread_first_maintenance=False,
         external_metrics=ExternalMetricsConfig(0, serving),
     )
     ctrl = Controller(config, kube_module.Kube())
@@ -504,9 +506,11 @@ def test_table_status_after_optimizing_keeps_secrets_out(
             lambda: "committed" in (_status(k8s, "ot", "orders", namespace).get("lastResult") or ""),
             timeout=180,
         )
-        jobs = {"dangling-deletes", "manifests", "expire", "orphans"}
+        # The table's few manifests are far below the rewrite's trigger: its evaluation settles
+        # that job, which does not run until the table changes.
+        jobs = {"dangling-deletes", "expire", "orphans"}
         k8s.wait_for(
-            "every default maintenance job's first run in status",
+            "the first run of every default maintenance job with something to look at, in status",
             lambda: set(_status(k8s, "ot", "orders", namespace).get("maintenance") or {}) == jobs,
             timeout=120,
         )

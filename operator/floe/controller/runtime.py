@@ -3,8 +3,9 @@
 kopf runs the handlers of `floe.controller.groups` and `floe.controller.tables` on its
 event loop in the main thread (or a thread of the caller's choosing: see
 `floe.controller.main.run_kopf`). The task service answers the optimizer drivers on
-``0.0.0.0:PORT`` from its own thread. The engine ticks, and table status is flushed, from a
-third thread, and only while this replica is the leader (see `floe.controller.leader`).
+``0.0.0.0:PORT`` from its own thread. The engine ticks from a third thread, and table status
+is flushed from a fourth, both only while this replica is the leader (see
+`floe.controller.leader`).
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class OperatorConfig:
     status_writes_per_s: float = 20.0
     """Table status patches a second, on average (`TableStatusFlusher`)."""
     refresh_interval_s: float = 10.0
+    spread_first_maintenance: bool = True
+    """Spread new tables' first maintenance runs over their interval (`spread_first_runs`)."""
     create_peering_objects: bool = True
     """Create the (Cluster)KopfPeering objects when missing; the Helm chart makes its own, and an
     operator creating them too could beat `helm install` to it, which then fails."""
@@ -143,7 +146,10 @@ class Controller:
         self.service = TaskService(clock=time.time, registration_token=config.registration_token)
         # Groups keyed by namespace/name: same-named groups in two namespaces stay apart.
         self.engine = OptimizingEngine(
-            self.service, refresh_interval_s=config.refresh_interval_s, namespaced_groups=True
+            self.service,
+            refresh_interval_s=config.refresh_interval_s,
+            namespaced_groups=True,
+            spread_first_maintenance=config.spread_first_maintenance,
         )
         self.server = TaskServiceServer(self.service, host="0.0.0.0", port=config.service_port)
         self.metrics_server: BackgroundServer | None = None
@@ -205,6 +211,7 @@ class Controller:
         """When the engine loop last came round (leading or not), for the liveness probe."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._status_thread: threading.Thread | None = None
         self.engine.subscribe(self.on_engine_event)
 
     def start(self) -> None:
@@ -216,6 +223,8 @@ class Controller:
             self.metrics_server = self._serve_external_metrics(self.config.external_metrics)
         self._thread = threading.Thread(target=self._loop, name="floe-engine", daemon=True)
         self._thread.start()
+        self._status_thread = threading.Thread(target=self._flush_loop, name="floe-status-flush", daemon=True)
+        self._status_thread.start()
         log.info(
             "task service on port %d, advertised to drivers as %s",
             self.config.service_port,
@@ -225,8 +234,10 @@ class Controller:
     def stop(self) -> None:
         """Stop ticking, flush status one last time, stop serving."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        for thread in (self._thread, self._status_thread):
+            if thread is not None:
+                thread.join(timeout=30)
+        self.flusher.close()
         self.server.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
@@ -259,7 +270,7 @@ class Controller:
         return [(name, self.engine.group_demand(name, namespace)) for name in names]
 
     def _loop(self) -> None:
-        last_flush = last_secrets = time.monotonic()
+        last_secrets = time.monotonic()
         while not self._stop.is_set():
             self.loop_seen = time.monotonic()
             try:
@@ -272,12 +283,21 @@ class Controller:
                     self.engine.tick()
                     self.autoscale_groups()
                     self.rounds += 1
-                    if time.monotonic() - last_flush >= self.config.status_interval_s:
-                        last_flush = time.monotonic()
-                        self.flusher.flush()
             except Exception:
                 log.exception("engine round failed")
             self._stop.wait(self.config.tick_interval_s)
+
+    def _flush_loop(self) -> None:
+        """Every status interval while leading, and once more at the end (after the engine's
+        last round): the tables' status written back, beside the engine's rounds."""
+        while not self._stop.wait(self.config.status_interval_s):
+            try:
+                if self.leadership.is_leader():
+                    self.flusher.flush()
+            except Exception:
+                log.exception("status flush failed")
+        if self._thread is not None:
+            self._thread.join(timeout=30)
         if self.leadership.is_leader():
             self.flusher.flush()
 

@@ -195,7 +195,10 @@ def run_engine(
     # the optimizers started here, which are handed this token, may register and take tasks.
     token = secrets.token_urlsafe(32)
     service = TaskService(clock=time.time, registration_token=token)
-    engine = OptimizingEngine(service, refresh_interval_s=refresh_interval_s)
+    # --once waits for every job's first run, so none is put off; a long run spreads them.
+    engine = OptimizingEngine(
+        service, refresh_interval_s=refresh_interval_s, spread_first_maintenance=not once
+    )
     events: list[EngineEvent] = []
     engine.subscribe(lambda e: events.append(e))
     server = TaskServiceServer(service)

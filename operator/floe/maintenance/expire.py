@@ -18,6 +18,7 @@ committed metadata references them, so a snapshot committed concurrently is resp
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Collection
 
@@ -71,10 +72,12 @@ def expire_snapshots(
         kept = retained_snapshot_ids(before, min_snapshots, max_age_s, now_s, protected_snapshot_ids)
         expired = [s for s in before.snapshots if s.snapshot_id not in kept]
         if not expired:
+            settled = not dry_run and nothing_ages_out(before, min_snapshots, max_age_s)
             return MaintenanceReport(
                 job=MaintenanceJob.EXPIRE,
                 summary=f"no snapshot to expire ({len(before.snapshots)} kept)",
                 dry_run=dry_run,
+                settled_at=table.metadata_location if settled else None,
             )
         if dry_run:
             return _report(table.io, before, expired, _without(before, expired), dry_run=True)
@@ -88,6 +91,13 @@ def expire_snapshots(
         # What is left after the commit (concurrent snapshots included) decides what is still needed.
         return _report(table.io, before, expired, table.metadata, dry_run=False)
     raise CommitFailedException(f"snapshot expiry of {table.name()} conflicted {max_attempts} times")
+
+
+def nothing_ages_out(metadata: TableMetadata, min_snapshots: int, max_age_s: float) -> bool:
+    """Whether the retention rules keep every snapshot of `metadata` however old it gets (the
+    newest of each branch, heads, tags): expiry has nothing to do on it, now or later."""
+    kept = retained_snapshot_ids(metadata, min_snapshots, max_age_s, math.inf)
+    return kept >= {s.snapshot_id for s in metadata.snapshots}
 
 
 def retained_snapshot_ids(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 
 from pyiceberg.table import Table
 
@@ -14,6 +15,10 @@ from floe.maintenance.orphans import remove_orphan_files
 from floe.maintenance.retention import expire_rows
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.support import check_supported
+
+METADATA_ONLY = frozenset({MaintenanceJob.MANIFESTS, MaintenanceJob.DANGLING_DELETES})
+"""Jobs whose work depends on the table's metadata alone, not on the time: one that committed
+nothing has nothing to do until the metadata changes."""
 
 
 def run_maintenance_job(
@@ -36,6 +41,21 @@ def run_maintenance_job(
     job reads the files' contents).
     """
     check_supported(".".join(table.name()), table)
+    report = _run(table, job, spec, now_s, protected_snapshot_ids, protected_prefixes, dry_run)
+    if job in METADATA_ONLY and report.snapshot_id is None and not dry_run:
+        return replace(report, settled_at=table.metadata_location)
+    return report
+
+
+def _run(
+    table: Table,
+    job: MaintenanceJob,
+    spec: MaintenanceSpec,
+    now_s: float,
+    protected_snapshot_ids: Collection[int],
+    protected_prefixes: Collection[str],
+    dry_run: bool,
+) -> MaintenanceReport:
     if job is MaintenanceJob.EXPIRE:
         return expire_snapshots(
             table,

@@ -536,6 +536,16 @@ class GroupScheduler:
         with self._monitor.hold():
             return {table_id: self._table_stats(table, now) for table_id, table in self._tables.items()}
 
+    def process_tasks(self) -> dict[str, tuple[int, int]]:
+        """Running and planned tasks of each table with a process, keyed by table id: what
+        `stats` says of them, without working out every table's occupation."""
+        with self._monitor.hold():
+            return {
+                p.table.table_id: (len(p.in_flight), len(p.planned))
+                for p in self._processes.values()
+                if p.table.process is p
+            }
+
     def occupations(self, now: float) -> dict[str, float]:
         """Each table's quota occupation, keyed by table id (`stats` without the rest)."""
         with self._monitor.hold():

@@ -31,6 +31,7 @@ from floe.api.models import CatalogRef, OptimizedTable, OptimizedTableSpec, Opti
 from floe.api.table_properties import InvalidTableProperty
 from floe.commit.rewrite import CommitFailed, CommitPending, commit_rewrite
 from floe.maintenance.jobs import run_maintenance_job
+from floe.maintenance.settled import settled_jobs
 from floe.optimizer.leftovers import remove_uncommitted_outputs
 from floe.optimizer.parquet_options import check_write_properties
 from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
@@ -130,8 +131,12 @@ class OptimizingEngine:
         namespaced_groups: bool = False,
         maintenance_threads: int = 1,
         refresh_budget_s: float = 2.0,
+        spread_first_maintenance: bool = False,
     ) -> None:
         self.service = service
+        self.spread_first_maintenance = spread_first_maintenance
+        """Whether a new table's jobs first run at a point within their interval
+        (`spread_first_runs`), rather than at once."""
         self.refresh_budget_s = refresh_budget_s
         """How long a round goes on loading due tables; the rest are loaded in the next rounds."""
         self._refresh_batch = 4 * io_threads
@@ -257,6 +262,8 @@ class OptimizingEngine:
             runtime = self.runtimes.get(table_id)
             if runtime is None:
                 runtime = TableRuntime(table_id=table_id, spec=spec)
+                if self.spread_first_maintenance:
+                    runtime.maintenance_since_s = self.clock()
                 self.runtimes[table_id] = runtime
                 if not spec.enabled:
                     runtime.state = TableState.DISABLED
@@ -405,14 +412,16 @@ class OptimizingEngine:
             group = self.groups.get(key)
             if group is None:
                 return 0
-            stats = self.service.group(key).stats(self.clock())
+            # Asked every few seconds of a group of thousands of tables: only the tables with a
+            # process are asked the scheduler's figures.
+            in_process = self.service.group(key).process_tasks()
             demand = 0
             for runtime in self.runtimes.values():
                 if self.table_group_key(runtime) != key:
                     continue
-                table = stats.get(runtime.table_id)
-                if table is not None and table.process_id is not None:
-                    tasks = table.running + table.planned
+                running_and_planned = in_process.get(runtime.table_id)
+                if running_and_planned is not None:
+                    tasks = sum(running_and_planned)
                 elif runtime.state in (TableState.PENDING, TableState.PLANNING):
                     tasks = max(1, runtime.due_tasks)
                 else:
@@ -466,6 +475,9 @@ class OptimizingEngine:
             config = runtime.spec.optimizing_config(table.metadata.properties)
             check_write_properties(table.metadata.properties, table.metadata.schema())
             scanned = scan_supported(runtime.spec.table, table)
+            # The scan read the manifest list: pyiceberg's cache answers this.
+            manifests = current.manifests(table.io) if current else []
+            settled = settled_jobs(table.metadata, scanned.files, manifests, runtime.spec.maintenance)
             history = optimizing_history(table.metadata)
             plan = plan_optimizing(
                 scanned.files,
@@ -491,6 +503,7 @@ class OptimizingEngine:
             self._scans[runtime.table_id] = scanned
             runtime.on_history(history)
             runtime.on_evaluated(scanned.files, plan, now, table.metadata_location)
+            runtime.on_settled(settled, table.metadata_location)
 
     def _refuse(
         self,
@@ -570,6 +583,7 @@ class OptimizingEngine:
             if locations is not None:
                 with self._counts_lock:
                     self.catalog_probes += 1
+                self.service.metrics.catalog_calls.labels("probe").inc()
                 found[key] = locations
         return found
 
@@ -584,6 +598,7 @@ class OptimizingEngine:
     def _load(self, runtime: TableRuntime) -> Table:
         with self._counts_lock:
             self.table_loads += 1
+        self.service.metrics.catalog_calls.labels("load").inc()
         return load_table(self._catalog(runtime.spec.catalog), runtime.spec.table)
 
     # -- maintenance ---------------------------------------------------------------------

@@ -95,6 +95,14 @@ class ServiceMetrics:
             ["job"],
             registry=self.registry,
         )
+        self.catalog_calls = Counter(
+            "floe_catalog_calls",
+            "Calls to the tables' catalogs, by kind: load (one table's metadata, for a refresh, a "
+            "plan or a maintenance job) or probe (the metadata locations of a catalog's tables at "
+            "once, which spares loading the tables that did not change).",
+            ["kind"],
+            registry=self.registry,
+        )
         self.poll_seconds = Histogram(
             "floe_poll_duration_seconds",
             "Time the scheduler took to answer one poll, waiting for its lock included and a long "

@@ -40,3 +40,7 @@ class MaintenanceReport:
     dry_run: bool = False
     paths: tuple[str, ...] = ()
     """Files removed (or, in a dry run, that would be removed)."""
+    settled_at: str | None = None
+    """The metadata file the job read, when it left nothing to do there however long the table
+    waits (a job that depends on metadata alone and committed nothing, or an expiry that found
+    only snapshots kept whatever their age): the job is not due again until the table changes."""

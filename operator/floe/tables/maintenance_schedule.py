@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Mapping
 
 from floe.api.models import MaintenanceSpec
@@ -35,22 +37,51 @@ def job_intervals(spec: MaintenanceSpec) -> dict[MaintenanceJob, float]:
 
 
 def next_due_s(
-    spec: MaintenanceSpec, job: MaintenanceJob, last_run_s: float | None, now_s: float
+    spec: MaintenanceSpec,
+    job: MaintenanceJob,
+    last_run_s: float | None,
+    now_s: float,
+    first_run_s: float = -math.inf,
 ) -> float | None:
-    """When `job` runs next: one interval after its last run, at once if it never ran; None when off."""
+    """When `job` runs next: one interval after its last run; if it never ran, at `first_run_s`
+    or at once when that has passed; None when off."""
     interval = job_intervals(spec).get(job)
     if interval is None:
         return None
-    return now_s if last_run_s is None else last_run_s + interval
+    return max(now_s, first_run_s) if last_run_s is None else last_run_s + interval
 
 
 def due_jobs(
-    spec: MaintenanceSpec, last_runs: Mapping[MaintenanceJob, float], now_s: float
+    spec: MaintenanceSpec,
+    last_runs: Mapping[MaintenanceJob, float],
+    now_s: float,
+    first_runs: Mapping[MaintenanceJob, float] | None = None,
 ) -> list[MaintenanceJob]:
-    """The enabled jobs whose interval has passed since their last run (or that never ran), in order."""
+    """The enabled jobs whose interval has passed since their last run, or that never ran and
+    whose first run (`first_runs`, else at once) has come, in order."""
     due = []
     for job in job_intervals(spec):
-        when = next_due_s(spec, job, last_runs.get(job), now_s)
+        first = (first_runs or {}).get(job, -math.inf)
+        when = next_due_s(spec, job, last_runs.get(job), now_s, first)
         if when is not None and when <= now_s:
             due.append(job)
     return due
+
+
+def spread_first_runs(table_id: str, spec: MaintenanceSpec, since_s: float) -> dict[MaintenanceJob, float]:
+    """When each job of a table first seen at `since_s` first runs: a point within the job's
+    interval that the table's id fixes, so that the tables' first runs spread evenly.
+
+    Thousands of tables are registered at once when an operator starts or a set lists a
+    catalog; were all their first runs due at once, they would queue for hours behind each
+    other and compete with refreshes and commits for the operator's core. A hash (not a
+    random draw) keeps the points the same for the same table.
+    """
+    return {
+        job: since_s + interval * _share(f"{table_id}/{job}") for job, interval in job_intervals(spec).items()
+    }
+
+
+def _share(key: str) -> float:
+    """A fraction in [0, 1) fixed by `key`, evenly distributed over keys."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") / 2**64

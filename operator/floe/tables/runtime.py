@@ -10,6 +10,7 @@ reports each step here with the clock's time, so every transition is testable al
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -18,7 +19,7 @@ from floe.planning.files import TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.history import OptimizingHistory
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
-from floe.tables.maintenance_schedule import due_jobs, job_intervals, next_due_s
+from floe.tables.maintenance_schedule import due_jobs, job_intervals, next_due_s, spread_first_runs
 
 
 class TableState(StrEnum):
@@ -99,7 +100,16 @@ class TableRuntime:
     catalog_error: str | None = None
     """What the last refresh made of the catalog: None, not contacted yet (or since the catalog
     changed); "", it answered (the table itself may still be missing); else why it did not."""
-    _maintenance_due_for: OptimizedTableSpec | None = field(default=None, repr=False, compare=False)
+    settled_jobs: dict[MaintenanceJob, str] = field(default_factory=dict)
+    """Jobs with nothing to do on a metadata file whatever the time (a run that found nothing, or
+    what an evaluation saw: `floe.maintenance.settled`), with that file: while it is the table's
+    current one, the job is not due."""
+    maintenance_since_s: float | None = None
+    """When the engine first saw the table, if it spreads the first run of each job over the
+    job's interval from then (`spread_first_runs`); None: a job that never ran is due at once."""
+    _maintenance_due_for: tuple[OptimizedTableSpec, str | None] | None = field(
+        default=None, repr=False, compare=False
+    )
     _earliest_maintenance: float = field(default=0.0, repr=False, compare=False)
 
     @property
@@ -133,6 +143,8 @@ class TableRuntime:
         """
         if spec.catalog != self.spec.catalog:
             self.catalog_error = None  # another catalog, or other properties: not contacted yet
+        if spec.maintenance != self.spec.maintenance:
+            self.settled_jobs = {}  # other settings may leave a settled job something to do
         self.spec = spec
         self.evaluated_snapshot_id = None
         if not spec.enabled and not self.busy:
@@ -320,30 +332,59 @@ class TableRuntime:
         if now_s < self._earliest_maintenance_s():
             return None
         last_runs = {job: run.finished_s for job, run in self.maintenance_runs.items()}
-        for job in due_jobs(self.spec.maintenance, last_runs, now_s):
-            if not (job.commits and self.busy):
+        for job in due_jobs(self.spec.maintenance, last_runs, now_s, self._first_runs()):
+            if not self._settled(job) and not (job.commits and self.busy):
                 return job
         return None
 
+    def _first_runs(self) -> dict[MaintenanceJob, float]:
+        """When each job that never ran is first due (none listed: at once)."""
+        if self.maintenance_since_s is None:
+            return {}
+        return spread_first_runs(self.table_id, self.spec.maintenance, self.maintenance_since_s)
+
+    def _settled(self, job: MaintenanceJob) -> bool:
+        """Whether `job` has nothing to do on the table's metadata file as it is (`settled_jobs`)."""
+        location = self.settled_jobs.get(job)
+        return location is not None and location == self.evaluated_metadata
+
+    def on_settled(self, jobs: Collection[MaintenanceJob], metadata_location: str | None) -> None:
+        """An evaluation of `metadata_location` found that `jobs` have nothing to do on it."""
+        if metadata_location is None:
+            return
+        for job in jobs:
+            self.settled_jobs[job] = metadata_location
+        self._maintenance_due_for = None
+
     def _earliest_maintenance_s(self) -> float:
-        """When the first job is due (-inf: one never ran; inf: none is on), kept until the spec
-        or a run changes: the engine asks every table every round."""
-        if self._maintenance_due_for is not self.spec:
-            runs = self.maintenance_runs
+        """When the first job is due (inf: none is on, or every one is settled), kept until the
+        spec, a run or the metadata file changes: the engine asks every table every round."""
+        key = (self.spec, self.evaluated_metadata)
+        cached = self._maintenance_due_for
+        if cached is None or cached[0] is not key[0] or cached[1] != key[1]:
+            runs, first_runs = self.maintenance_runs, self._first_runs()
             self._earliest_maintenance = min(
                 (
-                    runs[job].finished_s + interval if job in runs else -math.inf
+                    math.inf
+                    if self._settled(job)
+                    else runs[job].finished_s + interval
+                    if job in runs
+                    else first_runs.get(job, -math.inf)
                     for job, interval in job_intervals(self.spec.maintenance).items()
                 ),
                 default=math.inf,
             )
-            self._maintenance_due_for = self.spec
+            self._maintenance_due_for = key
         return self._earliest_maintenance
 
     def next_maintenance_s(self, job: MaintenanceJob, now_s: float) -> float | None:
-        """When `job` is due next (now, if it never ran); None when the spec turns it off."""
+        """When `job` is due next (now, or its first run's time, if it never ran); None when the
+        spec turns it off or the job is settled until the table changes."""
+        if self._settled(job):
+            return None
         run = self.maintenance_runs.get(job)
-        return next_due_s(self.spec.maintenance, job, run.finished_s if run else None, now_s)
+        first = self._first_runs().get(job, -math.inf)
+        return next_due_s(self.spec.maintenance, job, run.finished_s if run else None, now_s, first)
 
     def on_maintenance_started(self, job: MaintenanceJob) -> None:
         """`job` starts; no other job, nor (for a committing job) planning, starts until it ends."""
@@ -360,6 +401,10 @@ class TableRuntime:
         self.maintenance_runs[report.job] = MaintenanceRun(
             now_s, report.summary, report.files_removed, report.bytes_removed
         )
+        if report.settled_at is not None:
+            self.settled_jobs[report.job] = report.settled_at
+        else:
+            self.settled_jobs.pop(report.job, None)
         if report.snapshot_id is not None:
             self.evaluated_snapshot_id = None
             self.last_refresh_s = None
