@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.small_tables import make_catalog
+
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 
@@ -53,34 +55,6 @@ refresh of every table)."""
 MAINTENANCE_OFF = {
     job: {"enabled": False} for job in ("snapshotRetention", "orphanFiles", "manifests", "danglingDeletes")
 }
-
-
-def _catalog_properties(directory: Path) -> dict[str, str]:
-    return {
-        "type": "sql",
-        "uri": f"sqlite:///{directory}/catalog.db",
-        "warehouse": (directory / "wh").as_uri(),
-    }
-
-
-def make_catalog(directory: Path, tables: int) -> None:
-    """The catalog of `tables` tables with one small file each, made once (kept under `directory`)."""
-    if (directory / "done").exists():
-        return
-    import pyarrow as pa
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "catalog.db").unlink(missing_ok=True)
-    properties = _catalog_properties(directory)
-    catalog = SqlCatalog("lake", **{k: v for k, v in properties.items() if k != "type"})
-    catalog.create_namespace("db")
-    rows = pa.table({"id": pa.array(range(100), pa.int64()), "v": pa.array([str(i) for i in range(100)])})
-    started = time.perf_counter()
-    for index in range(tables):
-        catalog.create_table(f"db.t{index:05d}", rows.schema).append(rows)
-    print(f"made {tables} tables in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    (directory / "done").write_text(str(tables))
 
 
 class _CountingKube:
@@ -298,7 +272,7 @@ def main() -> int:
             code = (
                 "import json, sys; sys.path.insert(0, sys.argv[1]); "
                 f"sys.path.insert(1, {str(BENCH)!r}); import catalog_scale as c; "
-                "print(json.dumps(c.measure(int(sys.argv[2]), c._catalog_properties(c.Path(sys.argv[3])), "
+                "print(json.dumps(c.measure(int(sys.argv[2]), c.catalog_properties(c.Path(sys.argv[3])), "
                 "int(sys.argv[4]), float(sys.argv[5]))))"
             )
             out = subprocess.run(
