@@ -44,6 +44,7 @@ import argparse
 import base64
 import itertools
 import json
+import os
 import shutil
 import signal
 import ssl
@@ -70,7 +71,7 @@ from harness.cpu import process_cpu_seconds  # noqa: E402
 from harness.machine import load_average  # noqa: E402
 from harness.report import command_line, emit, markdown_table  # noqa: E402
 from harness.small_tables import catalog_properties, make_catalog, table_name  # noqa: E402
-from k8s.conftest import BUILD_SCRIPT, FAKE_NODE_TAINT, K8sCluster, start_cluster  # noqa: E402
+from k8s.conftest import BUILD_SCRIPT, FAKE_NODE_TAINT, K8sCluster, _free_ports, start_cluster  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 GROUP = "lake"
@@ -279,8 +280,6 @@ def operator_process(
     cluster: K8sCluster, namespace: str, work: Path
 ) -> Iterator[tuple[subprocess.Popen[bytes], int, str]]:
     """``floe operator`` for `namespace`, standalone, as its own process: (process, port, token)."""
-    from k8s.conftest import _free_ports
-
     (port,) = _free_ports(1)
     token = "bench-" + namespace
     token_file = work / "registration-token"
@@ -300,7 +299,7 @@ def operator_process(
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**_env(), "KUBECONFIG": str(cluster.kubeconfig)},
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
     )
     try:
         deadline = time.monotonic() + 120
@@ -322,12 +321,6 @@ def operator_process(
         log.close()
 
 
-def _env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-
-
 def operator_metrics(port: int) -> dict[str, float]:
     """The operator's counters this benchmark reads: catalog calls by kind, maintenance runs."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
@@ -339,17 +332,6 @@ def operator_metrics(port: int) -> dict[str, float]:
             elif sample.name == "floe_maintenance_runs_total":
                 out["maintenance_runs"] += sample.value
     return dict(out)
-
-
-def _wait(what: str, condition: Callable[[], bool], timeout_s: float, alive: Callable[[], None]) -> float:
-    """Poll `condition` until true; the monotonic time it became true."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        alive()
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(1.0)
-    return time.monotonic()
 
 
 def measure(cluster: K8sCluster, spark: Any, tables: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -388,6 +370,11 @@ def measure(cluster: K8sCluster, spark: Any, tables: int, args: argparse.Namespa
                     f"the operator exited with {operator.returncode}; see {work / 'operator.log'}"
                 )
 
+        def until(what: str, condition: Callable[[], bool], timeout_s: float) -> float:
+            """`K8sCluster.wait_for`, the operator's process checked too: when `condition` came true."""
+            cluster.wait_for(what, lambda: alive() or condition(), timeout=timeout_s, interval=1.0)
+            return time.monotonic()
+
         first_tasks = FirstTasks(SparkTaskRunner(spark))
         optimizer = Optimizer(
             f"http://127.0.0.1:{port}",
@@ -410,20 +397,16 @@ def measure(cluster: K8sCluster, spark: Any, tables: int, args: argparse.Namespa
         )
         optimizer.start()
         budget = 600 + tables / 10
-        created = _wait("every OptimizedTable", lambda: watch.known() >= tables, budget, alive)
-        with_status = _wait(
-            "every table's status",
-            lambda: watch.count(lambda s: bool(s.get("state"))) >= tables,
-            budget,
-            alive,
+        created = until("every OptimizedTable", lambda: watch.known() >= tables, budget)
+        with_status = until(
+            "every table's status", lambda: watch.count(lambda s: bool(s.get("state"))) >= tables, budget
         )
-        idle = _wait(
+        idle = until(
             "every table IDLE after its first refresh",
             lambda: (
                 watch.count(lambda s: s.get("state") == "IDLE" and s.get("snapshotId") is not None) >= tables
             ),
             budget,
-            alive,
         )
         converged = api.requests()
         out |= {
@@ -490,7 +473,7 @@ def measure(cluster: K8sCluster, spark: Any, tables: int, args: argparse.Namespa
             status = watch.status.get(name, {})
             return status.get("state") == "IDLE" and "committed" in (status.get("lastResult") or "")
 
-        _wait("every triggered table optimized", lambda: all(optimized(n) for n in names), 600, alive)
+        until("every triggered table optimized", lambda: all(optimized(n) for n in names), 600)
         time.sleep(AFTER_COMMIT_S)
         patches_after = status_patches(api.requests())
         optimizer.stop(grace_s=10)

@@ -362,15 +362,13 @@ class TableRuntime:
         key = (self.spec, self.evaluated_metadata)
         cached = self._maintenance_due_for
         if cached is None or cached[0] is not key[0] or cached[1] != key[1]:
-            runs, first_runs = self.maintenance_runs, self._first_runs()
+            # The schedule's own answer per job, asked as of the dawn of time: a job's first run,
+            # else one interval after its last; none for a settled job.
             self._earliest_maintenance = min(
                 (
-                    math.inf
-                    if self._settled(job)
-                    else runs[job].finished_s + interval
-                    if job in runs
-                    else first_runs.get(job, -math.inf)
-                    for job, interval in job_intervals(self.spec.maintenance).items()
+                    when
+                    for job in job_intervals(self.spec.maintenance)
+                    if (when := self.next_maintenance_s(job, -math.inf)) is not None
                 ),
                 default=math.inf,
             )
