@@ -39,7 +39,7 @@ from floe.service.task_service import TaskService
 from floe.service.wire import PollRequest
 from floe_optimizer.app import Optimizer
 from floe_optimizer.driver import ExecutorScaler
-from floe_optimizer.runner import SparkTaskRunner
+from floe_optimizer.runner import SparkTaskRunner, TaskRunner
 from floe_optimizer.spark_runner import TaskOutcome
 
 GROUP = "g"
@@ -93,7 +93,7 @@ def optimizers() -> Iterator[Callable[..., Optimizer]]:
     made: list[Optimizer] = []
 
     def make(
-        url: str, threads: int, spark: SparkSession | None = None, runner: GatedRunner | None = None
+        url: str, threads: int, spark: SparkSession | None = None, runner: TaskRunner | None = None
     ) -> Optimizer:
         optimizer = Optimizer(
             url, GROUP, threads, spark=spark, runner=runner, poll_wait_s=2.0, name=f"test-{len(made)}"
@@ -239,6 +239,49 @@ def test_a_task_still_running_after_the_grace_period_goes_back_without_using_a_r
     assert service.optimizers(GROUP) == []
     stats = scheduler.stats(time.time())[TABLE_ID]
     assert (stats.planned, stats.running, stats.failed, stats.retries) == (1, 0, 0, 0)
+
+
+class LateStartRunner:
+    """A thread that was between its ack and its job's start when the cancel came: its job
+    starts after that cancel, and then runs (writing files) until it is cancelled."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.ended = threading.Event()
+        self._cond = threading.Condition()
+        self._cancels = 0
+
+    def run(self, spec: RewriteTaskSpec) -> TaskOutcome:
+        self.started.set()
+        with self._cond:
+            self._cond.wait_for(lambda: self._cancels >= 1)
+            job_started_after = self._cancels
+            self._cond.wait_for(lambda: self._cancels > job_started_after, timeout=30)
+        self.ended.set()
+        return TaskOutcome(spec.task_id, None, "cancelled")
+
+    def cancel(self) -> None:
+        with self._cond:
+            self._cancels += 1
+            self._cond.notify_all()
+
+
+def test_a_stop_past_its_grace_period_cancels_a_job_that_started_after_its_first_cancel(
+    server: TaskServiceServer, service: TaskService, optimizers: Callable[..., Optimizer]
+) -> None:
+    # `floe run` deletes an interrupted process's files once the optimizer stopped: a job
+    # still running then would write files after their deletion.
+    service.group(GROUP).add_process(
+        TABLE_ID, "p", [synthetic_spec("p-t0")], max_retries=0, allow_partial_commit=False
+    )
+    runner = LateStartRunner()
+    optimizer = optimizers(server.url, threads=1, runner=runner)
+    assert runner.started.wait(60)
+
+    optimizer.stop(grace_s=0.2)
+
+    assert runner.ended.is_set(), "stop() returned while a cancelled task still ran"
+    assert optimizer.join(30)
 
 
 def test_a_killed_optimizers_task_goes_back_and_a_new_optimizer_completes_it(

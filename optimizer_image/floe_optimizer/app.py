@@ -43,6 +43,9 @@ from floe_optimizer.spark_runner import TaskOutcome
 log = logging.getLogger(__name__)
 
 UNREGISTER_ATTEMPTS = 3
+CANCEL_WAIT_S = 60.0
+"""How long a stop past its grace period waits for the cancelled tasks to end."""
+CANCEL_RETRY_S = 0.5
 
 _T = TypeVar("_T")
 
@@ -142,7 +145,7 @@ class Optimizer:
         self._unregister()
         if not in_time:
             log.warning("grace period over with %d task(s) still running: cancelling them", running)
-            self.runner.cancel()
+            self._cancel_until_idle()
         with self._cond:
             self._finished = True
             self._cond.notify_all()
@@ -155,6 +158,21 @@ class Optimizer:
                 "their files when their process ends",
                 running,
             )
+
+    def _cancel_until_idle(self, timeout_s: float = CANCEL_WAIT_S) -> None:
+        """Cancel the running tasks until no thread runs one. Cancelling once is not enough: a
+        thread between its ack and its job's start when the cancel came starts the job after
+        it, and that job would write files after the caller took the task for stopped."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.runner.cancel()
+            with self._cond:
+                if self._cond.wait_for(lambda: self._busy == 0, timeout=CANCEL_RETRY_S):
+                    return
+                running = self._busy
+            if time.monotonic() > deadline:
+                log.warning("%d cancelled task(s) still running after %.0f s", running, timeout_s)
+                return
 
     def kill(self) -> None:
         """Abandon everything at once, as a crash would: cancel running tasks, complete nothing,
