@@ -148,3 +148,31 @@ def test_a_round_loads_what_fits_in_its_budget_and_the_next_rounds_the_rest(cata
         assert loads == [4] * 7 + [2]  # one batch (4 per refresh thread) a round
     finally:
         engine.close()
+
+
+def test_a_round_looks_only_at_the_tables_whose_time_has_come_or_that_changed(catalog: SqlCatalog) -> None:
+    for index in range(3):
+        catalog.create_table(f"sales.t{index}", ROWS.schema).append(ROWS)
+    now = [1_000_000.0]
+    engine = OptimizingEngine(TaskService(clock=time.time), clock=lambda: now[0], refresh_interval_s=30.0)
+    try:
+        engine.apply_group(_group())
+        runtimes = [engine.apply_table(_table(catalog, f"sales.t{index}")) for index in range(3)]
+        engine.tick()
+        assert all(r.snapshot_id is not None for r in runtimes) and engine.visits == 3
+        for _ in range(5):
+            now[0] += 5
+            engine.tick()
+        assert engine.visits == 3  # idle and no refresh due: no table looked at
+        now[0] += 5
+        engine.tick()
+        assert (engine.visits, engine.table_loads) == (6, 3)  # every refresh due: one probe
+        # A changed manifest is looked at in the next round, alone; its refresh loads it when due.
+        engine.apply_table(_table(catalog, "sales.t1", fragmentRatio=4))
+        engine.tick()
+        assert (engine.visits, engine.table_loads) == (7, 3)
+        now[0] += 30
+        engine.tick()
+        assert (engine.visits, engine.table_loads) == (10, 4)
+    finally:
+        engine.close()

@@ -183,6 +183,9 @@ class Controller:
         self.tables: dict[str, InvolvedObject] = {}
         self.resources: dict[str, OptimizedTable] = {}
         """Each table as applied, before its Secret's catalog properties are merged in."""
+        self._group_secrets: dict[tuple[str, str], tuple[int, list[str]]] = {}
+        """`storage_secrets_of` each group, with the `_resources_changes` it was worked out at."""
+        self._resources_changes = 0
         self.awaiting_secret: dict[str, dict[str, Any]] = {}
         """Tables whose spec waits for its catalog Secret, with the status they had then (see
         `reconcile_table`)."""
@@ -354,6 +357,7 @@ class Controller:
         self.settings.use_set(table_id, table_set)
         with self.apply_lock:
             self.resources[table_id] = base
+            self._resources_changes += 1
         secret = base.spec.catalog.secret_ref
         if not secret:
             self.catalog_problems.clear(table_id)  # it names no Secret any more: nothing to wait for
@@ -376,6 +380,7 @@ class Controller:
         """The table is deleted: the engine, the status flush and the Secret refresh forget it."""
         with self.apply_lock:
             self.resources.pop(table_id, None)
+            self._resources_changes += 1
             self.awaiting_secret.pop(table_id, None)
             self.engine.remove_table(table_id)
         self.catalog_problems.clear(table_id)
@@ -505,8 +510,13 @@ class Controller:
             return self._group_locks.setdefault(group, threading.Lock())
 
     def storage_secrets_of(self, namespace: str, group: str) -> list[str]:
-        """The catalog Secrets the tables of a group name, which its pods mount."""
-        return sorted(
+        """The catalog Secrets the tables of a group name, which its pods mount; worked out again
+        only when a table was applied or removed since (the group's status asks every few seconds)."""
+        changes = self._resources_changes
+        cached = self._group_secrets.get((namespace, group))
+        if cached is not None and cached[0] == changes:
+            return cached[1]
+        secrets = sorted(
             {
                 resource.spec.catalog.secret_ref
                 for resource in list(self.resources.values())
@@ -515,6 +525,8 @@ class Controller:
                 and resource.spec.catalog.secret_ref
             }
         )
+        self._group_secrets[(namespace, group)] = (changes, secrets)
+        return secrets
 
     def mounted_secret_properties(
         self, resource: OptimizedTable, properties: dict[str, str]

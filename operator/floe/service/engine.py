@@ -2,7 +2,10 @@
 
 One `tick()` refreshes the tables that are due (an unchanged snapshot is not rescanned),
 tells each group's scheduler which tables are pending, plans the tables the scheduler
-picks, and commits the processes whose tasks are done. Optimizers reach the same
+picks, and commits the processes whose tasks are done. A round looks only at the tables whose
+time has come (`TableWakeups`: a refresh, a maintenance job, a pending plan) and at those a
+process's end, a job's end or a changed manifest touched; once a minute it looks at every
+table, a backstop that bounds what a missed touch could delay. Optimizers reach the same
 TaskService over HTTP and run the tasks. The engine is what `floe run` drives in a
 loop, and what the Kubernetes controller drives from resource events.
 
@@ -15,6 +18,7 @@ its own namespace. Optimizers register with that key.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -61,6 +65,7 @@ from floe.tables.runtime import (
 )
 from floe.tables.scan import ScannedTable
 from floe.tables.support import UnsupportedTableError, check_supported, scan_supported
+from floe.tables.wakeups import TableWakeups
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +74,8 @@ FIRST_COMMIT_RETRY_DELAY_S = 5.0
 MAX_COMMIT_RETRY_DELAY_S = 300.0
 """A commit the catalog could not take is retried after 5 s, then ever less often, up to every 5 min."""
 DEFAULT_NAMESPACE = "default"
+FULL_VISIT_INTERVAL_S = 60.0
+"""How often a round looks at every table, whether or not its time has come."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,10 @@ class OptimizingEngine:
         """Calls that told the metadata locations of a catalog's tables at once (`metadata_locations`)."""
         self._counts_lock = threading.Lock()  # the refresh threads load tables concurrently
         self._marked_pending: set[str] = set()
+        self._wakeups = TableWakeups()
+        self._next_full_visit_s = -math.inf
+        self.visits = 0
+        """Tables the rounds looked at so far (tests check that an idle round looks at none)."""
         """Tables the engine last told their group's scheduler may be planned (`_update_pending`)."""
         self._scans: dict[str, ScannedTable] = {}
         self._in_flight: dict[str, _InFlight] = {}
@@ -172,6 +183,9 @@ class OptimizingEngine:
         self._secret_properties: dict[str, dict[str, str]] = {}
         """Per table: the properties its catalog Secret holds, whose storage credentials tasks
         leave to the optimizer's mounted copy of the Secret (Kubernetes)."""
+        self._catalog_keys: dict[str, tuple[CatalogRef, CatalogKey]] = {}
+        """Per table: its catalog reference and `_catalog_key` of it, which each probe asks of
+        every table and which stays the same while the reference does."""
 
     # -- resources -----------------------------------------------------------------------
 
@@ -181,12 +195,11 @@ class OptimizingEngine:
 
     def group_key(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
         """The group's name in the TaskService, which its optimizers register with."""
-        return f"{namespace}/{name}" if self.namespaced_groups else name
+        return _group_key(name, namespace, self.namespaced_groups)
 
     def table_group_key(self, runtime: TableRuntime) -> str:
         """`group_key` of the group serving the table: the one of that name in the table's namespace."""
-        namespace = runtime.table_id.split("/", 1)[0] if "/" in runtime.table_id else DEFAULT_NAMESPACE
-        return self.group_key(runtime.group, namespace)
+        return _table_group_key(runtime.table_id, runtime.group, self.namespaced_groups)
 
     def apply_group(self, group: OptimizerGroup) -> None:
         """Create or update a group: policy and timeouts apply on the next poll."""
@@ -235,6 +248,7 @@ class OptimizingEngine:
                 if runtime.process_id in cancelled and runtime.busy:
                     process_id = runtime.process_id
                     runtime.on_process_failed(f"group {name!r} was deleted: process {process_id} cancelled")
+                    self._touch(runtime.table_id)
                     failed.append((runtime.table_id, process_id))
         for table_id, process_id in failed:
             self._emit(
@@ -275,6 +289,7 @@ class OptimizingEngine:
                 if moved and old_group in self.groups and not runtime.busy:
                     self.service.group(old_group).remove_table(table_id)
             self._register_in_group(runtime)
+            self._touch(table_id)
             return runtime
 
     def uses_mounted_secret(self, table_id: str) -> bool:
@@ -293,6 +308,7 @@ class OptimizingEngine:
                 spec.model_copy(update={"catalog": runtime.spec.catalog, "group": runtime.spec.group})
             )
             self._register_in_group(runtime)
+            self._touch(table_id)
 
     def remove_table(self, table_id: str) -> None:
         """Forget a table; its in-flight process is cancelled and nothing is committed.
@@ -303,6 +319,8 @@ class OptimizingEngine:
             runtime = self.runtimes.pop(table_id, None)
             self._secret_properties.pop(table_id, None)
             self._marked_pending.discard(table_id)
+            self._wakeups.discard(table_id)
+            self._catalog_keys.pop(table_id, None)
             if runtime is None:
                 return
             flight = self._in_flight.pop(runtime.process_id, None) if runtime.process_id else None
@@ -329,10 +347,40 @@ class OptimizingEngine:
 
         Maintenance jobs that are due start in the background.
         """
-        self._refresh_due_tables()
+        visit = self._tables_to_visit()
+        visit += self._refresh_due_tables(visit)
         self._commit_finished()
         self._plan_picked_tables()
-        self._start_due_maintenance()
+        self._start_due_maintenance(visit)
+        self._schedule_visits(visit)
+
+    def _touch(self, table_id: str) -> None:
+        """Something happened to the table: the next round looks at it (hold the lock)."""
+        self._wakeups.wake_at(table_id, -math.inf)
+
+    def _tables_to_visit(self) -> list[TableRuntime]:
+        """The tables whose time has come, or every table once a `FULL_VISIT_INTERVAL_S`."""
+        now = self.clock()
+        with self._lock:
+            due = self._wakeups.pop_due(now)
+            if now >= self._next_full_visit_s:
+                self._next_full_visit_s = now + FULL_VISIT_INTERVAL_S
+                due = list(self.runtimes)
+            self.visits += len(due)
+            return [r for table_id in due if (r := self.runtimes.get(table_id)) is not None]
+
+    def _schedule_visits(self, runtimes: list[TableRuntime]) -> None:
+        """When to look at each of `runtimes` again, from what it is now."""
+        now = self.clock()
+        with self._lock:
+            for runtime in runtimes:
+                table_id = runtime.table_id
+                if self.runtimes.get(table_id) is not runtime:
+                    continue  # removed meanwhile
+                when = runtime.next_visit_s(now, self.refresh_interval_s)
+                if table_id in self._marked_pending:
+                    when = now  # the next round tells its scheduler it is no longer pending
+                self._wakeups.schedule(table_id, when)
 
     def run(self, stop: threading.Event, interval_s: float = 1.0) -> None:
         """Tick until `stop` is set; errors are logged and reported, never fatal."""
@@ -431,23 +479,31 @@ class OptimizingEngine:
 
     # -- refresh -------------------------------------------------------------------------
 
-    def _refresh_due_tables(self) -> None:
+    def _refresh_due_tables(self, visit: list[TableRuntime]) -> list[TableRuntime]:
+        """Refresh the tables of `visit` that are due, and with them every table of a catalog
+        probed for them; returns those others, whose next visit changes too."""
         now = self.clock()
-        with self._lock:
-            eligible = [r for r in self.runtimes.values() if not r.busy and r.state != TableState.DISABLED]
         due = [
             r
-            for r in eligible
-            if r.last_refresh_s is None or now - r.last_refresh_s >= self.refresh_interval_s
+            for r in visit
+            if not r.busy
+            and r.state != TableState.DISABLED
+            and (r.last_refresh_s is None or now - r.last_refresh_s >= self.refresh_interval_s)
         ]
         locations = self._metadata_locations(due)
         unchanged: set[str] = set()
+        also: list[TableRuntime] = []
         if locations:
             # A probe answers for every table of its catalog: they are all refreshed with the due
             # ones, so that the catalog's tables stay due together and one probe serves a round.
-            keys = {r.table_id: _catalog_key(r.spec.catalog) for r in eligible}
-            due_ids = {r.table_id for r in due}
-            due += [r for r in eligible if r.table_id not in due_ids and keys[r.table_id] in locations]
+            with self._lock:
+                eligible = [
+                    r for r in self.runtimes.values() if not r.busy and r.state != TableState.DISABLED
+                ]
+            keys = {r.table_id: self._catalog_key_of(r) for r in eligible}
+            visited = {r.table_id for r in visit}
+            also = [r for r in eligible if r.table_id not in visited and keys[r.table_id] in locations]
+            due += also
             unchanged = {
                 r.table_id
                 for r in due
@@ -459,8 +515,9 @@ class OptimizingEngine:
                     runtime.on_loaded(now)
         self._load_within_budget([r for r in due if r.table_id not in unchanged])
         with self._lock:
-            for runtime in self.runtimes.values():
+            for runtime in visit + also:
                 self._update_pending(runtime, now)
+        return also
 
     def _refresh(self, runtime: TableRuntime) -> None:
         now = self.clock()
@@ -575,7 +632,7 @@ class OptimizingEngine:
         evaluation read needs no load (`TableRuntime.unchanged_at`); the others are loaded. A
         catalog that fails here fails again in the loads, which report it."""
         found: dict[CatalogKey, dict[str, str]] = {}
-        for key, ref in {_catalog_key(r.spec.catalog): r.spec.catalog for r in runtimes}.items():
+        for key, ref in {self._catalog_key_of(r): r.spec.catalog for r in runtimes}.items():
             try:
                 locations = metadata_locations(self._catalog(ref))
             except Exception:  # the loads that follow report the catalog's error
@@ -586,6 +643,13 @@ class OptimizingEngine:
                 self.service.metrics.catalog_calls.labels("probe").inc()
                 found[key] = locations
         return found
+
+    def _catalog_key_of(self, runtime: TableRuntime) -> CatalogKey:
+        ref = runtime.spec.catalog
+        cached = self._catalog_keys.get(runtime.table_id)
+        if cached is None or cached[0] is not ref:
+            cached = self._catalog_keys[runtime.table_id] = (ref, _catalog_key(ref))
+        return cached[1]
 
     def _catalog(self, ref: CatalogRef) -> Catalog:
         key = _catalog_key(ref)
@@ -617,10 +681,12 @@ class OptimizingEngine:
             return None
         return runtime.due_maintenance(now)
 
-    def _start_due_maintenance(self) -> None:
+    def _start_due_maintenance(self, visit: list[TableRuntime]) -> None:
         now = self.clock()
         with self._lock:
-            for runtime in self.runtimes.values():
+            for runtime in visit:
+                if self.runtimes.get(runtime.table_id) is not runtime:
+                    continue  # removed meanwhile
                 job = self._maintenance_due(runtime, now)
                 if job is not None:
                     runtime.on_maintenance_started(job)
@@ -683,6 +749,8 @@ class OptimizingEngine:
         finally:
             if scheduler is not None:
                 scheduler.end_maintenance(run_id, self.clock())
+            with self._lock:
+                self._touch(runtime.table_id)
 
     # -- planning ------------------------------------------------------------------------
 
@@ -706,6 +774,8 @@ class OptimizingEngine:
                         continue
                     runtime.on_planning(now)
                 self._plan(runtime, name, scheduler, max(1, scheduler.threads_to_plan_for))
+                with self._lock:
+                    self._touch(runtime.table_id)
 
     def _plan(self, runtime: TableRuntime, group_name: str, scheduler: GroupScheduler, threads: int) -> None:
         with self._lock:
@@ -803,15 +873,16 @@ class OptimizingEngine:
         now = self.clock()
         with self._lock:
             retries = [d.outcome for d in self._delayed_commits.values() if d.retry_at <= now]
-        for outcome in retries:
-            self._commit(outcome)
+        finished = list(retries)
         for name in list(self.groups):
             with self._lock:
                 if name not in self.groups:
                     continue  # removed meanwhile
-                finished = self.service.group(name).take_finished()
-            for outcome in finished:
-                self._commit(outcome)
+                finished += self.service.group(name).take_finished()
+        for outcome in finished:
+            self._commit(outcome)
+            with self._lock:
+                self._touch(outcome.table_id)
 
     def _commit(self, outcome: ProcessOutcome) -> None:
         with self._lock:
@@ -982,6 +1053,18 @@ def _failure_summary(outcome: ProcessOutcome) -> str:
 
 CatalogKey = tuple[str, tuple[tuple[str, str], ...]]
 """A catalog's name and properties: the tables that share them share one open catalog."""
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _group_key(name: str, namespace: str, namespaced: bool) -> str:
+    return f"{namespace}/{name}" if namespaced else name
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _table_group_key(table_id: str, group: str, namespaced: bool) -> str:
+    """Asked of every table by each status flush and group demand: kept, not worked out again."""
+    namespace = table_id.split("/", 1)[0] if "/" in table_id else DEFAULT_NAMESPACE
+    return _group_key(group, namespace, namespaced)
 
 
 def _catalog_key(ref: CatalogRef) -> CatalogKey:
