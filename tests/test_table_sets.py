@@ -21,6 +21,7 @@ from floe.api.models import (
     OptimizedTableSpec,
     resource_from_dict,
 )
+from floe.controller.quiet_listing import FULL_LISTING_INTERVAL_S, QuietListing
 from floe.controller.table_sets import owner_reference, plan_table_set
 from floe.local.run import ManifestWatcher
 from floe.tables.selection import TableSelector, list_table_identifiers, table_resource_name
@@ -308,3 +309,12 @@ def test_floe_run_expands_a_set_and_a_hand_written_table_wins(
     assert watcher.changed()
     _, tables = watcher.load()
     assert "sales.returns" in {t.spec.table for t in tables} and not watcher.problems
+
+
+def test_a_quiet_listing_holds_while_the_set_its_tables_and_the_catalog_stay_as_they_were() -> None:
+    listing = QuietListing(3, frozenset({"sales.orders", "raw.events"}), table_changes=10, listed_s=1000.0)
+    assert listing.still_holds(3, ["raw.events", "sales.orders"], 10, 1000.0 + 600)
+    assert not listing.still_holds(4, ["raw.events", "sales.orders"], 10, 1600.0)  # the set changed
+    assert not listing.still_holds(3, ["sales.orders"], 10, 1600.0)  # the catalog lists other tables
+    assert not listing.still_holds(3, ["raw.events", "sales.orders"], 11, 1600.0)  # a table changed
+    assert not listing.still_holds(3, ["raw.events", "sales.orders"], 10, 1000.0 + FULL_LISTING_INTERVAL_S)

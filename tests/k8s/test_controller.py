@@ -852,3 +852,72 @@ def test_an_operator_that_cannot_serve_external_metrics_says_why_and_runs_on(
             os.environ.pop("KUBECONFIG", None)
         else:
             os.environ["KUBECONFIG"] = saved
+
+
+def test_a_periodic_listing_reads_the_optimized_tables_only_when_something_changed(
+    k8s: K8sCluster, namespace: str, controller: Controller, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 10,000 tables, reading every OptimizedTable of the namespace at each listInterval was a
+    fifth of the idle operator's time: a listing that would change nothing reads the catalog only."""
+    catalog = SqlCatalog("quiet", uri=f"sqlite:///{tmp_path}/quiet.db", warehouse=(tmp_path / "wh").as_uri())
+    catalog.create_namespace("sales")
+    for identifier in ("sales.orders", "sales.items"):
+        catalog.create_table(identifier, pa.schema([("id", pa.int64())]))
+    reads: list[str] = []
+    list_custom = controller.kube.list_custom
+
+    def counted(plural: str, namespace_: str) -> list[dict[str, Any]]:
+        if plural == "optimizedtables" and namespace_ == namespace:
+            reads.append(plural)
+        return list_custom(plural, namespace_)
+
+    monkeypatch.setattr(controller.kube, "list_custom", counted)
+    properties = {"type": "sql", **{k: str(v) for k, v in catalog.properties.items()}}
+    _apply(k8s, _group("quiet", namespace, executors=0))
+    _apply(
+        k8s,
+        {
+            "apiVersion": "floe.dev/v1alpha1",
+            "kind": "OptimizedTableSet",
+            "metadata": {"name": "quiet", "namespace": namespace},
+            "spec": {
+                "catalog": {"name": "quiet", "properties": properties},
+                "include": ["sales.*"],
+                "group": "quiet",
+                "listInterval": "1s",
+                "template": {"enabled": False},
+            },
+        },
+    )
+
+    def set_tables() -> list[str]:
+        items = _get(k8s, "ot", "-n", namespace, "-l", "floe.dev/table-set=quiet")["items"]
+        return sorted(item["metadata"]["name"] for item in items)
+
+    def listings(count: int) -> None:
+        """Wait for `count` more listings of the set (its lastListed moves at each)."""
+        for _ in range(count):
+            last = _status(k8s, "ots", "quiet", namespace).get("lastListed")
+            k8s.wait_for(
+                "the set's next listing",
+                lambda last=last: _status(k8s, "ots", "quiet", namespace).get("lastListed") != last,
+                timeout=60,
+            )
+
+    k8s.wait_for("the set's two tables", lambda: set_tables() == ["sales.items", "sales.orders"])
+    # The listing that made them changed something; the next ones, nothing once they are applied.
+    k8s.wait_for("a listing that changed nothing", lambda: bool(controller.quiet_listings), timeout=60)
+    before = len(reads)
+    listings(2)
+    assert len(reads) == before, "a listing that could change nothing read the OptimizedTables"
+    assert _status(k8s, "ots", "quiet", namespace)["managedTables"] == 2
+
+    # A table deleted by hand is a change the watch sees: the next listing reads them and makes it again.
+    k8s.kubectl("delete", "ot", "sales.orders", "-n", namespace)
+    k8s.wait_for("the deleted table made again", lambda: set_tables() == ["sales.items", "sales.orders"])
+    assert len(reads) > before
+    # The catalog listing other tables is a change too.
+    catalog.create_table("sales.refunds", pa.schema([("id", pa.int64())]))
+    k8s.wait_for("the new table's OptimizedTable", lambda: "sales.refunds" in set_tables(), timeout=60)
+    k8s.kubectl("delete", "ots", "quiet", "-n", namespace)
+    k8s.kubectl("delete", "og", "quiet", "-n", namespace)

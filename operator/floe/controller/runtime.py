@@ -33,6 +33,7 @@ from floe.controller.kube import Kube
 from floe.controller.leader import CHECK_INTERVAL_S, Leadership, random_priority
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT, scale_config_map
 from floe.controller.pod_health import PodProblem, PodProblemLog
+from floe.controller.quiet_listing import QuietListing
 from floe.controller.scaling import GroupScaling
 from floe.controller.secrets import (
     CatalogProblem,
@@ -184,8 +185,12 @@ class Controller:
         self.resources: dict[str, OptimizedTable] = {}
         """Each table as applied, before its Secret's catalog properties are merged in."""
         self._group_secrets: dict[tuple[str, str], tuple[int, list[str]]] = {}
-        """`storage_secrets_of` each group, with the `_resources_changes` it was worked out at."""
-        self._resources_changes = 0
+        """`storage_secrets_of` each group, with the `table_changes` it was worked out at."""
+        self.table_changes = 0
+        """How many times an OptimizedTable was applied or removed (its spec or metadata changed:
+        kopf's handlers; a status patch is no such change) since the operator started."""
+        self.quiet_listings: dict[str, QuietListing] = {}
+        """Per OptimizedTableSet (uid), its last full listing if that changed nothing."""
         self.awaiting_secret: dict[str, dict[str, Any]] = {}
         """Tables whose spec waits for its catalog Secret, with the status they had then (see
         `reconcile_table`)."""
@@ -357,7 +362,7 @@ class Controller:
         self.settings.use_set(table_id, table_set)
         with self.apply_lock:
             self.resources[table_id] = base
-            self._resources_changes += 1
+            self.table_changes += 1
         secret = base.spec.catalog.secret_ref
         if not secret:
             self.catalog_problems.clear(table_id)  # it names no Secret any more: nothing to wait for
@@ -380,7 +385,7 @@ class Controller:
         """The table is deleted: the engine, the status flush and the Secret refresh forget it."""
         with self.apply_lock:
             self.resources.pop(table_id, None)
-            self._resources_changes += 1
+            self.table_changes += 1
             self.awaiting_secret.pop(table_id, None)
             self.engine.remove_table(table_id)
         self.catalog_problems.clear(table_id)
@@ -512,7 +517,7 @@ class Controller:
     def storage_secrets_of(self, namespace: str, group: str) -> list[str]:
         """The catalog Secrets the tables of a group name, which its pods mount; worked out again
         only when a table was applied or removed since (the group's status asks every few seconds)."""
-        changes = self._resources_changes
+        changes = self.table_changes
         cached = self._group_secrets.get((namespace, group))
         if cached is not None and cached[0] == changes:
             return cached[1]
