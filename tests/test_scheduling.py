@@ -321,23 +321,6 @@ def test_next_table_to_plan_marks_it_planning_until_the_engine_answers() -> None
     assert group.process_tasks() == {"a": (planned.running, planned.planned)} == {"a": (0, 1)}
 
 
-def test_occupations_list_the_tables_that_used_time_in_the_window_as_stats_have_them() -> None:
-    group = scheduler(threads=2)
-    group.upsert_table("idle", 1.0, None)
-    with_process(group, "ran", tasks=2, quota=1.0)
-    done = run_task(group, "o", 0, 0.0)
-    group.complete(done.attempt_id, "o", result(done.task_id), 600.0)
-    running = run_task(group, "o", 1, 600.0)
-    stats = group.stats(1200.0)
-    assert stats["ran"].occupation > 0 and stats["idle"].occupation == 0.0
-    # The idle table is left out: its occupation is 0.
-    assert group.occupations(1200.0) == {"ran": stats["ran"].occupation}
-    group.complete(running.attempt_id, "o", result(running.task_id), 1200.0)
-    # An hour after its last task time: 0, and once that is worked out (pruned), no longer listed.
-    later = 1200.0 + HOUR + 1
-    assert group.occupations(later) == {"ran": 0.0} and group.occupations(later) == {}
-
-
 def test_no_over_planning_while_planned_tasks_can_fill_every_thread() -> None:
     group = scheduler(threads=4)
     with_process(group, "a", tasks=8, quota=0.5)  # 2 of its tasks can go out within its cap

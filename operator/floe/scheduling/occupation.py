@@ -81,11 +81,6 @@ class TaskTimeLedger:
         self._finished.setdefault(table_id, deque()).append((started, max(started, now)))
         self._prune(table_id, now)
 
-    def tables_with_time(self) -> list[str]:
-        """The tables the ledger holds task time of (running, or finished and not yet pruned):
-        every other table's task time is 0."""
-        return [*self._running, *(t for t in self._finished if t not in self._running)]
-
     def running(self, run_id: str) -> bool:
         """Whether ``run_id`` started and has not stopped (nor been forgotten with its table)."""
         return run_id in self._table_of_run

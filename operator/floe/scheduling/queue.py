@@ -547,15 +547,9 @@ class GroupScheduler:
             }
 
     def occupations(self, now: float) -> dict[str, float]:
-        """Quota occupations (`stats` without the rest), keyed by table id, of the tables with task
-        time in the window; every other table's is 0 and is left out: asked every few seconds
-        of a group of thousands of tables, few of which ran anything in the last hour."""
+        """Each table's quota occupation, keyed by table id (`stats` without the rest)."""
         with self._monitor.hold():
-            return {
-                table_id: table.occupation(now)
-                for table_id in self._ledger.tables_with_time()
-                if (table := self._tables.get(table_id)) is not None
-            }
+            return {table_id: table.occupation(now) for table_id, table in self._tables.items()}
 
     def first_start_since(self, since: float) -> float | None:
         """When the first task that started running at or after `since` did (among the last

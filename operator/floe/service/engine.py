@@ -981,18 +981,15 @@ class OptimizingEngine:
     # -- views ---------------------------------------------------------------------------
 
     def occupations(self) -> dict[str, float]:
-        """Quota occupations over the last hour (1.0 = its whole quota), by table id, of the tables
-        that used some: what `table_views` says of them, for a fraction of the cost. Every other
-        table's is 0 and is left out."""
+        """Each table's quota occupation over the last hour (1.0 = its whole quota), by table id:
+        what `table_views` says of it, for a fraction of the cost."""
         now = self.clock()
         with self._lock:
-            out: dict[str, float] = {}
-            for name in self.groups:
-                for table_id, used in self.service.group(name).occupations(now).items():
-                    runtime = self.runtimes.get(table_id)
-                    if runtime is not None and self.table_group_key(runtime) == name:
-                        out[table_id] = used
-            return out
+            by_group = {name: self.service.group(name).occupations(now) for name in self.groups}
+            return {
+                table_id: by_group.get(self.table_group_key(r), {}).get(table_id, 0.0)
+                for table_id, r in self.runtimes.items()
+            }
 
     def table_views(self) -> list[TableView]:
         """Status of every table, ordered by id."""
