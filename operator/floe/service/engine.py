@@ -160,11 +160,11 @@ class OptimizingEngine:
         """Calls that told the metadata locations of a catalog's tables at once (`metadata_locations`)."""
         self._counts_lock = threading.Lock()  # the refresh threads load tables concurrently
         self._marked_pending: set[str] = set()
+        """Tables the engine last told their group's scheduler may be planned (`_update_pending`)."""
         self._wakeups = TableWakeups()
         self._next_full_visit_s = -math.inf
         self.visits = 0
         """Tables the rounds looked at so far (tests check that an idle round looks at none)."""
-        """Tables the engine last told their group's scheduler may be planned (`_update_pending`)."""
         self._scans: dict[str, ScannedTable] = {}
         self._in_flight: dict[str, _InFlight] = {}
         self._delayed_commits: dict[str, _DelayedCommit] = {}

@@ -47,7 +47,7 @@ class TableWakeups:
 
     def pop_due(self, now_s: float) -> list[str]:
         """The tables whose time has come by `now_s`, in time order, taken off the queue: each is
-        put back by `wake_at` once looked at."""
+        put back (`schedule`) once looked at."""
         due: list[str] = []
         heap = self._heap
         while heap and heap[0][0] <= now_s:
