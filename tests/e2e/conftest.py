@@ -54,6 +54,41 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed end-to-end test's report carries the cluster's state at that moment: the
+    cluster is deleted at the end of the session, and CI keeps only the output."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    kubectl = getattr(item, "funcargs", {}).get("kubectl")
+    if report.failed and report.when in ("setup", "call") and isinstance(kubectl, Kubectl):
+        report.sections.append(("cluster state at the failure", cluster_state(kubectl)))
+
+
+def cluster_state(kubectl: Kubectl) -> str:
+    """Nodes and what their pods request, every pod, the recent Events of floe's namespaces
+    and the operator's log: what a stuck wait needs to be explained."""
+    parts = []
+    for title, args in (
+        ("nodes", ("get", "nodes", "-o", "wide")),
+        ("pods", ("get", "pods", "-A", "-o", "wide")),
+        ("floe's objects", ("get", "og,ot", "-A")),
+        ("events", ("get", "events", "-A", "--sort-by=.lastTimestamp")),
+        ("node resources", ("describe", "nodes")),
+        ("operator log", ("logs", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/name=floe", "--tail=60")),
+    ):
+        try:
+            text = kubectl(*args)
+        except subprocess.CalledProcessError as exc:
+            text = f"(failed: {exc})"
+        if title == "events":
+            text = "\n".join(text.splitlines()[-40:])
+        elif title == "node resources":
+            text = text[text.find("Allocated resources:") :].split("Events:")[0]
+        parts.append(f"--- {title}\n{text.rstrip()}")
+    return "\n".join(parts)
+
+
 def _script_output(*command: str) -> str:
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
