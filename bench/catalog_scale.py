@@ -22,8 +22,14 @@ extracted once), and ``after``, this checkout. Each measures:
   of a core, <= 18 ms per table per hour), status patches per second;
 - peak RSS of the process.
 
-Not measured: kopf and the API server around the loop, maintenance, REST catalogs.
-Run: ``.venv/bin/python bench/catalog_scale.py [--tables 1000,10000]``.
+``--catalog rest`` puts the same tables in Iceberg's REST catalog server (1.11, JDBC on SQLite,
+tables on moto's S3; both on loopback, made afresh each run), which answers a load with an ETag
+and a repeated load with 304 Not Modified; ``--snapshots`` gives its tables a history (the load
+a 304 saves grows with it); ``before`` then defaults to the last revision that loaded every REST
+table at every refresh.
+
+Not measured: kopf and the API server around the loop, maintenance.
+Run: ``.venv/bin/python bench/catalog_scale.py [--tables 1000,10000] [--catalog rest]``.
 """
 
 from __future__ import annotations
@@ -35,10 +41,12 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness.small_tables import make_catalog
+from harness.small_tables import catalog_properties, fill_catalog, make_catalog
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -47,6 +55,8 @@ SIDES = ("before", "after")
 BEFORE = "a4899e5"
 """The last revision that loaded every table at every refresh and computed every table's status
 at every flush."""
+REST_BEFORE = "4d9a947"
+"""The last revision that loaded every table of a REST catalog in full at every refresh."""
 REFRESH_INTERVAL_S = 10.0
 """The operator's default table refresh interval: an hour is 360 refreshes."""
 TICK_S, FLUSH_S, WARMUP_S = 1.0, 5.0, 12.0
@@ -115,6 +125,7 @@ def measure(tables: int, properties: dict[str, str], rounds: int, loop_seconds: 
             "first_longest_round_s": longest,
         }
         loads, probes = getattr(engine, "table_loads", None), getattr(engine, "catalog_probes", 0)
+        not_modified = getattr(engine, "not_modified_loads", 0)
         cpu, wall = time.process_time(), time.perf_counter()
         for _ in range(rounds):
             engine.tick()
@@ -130,6 +141,7 @@ def measure(tables: int, properties: dict[str, str], rounds: int, loop_seconds: 
         "idle_refresh_wall_s": idle_wall / rounds,
         # Before the probe the engine counted no loads: each refresh was one.
         "loads_per_table_hour": (engine.table_loads - loads) * per_hour if loads is not None else 360.0,
+        "not_modified_per_table_hour": (getattr(engine, "not_modified_loads", 0) - not_modified) * per_hour,
         "probes_per_hour": (getattr(engine, "catalog_probes", 0) - probes)
         * 3600.0
         / REFRESH_INTERVAL_S
@@ -201,6 +213,7 @@ def report(results: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespa
             f"{r['cpu_ms_per_table_hour']:.1f}",
             f"{r['idle_refresh_wall_s']:.2f}",
             f"{r['loads_per_table_hour']:.0f}",
+            f"{r.get('not_modified_per_table_hour', 0):.0f}",
             f"{r['probes_per_hour']:.0f}",
             f"{r['loop_core_percent']:.1f}",
             f"{r['loop_ms_per_table_hour']:.1f}",
@@ -219,6 +232,7 @@ def report(results: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespa
         "refresh CPU ms / table / hour",
         "one refresh s",
         "loads / table / hour",
+        "304s / table / hour",
         "catalog probes / hour",
         "loop CPU % of a core (target <= 5)",
         "loop CPU ms / table / hour (target <= 18)",
@@ -241,13 +255,38 @@ def report(results: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespa
     return (
         "## 7. Idle cost per table: the engine loop over tables nothing writes to\n\n"
         f"Command: `{command}`. Load average at the end: {load_average()}.\n\n"
-        f"One SQL catalog (SQLite), one small file per table, maintenance off; in-process, no "
+        f"{CATALOGS[args.catalog]}, {args.snapshots} snapshot(s) of one small file per table, "
+        "maintenance off; in-process, no "
         f"Kubernetes. before: floe at `{args.before}`; after: this checkout. Refresh: {args.rounds} "
         f"refreshes of every table after the first, per hour at the operator's "
         f"{REFRESH_INTERVAL_S:.0f} s. Loop: the engine round every {TICK_S:.0f} s and the status flush "
         f"every {FLUSH_S:.0f} s for {args.loop_seconds:.0f} s after {WARMUP_S:.0f} s of warm-up.\n\n"
         f"{markdown_table(headers, rows)}\n\n{ratios}\n"
     )
+
+
+CATALOGS = {
+    "sql": "One SQL catalog (SQLite)",
+    "rest": "One REST catalog (Iceberg 1.11's server, JDBC on SQLite, tables on moto's S3, on loopback)",
+}
+
+
+@contextmanager
+def tables_catalog(kind: str, directory: Path, tables: int, snapshots: int) -> Iterator[dict[str, str]]:
+    """The pyiceberg properties of a catalog of `tables` small tables, for the time it is used:
+    the SQL catalog (one snapshot per table) is made once and kept; the REST one (its S3 is in
+    memory) is made each run, with `snapshots` snapshots per table."""
+    if kind == "sql":
+        make_catalog(directory, tables)
+        yield catalog_properties(directory)
+        return
+    sys.path.insert(0, str(REPO / "tests"))
+    from rest_s3 import rest_s3_stack
+
+    directory.mkdir(parents=True, exist_ok=True)
+    with rest_s3_stack("127.0.0.1", directory) as stack:
+        fill_catalog(stack.client("lake"), tables, snapshots)
+        yield stack.properties
 
 
 def main() -> int:
@@ -257,29 +296,46 @@ def main() -> int:
 
     parser = benchmark_parser(__doc__ or "", "catalog-scale")
     parser.add_argument("--tables", default="1000,10000", help="comma-separated table counts")
+    parser.add_argument("--catalog", choices=sorted(CATALOGS), default="sql", help="the tables' catalog")
+    parser.add_argument("--snapshots", type=int, default=1, help="snapshots per table (REST only)")
     parser.add_argument("--rounds", type=int, default=5, help="refreshes of every table measured")
     parser.add_argument("--loop-seconds", type=float, default=60.0, help="how long the loop is measured")
-    parser.add_argument("--before", default=BEFORE, help="git revision of floe before the change")
+    parser.add_argument(
+        "--before", help=f"git revision of floe before the change ({BEFORE}; REST: {REST_BEFORE})"
+    )
     parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated, from before, after")
     args = parser.parse_args()
+    if args.catalog == "sql" and args.snapshots != 1:
+        parser.error(
+            "--snapshots is for --catalog rest: the SQL catalog is made once, one snapshot per table"
+        )
+    args.before = args.before or (REST_BEFORE if args.catalog == "rest" else BEFORE)
     results: dict[int, dict[str, dict[str, Any]]] = {}
     for tables in (int(t) for t in args.tables.split(",")):
-        directory = args.dir / f"tables-{tables}"
-        make_catalog(directory, tables)
-        for side in args.sides.split(","):
-            source = _revision_source(args.before, args.dir) if side == "before" else REPO
-            child = [str(source / "operator"), tables, str(directory), args.rounds, args.loop_seconds]
-            code = (
-                "import json, sys; sys.path.insert(0, sys.argv[1]); "
-                f"sys.path.insert(1, {str(BENCH)!r}); import catalog_scale as c; "
-                "print(json.dumps(c.measure(int(sys.argv[2]), c.catalog_properties(c.Path(sys.argv[3])), "
-                "int(sys.argv[4]), float(sys.argv[5]))))"
-            )
-            out = subprocess.run(
-                [sys.executable, "-c", code, *map(str, child)], check=True, capture_output=True, text=True
-            ).stdout
-            results.setdefault(tables, {})[side] = json.loads(out.strip().splitlines()[-1])
-            print(f"{tables} tables, {side}: {results[tables][side]}", file=sys.stderr)
+        suffix = "" if args.catalog == "sql" else f"-{args.catalog}"
+        with tables_catalog(
+            args.catalog, args.dir / f"tables-{tables}{suffix}", tables, args.snapshots
+        ) as properties:
+            for side in args.sides.split(","):
+                source = _revision_source(args.before, args.dir) if side == "before" else REPO
+                child = [
+                    str(source / "operator"),
+                    tables,
+                    json.dumps(properties),
+                    args.rounds,
+                    args.loop_seconds,
+                ]
+                code = (
+                    "import json, sys; sys.path.insert(0, sys.argv[1]); "
+                    f"sys.path.insert(1, {str(BENCH)!r}); import catalog_scale as c; "
+                    "print(json.dumps(c.measure(int(sys.argv[2]), json.loads(sys.argv[3]), "
+                    "int(sys.argv[4]), float(sys.argv[5]))))"
+                )
+                out = subprocess.run(
+                    [sys.executable, "-c", code, *map(str, child)], check=True, capture_output=True, text=True
+                ).stdout
+                results.setdefault(tables, {})[side] = json.loads(out.strip().splitlines()[-1])
+                print(f"{tables} tables, {side}: {results[tables][side]}", file=sys.stderr)
     emit(report(results, args, command_line()), args.markdown)
     return 0
 

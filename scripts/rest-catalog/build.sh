@@ -6,7 +6,7 @@
 # <key> is the Iceberg version and a hash of this script and of the launcher it compiles, so a
 # changed recipe makes a new directory. The jars come from Maven Central through `mvn`:
 # iceberg-open-api's test-fixtures (RESTCatalogServer) and iceberg-core's tests (the servlet and
-# adapter it serves with) with their runtime dependencies (iceberg-core, Jetty 11, Hadoop's
+# adapter it serves with) with their runtime dependencies (iceberg-core, Jetty 12, Hadoop's
 # client), iceberg-aws with iceberg-aws-bundle (S3FileIO and the AWS SDK), sqlite-jdbc and
 # slf4j-simple (logs on stderr). FloeRESTCatalogServer.java, next to this script, is compiled
 # into lib/ too: it serves the same catalog bound to one address (RESTCatalogServer listens on
@@ -24,9 +24,11 @@
 #   FLOE_CACHE_DIR        cache root (default $HOME/.cache/floe)
 set -euo pipefail
 
-ICEBERG_VERSION=1.10.0
-# Iceberg 1.10's REST servlet is written against Jetty 11 (jakarta.servlet, org.eclipse.jetty.servlet).
-JETTY_VERSION=11.0.25
+# 1.11 is the first whose test server answers a load with an ETag and a matching If-None-Match with
+# 304 Not Modified, as the REST spec lets a server do: floe's refreshes rely on it.
+ICEBERG_VERSION=1.11.0
+# Iceberg 1.11's REST servlet is written against Jetty 12's ee10 servlets (jakarta.servlet).
+JETTY_VERSION=12.1.8
 HADOOP_VERSION=3.4.1
 SQLITE_JDBC_VERSION=3.46.1.3
 SLF4J_VERSION=2.0.17
@@ -77,7 +79,7 @@ POM
     dependency org.apache.iceberg iceberg-core "$ICEBERG_VERSION"
     dependency org.apache.iceberg iceberg-aws "$ICEBERG_VERSION"
     dependency org.apache.iceberg iceberg-aws-bundle "$ICEBERG_VERSION"
-    dependency org.eclipse.jetty jetty-servlet "$JETTY_VERSION"
+    dependency org.eclipse.jetty.ee10 jetty-ee10-servlet "$JETTY_VERSION"
     dependency org.apache.hadoop hadoop-client-api "$HADOOP_VERSION"
     dependency org.apache.hadoop hadoop-client-runtime "$HADOOP_VERSION"
     dependency org.xerial sqlite-jdbc "$SQLITE_JDBC_VERSION"

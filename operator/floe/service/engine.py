@@ -53,6 +53,7 @@ from floe.tables.catalog import (
     load_table,
     open_catalog,
 )
+from floe.tables.conditional_load import LoadedTable, load_table_if_changed
 from floe.tables.history import optimizing_history
 from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.metadata_probe import metadata_locations
@@ -156,6 +157,8 @@ class OptimizingEngine:
         self._catalogs: dict[CatalogKey, Catalog] = {}
         self.table_loads = 0
         """Tables loaded through their catalog so far (refreshes, plans, maintenance)."""
+        self.not_modified_loads = 0
+        """Refreshes the catalog answered with "not modified" (`load_table_if_changed`): no load."""
         self.catalog_probes = 0
         """Calls that told the metadata locations of a catalog's tables at once (`metadata_locations`)."""
         self._counts_lock = threading.Lock()  # the refresh threads load tables concurrently
@@ -522,7 +525,12 @@ class OptimizingEngine:
     def _refresh(self, runtime: TableRuntime) -> None:
         now = self.clock()
         try:
-            table = self._load(runtime)
+            loaded = self._load_if_changed(runtime)
+            if loaded.table is None:
+                runtime.on_loaded(now)  # the catalog says the file last evaluated is still current
+                return
+            table = loaded.table
+            runtime.catalog_etag = (table.metadata_location, loaded.etag) if loaded.etag else None
             runtime.on_loaded(now, str(table.metadata.table_uuid))
             current = table.metadata.current_snapshot()
             snapshot_id = current.snapshot_id if current else None
@@ -664,6 +672,24 @@ class OptimizingEngine:
             self.table_loads += 1
         self.service.metrics.catalog_calls.labels("load").inc()
         return load_table(self._catalog(runtime.spec.catalog), runtime.spec.table)
+
+    def _load_if_changed(self, runtime: TableRuntime) -> LoadedTable:
+        """A refresh's load: none where the catalog says the table's metadata file is still the
+        one its last evaluation read (`load_table_if_changed`)."""
+        loaded: LoadedTable | None = None
+        try:
+            loaded = load_table_if_changed(
+                self._catalog(runtime.spec.catalog), runtime.spec.table, runtime.etag_to_send()
+            )
+            return loaded
+        finally:
+            unchanged = loaded is not None and loaded.table is None
+            with self._counts_lock:
+                if unchanged:
+                    self.not_modified_loads += 1
+                else:
+                    self.table_loads += 1
+            self.service.metrics.catalog_calls.labels("not-modified" if unchanged else "load").inc()
 
     # -- maintenance ---------------------------------------------------------------------
 

@@ -98,8 +98,9 @@ class ServiceMetrics:
         self.catalog_calls = Counter(
             "floe_catalog_calls",
             "Calls to the tables' catalogs, by kind: load (one table's metadata, for a refresh, a "
-            "plan or a maintenance job) or probe (the metadata locations of a catalog's tables at "
-            "once, which spares loading the tables that did not change).",
+            "plan or a maintenance job), probe (the metadata locations of a catalog's tables at "
+            "once, which spares loading the tables that did not change) or not-modified (a REST "
+            "catalog's 304 to a refresh's conditional load: the table did not change).",
             ["kind"],
             registry=self.registry,
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +80,20 @@ def open_catalog(ref: CatalogRef) -> Catalog:
 def load_table(catalog: Catalog, identifier: str) -> Table:
     """Load a table by ``namespace.table``; paths and unknown tables get specific errors, and a
     table whose schema pyiceberg cannot read is `UnsupportedTableError`."""
+    with table_load_errors(catalog, identifier):
+        return catalog.load_table(identifier)
+
+
+@contextmanager
+def table_load_errors(catalog: Catalog, identifier: str) -> Iterator[None]:
+    """Check `identifier`, then turn what loading it from `catalog` raises into the errors of
+    `load_table`."""
     if "/" in identifier or identifier.startswith("."):
         raise NotAnIcebergTable(_describe_path(identifier))
     if "." not in identifier:
         raise TableNotFound(f"{identifier!r} is not a table identifier: expected namespace.table")
     try:
-        return catalog.load_table(identifier)
+        yield
     except (NoSuchTableError, NoSuchNamespaceError) as exc:
         raise TableNotFound(f"table {identifier!r} not found in catalog {catalog.name!r}") from exc
     except Exception as exc:

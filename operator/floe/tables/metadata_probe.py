@@ -8,7 +8,8 @@ that returns the locations of all of a catalog's tables costs a few microseconds
 
 Only catalogs that can answer for many tables at once are probed: the SQL catalog (the JDBC
 catalog's ``iceberg_tables`` table, shared with Iceberg Java). Others (REST, Glue, Hive) answer
-one table per call, and their tables are loaded as before.
+one table per call: a REST catalog that sends ETags answers an unchanged table with 304 Not
+Modified (`conditional_load`), the rest are loaded.
 """
 
 from __future__ import annotations

@@ -97,6 +97,9 @@ class TableRuntime:
     evaluated_metadata: str | None = field(default=None, repr=False)
     """The metadata file the last evaluation (or refusal) read: a change of properties, schema
     or partition spec moves it without a new snapshot."""
+    catalog_etag: tuple[str, str] | None = field(default=None, repr=False)
+    """The metadata file the last full load found and the ETag the catalog sent with it (REST):
+    a refresh sends the tag while the last evaluation read that file (`etag_to_send`)."""
     catalog_error: str | None = None
     """What the last refresh made of the catalog: None, not contacted yet (or since the catalog
     changed); "", it answered (the table itself may still be missing); else why it did not."""
@@ -182,6 +185,14 @@ class TableRuntime:
         self.last_minor_s = _latest(self.last_minor_s, history.last_minor_s)
         self.last_major_s = _latest(self.last_major_s, history.last_major_s)
         self.last_full_s = _latest(self.last_full_s, history.last_full_s)
+
+    def etag_to_send(self) -> str | None:
+        """The ETag for a conditional load: its file's 304 means nothing new for a refresh
+        (`unchanged_at`). None when the catalog sent none, or the last evaluation read another file."""
+        if self.catalog_etag is None:
+            return None
+        metadata_location, etag = self.catalog_etag
+        return etag if self.unchanged_at(metadata_location) else None
 
     def on_evaluated(
         self, files: TableFiles, plan: OptimizingPlan, now_s: float, metadata_location: str | None = None
