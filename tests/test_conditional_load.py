@@ -4,7 +4,6 @@ that file is current."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,15 +13,12 @@ from prometheus_client import generate_latest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from rest_s3 import RestS3Stack, rest_s3_stack
+from test_metadata_probe import idle_refresh_engine, table_without_maintenance
 
-from floe.api.models import OptimizedTable, OptimizerGroup
-from floe.service.engine import OptimizingEngine
-from floe.service.task_service import TaskService
-from floe.tables.catalog import TableNotFound
+from floe.tables.catalog import NotAnIcebergTable, TableNotFound
 from floe.tables.conditional_load import load_table_if_changed
 
 ROWS = pa.table({"id": pa.array(range(10), pa.int64())})
-MAINTENANCE_JOBS = ("snapshotRetention", "orphanFiles", "manifests", "danglingDeletes")
 
 
 @pytest.fixture(scope="module")
@@ -69,25 +65,13 @@ def test_a_catalog_without_etags_is_loaded_in_full(tmp_path: Path) -> None:
         sql.create_table("sales.orders", ROWS.schema).append(ROWS)
         loaded = load_table_if_changed(sql, "sales.orders", "anything")
         assert loaded.table is not None and loaded.etag is None
+        # What is not a table identifier is said so, before any call.
+        with pytest.raises(TableNotFound, match=r"expected namespace\.table"):
+            load_table_if_changed(sql, "orders", None)
+        with pytest.raises(NotAnIcebergTable, match="not an Iceberg table"):
+            load_table_if_changed(sql, str(tmp_path / "nowhere"), None)
     finally:
         sql.engine.dispose()
-
-
-def _table(stack: RestS3Stack, identifier: str, **spec: object) -> OptimizedTable:
-    return OptimizedTable.model_validate(
-        {
-            "apiVersion": "floe.dev/v1alpha1",
-            "kind": "OptimizedTable",
-            "metadata": {"name": identifier.replace(".", "-")},
-            "spec": {
-                "table": identifier,
-                "catalog": {"name": "lake", "properties": stack.properties},
-                # No maintenance job: each loads the table when it runs, which is not a refresh.
-                "maintenance": {job: {"enabled": False} for job in MAINTENANCE_JOBS},
-                **spec,
-            },
-        }
-    )
 
 
 def test_an_idle_rest_table_is_refreshed_with_not_modified_and_loaded_when_it_moves(
@@ -95,14 +79,9 @@ def test_an_idle_rest_table_is_refreshed_with_not_modified_and_loaded_when_it_mo
 ) -> None:
     table = catalog.create_table("sales.orders", ROWS.schema)
     table.append(ROWS)
-    engine = OptimizingEngine(TaskService(clock=time.time), refresh_interval_s=0.0)
-    engine.apply_group(
-        OptimizerGroup.model_validate(
-            {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizerGroup", "metadata": {"name": "default"}}
-        )
-    )
+    engine = idle_refresh_engine()
     try:
-        runtime = engine.apply_table(_table(stack, "sales.orders"))
+        runtime = engine.apply_table(table_without_maintenance("lake", stack.properties, "sales.orders"))
         engine.tick()
         assert (engine.table_loads, runtime.snapshot_id) == (1, table.metadata.current_snapshot_id)
         for _ in range(3):
@@ -119,7 +98,9 @@ def test_an_idle_rest_table_is_refreshed_with_not_modified_and_loaded_when_it_mo
         assert (engine.table_loads, engine.not_modified_loads) == (2, 4)
 
         # A changed spec is evaluated again, on a full load, even with the metadata where it was.
-        engine.apply_table(_table(stack, "sales.orders", fragmentRatio=4))
+        engine.apply_table(
+            table_without_maintenance("lake", stack.properties, "sales.orders", fragmentRatio=4)
+        )
         engine.tick()
         assert (engine.table_loads, engine.not_modified_loads) == (3, 4)
 

@@ -55,7 +55,8 @@ def _group() -> OptimizerGroup:
     )
 
 
-def _engine() -> OptimizingEngine:
+def idle_refresh_engine() -> OptimizingEngine:
+    """An engine that refreshes every table at every round, with the group ``default``."""
     engine = OptimizingEngine(TaskService(clock=time.time), refresh_interval_s=0.0)
     engine.apply_group(_group())
     return engine
@@ -63,6 +64,13 @@ def _engine() -> OptimizingEngine:
 
 def _table(catalog: SqlCatalog, identifier: str, **spec: object) -> OptimizedTable:
     properties = {"type": "sql", **{k: str(v) for k, v in catalog.properties.items()}}
+    return table_without_maintenance(catalog.name, properties, identifier, **spec)
+
+
+def table_without_maintenance(
+    catalog: str, properties: dict[str, str], identifier: str, **spec: object
+) -> OptimizedTable:
+    """The OptimizedTable of `identifier` in the catalog `catalog` (`properties`), no job on."""
     return OptimizedTable.model_validate(
         {
             "apiVersion": "floe.dev/v1alpha1",
@@ -70,7 +78,7 @@ def _table(catalog: SqlCatalog, identifier: str, **spec: object) -> OptimizedTab
             "metadata": {"name": identifier.replace(".", "-")},
             "spec": {
                 "table": identifier,
-                "catalog": {"name": catalog.name, "properties": properties},
+                "catalog": {"name": catalog, "properties": properties},
                 # No maintenance job: each loads the table when it runs, which is not a refresh.
                 "maintenance": {job: {"enabled": False} for job in MAINTENANCE_JOBS},
                 **spec,
@@ -82,7 +90,7 @@ def _table(catalog: SqlCatalog, identifier: str, **spec: object) -> OptimizedTab
 def test_an_idle_table_is_loaded_again_only_when_its_metadata_moves(catalog: SqlCatalog) -> None:
     table = catalog.create_table("sales.orders", ROWS.schema)
     table.append(ROWS)
-    engine = _engine()
+    engine = idle_refresh_engine()
     try:
         runtime = engine.apply_table(_table(catalog, "sales.orders"))
         engine.tick()
@@ -118,7 +126,7 @@ def test_an_idle_table_is_loaded_again_only_when_its_metadata_moves(catalog: Sql
 
 def test_a_table_never_evaluated_is_loaded_whatever_the_probe_says(catalog: SqlCatalog) -> None:
     catalog.create_table("sales.orders", ROWS.schema)  # no snapshot: nothing was ever evaluated
-    engine = _engine()
+    engine = idle_refresh_engine()
     try:
         engine.apply_table(_table(catalog, "sales.orders"))
         engine.tick()

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
@@ -646,9 +647,7 @@ class OptimizingEngine:
             except Exception:  # the loads that follow report the catalog's error
                 continue
             if locations is not None:
-                with self._counts_lock:
-                    self.catalog_probes += 1
-                self.service.metrics.catalog_calls.labels("probe").inc()
+                self._count_catalog_call("probe")
                 found[key] = locations
         return found
 
@@ -667,29 +666,33 @@ class OptimizingEngine:
             self._catalogs[key] = catalog
         return catalog
 
-    def _load(self, runtime: TableRuntime) -> Table:
+    def _count_catalog_call(self, kind: Literal["load", "probe", "not-modified"]) -> None:
+        """One call to a catalog: its engine counter and its metric."""
         with self._counts_lock:
-            self.table_loads += 1
-        self.service.metrics.catalog_calls.labels("load").inc()
+            if kind == "load":
+                self.table_loads += 1
+            elif kind == "probe":
+                self.catalog_probes += 1
+            else:
+                self.not_modified_loads += 1
+        self.service.metrics.catalog_calls.labels(kind).inc()
+
+    def _load(self, runtime: TableRuntime) -> Table:
+        self._count_catalog_call("load")
         return load_table(self._catalog(runtime.spec.catalog), runtime.spec.table)
 
     def _load_if_changed(self, runtime: TableRuntime) -> LoadedTable:
         """A refresh's load: none where the catalog says the table's metadata file is still the
         one its last evaluation read (`load_table_if_changed`)."""
-        loaded: LoadedTable | None = None
         try:
             loaded = load_table_if_changed(
                 self._catalog(runtime.spec.catalog), runtime.spec.table, runtime.etag_to_send()
             )
-            return loaded
-        finally:
-            unchanged = loaded is not None and loaded.table is None
-            with self._counts_lock:
-                if unchanged:
-                    self.not_modified_loads += 1
-                else:
-                    self.table_loads += 1
-            self.service.metrics.catalog_calls.labels("not-modified" if unchanged else "load").inc()
+        except Exception:
+            self._count_catalog_call("load")  # a call that failed, as `_load` counts it
+            raise
+        self._count_catalog_call("load" if loaded.table is not None else "not-modified")
+        return loaded
 
     # -- maintenance ---------------------------------------------------------------------
 
