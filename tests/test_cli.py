@@ -209,6 +209,7 @@ def test_operator_flags_reach_its_configuration(tmp_path: Path, monkeypatch: pyt
             f"--registration-token-file={token_file}",
             "--peering-lifetime=15",
             "--secret-interval=2.5",
+            "--refresh-interval=60",
             "--liveness=http://0.0.0.0:8081/healthz",
             "--driver-service-account=team-driver",
             "--external-metrics-port=6443",
@@ -220,17 +221,18 @@ def test_operator_flags_reach_its_configuration(tmp_path: Path, monkeypatch: pyt
 
     assert config.namespaces == ["a", "b"]
     assert config.registration_token == "chart-generated-token"
-    assert (config.peering_lifetime_s, config.secret_interval_s) == (15, 2.5)
+    assert (config.peering_lifetime_s, config.secret_interval_s, config.refresh_interval_s) == (15, 2.5, 60)
     assert config.liveness_endpoint == "http://0.0.0.0:8081/healthz"
     assert config.driver_service_account == "team-driver"
     assert config.external_metrics is not None
     assert (config.external_metrics.port, config.external_metrics.cert_dir) == (6443, tmp_path)
     defaults = operator_config(build_parser().parse_args(["operator"]))
-    assert (defaults.peering_lifetime_s, defaults.secret_interval_s, defaults.liveness_endpoint) == (
-        60,
-        30.0,
-        None,
-    )
+    assert (
+        defaults.peering_lifetime_s,
+        defaults.secret_interval_s,
+        defaults.refresh_interval_s,
+        defaults.liveness_endpoint,
+    ) == (60, 30.0, 10.0, None)
     # Without the chart's flag, the drivers run as the account the chart makes for release "floe".
     assert defaults.driver_service_account == "floe-driver"
     assert defaults.external_metrics is None  # not served unless asked for
@@ -276,7 +278,7 @@ def test_operator_refuses_a_missing_token_file_and_bad_intervals(
     (tmp_path / "empty").write_text("\n")
     assert main(["operator", f"--registration-token-file={tmp_path / 'empty'}"]) == 2
     assert "is empty" in capsys.readouterr().err
-    for flag in ("--peering-lifetime=0", "--secret-interval=-1"):
+    for flag in ("--peering-lifetime=0", "--secret-interval=-1", "--refresh-interval=0"):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["operator", flag])
         assert "must be positive" in capsys.readouterr().err

@@ -15,6 +15,7 @@ import pytest
 from synthetic import result, spec
 
 from floe.api.models import SchedulingPolicy
+from floe.maintenance.file_tasks import DeleteFilesResult, DeleteFilesSpec
 from floe.optimizer.task_spec import RewriteTaskSpec
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest, StaleAttempt
@@ -734,3 +735,83 @@ def test_ledger_cache_matches_a_fresh_computation() -> None:
     cached.stop("r2", 260.0)  # a stop drops the cached sum at once
     fresh.stop("r2", 260.0)
     assert cached.task_seconds("t", 260.2) == pytest.approx(fresh.task_seconds("t", 260.2)) == 210.0
+
+
+def _delete_tasks(count: int) -> list[DeleteFilesSpec]:
+    return [
+        DeleteFilesSpec(task_id=f"delete-{i}", io_properties={}, paths=[f"/t/data/{i}.parquet"])
+        for i in range(count)
+    ]
+
+
+def test_file_tasks_go_out_before_rewrites_beside_the_tables_process_and_add_no_task_time() -> None:
+    group = scheduler(threads=2)
+    with_process(group, "a", tasks=2, quota=1.0)
+    group.add_file_tasks("a", "a/orphans-1", _delete_tasks(2), max_retries=0)
+
+    first = group.poll("o", 0, now=0.0)
+    second = group.poll("o", 1, now=0.0)
+    assert first is not None and second is not None
+    assert [first.process_id, second.process_id] == ["a/orphans-1", "a/orphans-1"]
+    assert isinstance(first.spec, DeleteFilesSpec)  # handed out as queued, no file prefix to vary
+    # Both the table's process and its file tasks are its demand.
+    assert group.process_tasks() == {"a": (2, 2)}
+    for assignment in (first, second):
+        group.ack(assignment.attempt_id, "o", now=1.0)
+    assert group.file_tasks_outcome("a/orphans-1") is None
+    group.complete(first.attempt_id, "o", DeleteFilesResult(task_id=first.task_id, deleted=1), now=50.0)
+    group.complete(second.attempt_id, "o", DeleteFilesResult(task_id=second.task_id, deleted=1), now=50.0)
+
+    # The job's own time counts toward the quota (the engine's start/end_maintenance), not the attempts.
+    assert group.occupations(now=60.0)["a"] == 0.0
+    outcome = group.file_tasks_outcome("a/orphans-1")
+    assert outcome is not None and outcome.succeeded
+    assert [r.task_id for r in outcome.results] == ["delete-0", "delete-1"]
+    assert group.take_finished() == []  # nothing for the engine to commit
+    with pytest.raises(KeyError):
+        group.file_tasks_outcome("a/orphans-1")  # taken once
+    rewrite = group.poll("o", 0, now=61.0)
+    assert rewrite is not None and rewrite.process_id == "a-p"
+
+
+def test_a_file_task_out_of_retries_fails_its_job_and_a_wrong_result_kind_is_rejected() -> None:
+    group = scheduler(threads=1)
+    group.upsert_table("a", 1.0, None)
+    group.add_file_tasks("a", "a/orphans-1", _delete_tasks(2), max_retries=1)
+    with pytest.raises(ValueError, match="already in use"):
+        group.add_file_tasks("a", "a/orphans-1", _delete_tasks(1), max_retries=1)
+    with pytest.raises(KeyError):
+        group.add_file_tasks("b", "b/orphans-1", _delete_tasks(1), max_retries=1)
+
+    assignment = group.poll("o", 0, now=0.0)
+    assert assignment is not None
+    with pytest.raises(InvalidRequest, match="DeleteFilesSpec"):
+        group.complete(assignment.attempt_id, "o", result(assignment.task_id), now=1.0)
+    for attempt in range(2):
+        assignment = group.poll("o", 0, now=2.0 + attempt)
+        assert assignment is not None and assignment.task_id == "delete-0"
+        group.complete(assignment.attempt_id, "o", "disk on fire", now=3.0 + attempt)
+
+    outcome = group.file_tasks_outcome("a/orphans-1")
+    assert outcome is not None and not outcome.succeeded and outcome.results == []
+    assert outcome.failures == {"delete-0": "disk on fire (failed 2 of 2 attempts)"}
+    assert group.poll("o", 0, now=10.0) is None  # the other task was cancelled with the job
+
+
+def test_removing_a_table_or_cancelling_drops_its_file_tasks() -> None:
+    group = scheduler(threads=2)
+    group.upsert_table("a", 1.0, None)
+    group.upsert_table("b", 1.0, None)
+    group.add_file_tasks("a", "a/orphans-1", _delete_tasks(1), max_retries=0)
+    group.add_file_tasks("b", "b/orphans-1", _delete_tasks(1), max_retries=0)
+    out = group.poll("o", 0, now=0.0)
+    assert out is not None and out.process_id == "a/orphans-1"
+
+    group.remove_table("a")
+    with pytest.raises(KeyError):
+        group.file_tasks_outcome("a/orphans-1")
+    with pytest.raises(StaleAttempt):
+        group.complete(out.attempt_id, "o", DeleteFilesResult(task_id=out.task_id, deleted=1), now=1.0)
+    assert group.cancel_process("b/orphans-1", now=1.0)
+    assert group.poll("o", 1, now=2.0) is None
+    assert group.group_stats(now=2.0).pending_tasks == 0

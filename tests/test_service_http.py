@@ -227,7 +227,7 @@ def test_tokens_expire_on_unregister_and_when_the_keeper_drops_a_silent_optimize
         ("/v1/poll", {"thread": 0, "wait_s": 3600}, "wait_s"),
         ("/v1/poll", {"thread": 7}, "thread 7"),  # beyond the threads it registered
         ("/v1/tasks/a1/complete", {"result": None, "error": None}, "exactly one of result and error"),
-        ("/v1/tasks/a1/complete", {"result": {"task_id": "x"}}, "result.files"),
+        ("/v1/tasks/a1/complete", {"result": {"task_id": "x"}}, "result.rewrite.files"),
         ("/v1/poll", [], "body"),
     ],
 )

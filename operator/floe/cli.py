@@ -244,6 +244,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         peering_lifetime_s=args.peering_lifetime,
         create_peering_objects=not args.no_create_peering,
         secret_interval_s=args.secret_interval,
+        refresh_interval_s=args.refresh_interval,
         liveness_endpoint=args.liveness,
         driver_service_account=args.driver_service_account,
         external_metrics=(
@@ -349,6 +350,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         metavar="SECONDS",
         help="how often the catalog Secrets of tables are re-read (default 30)",
+    )
+    op.add_argument(
+        "--refresh-interval",
+        type=_positive(float),
+        default=10.0,
+        metavar="SECONDS",
+        help="how often each table is checked for new snapshots (default 10): one query per catalog "
+        "for SQL catalogs, one request per table for REST catalogs, which a longer interval makes cheaper",
     )
     op.add_argument(
         "--driver-service-account",

@@ -25,6 +25,8 @@ from typing import TypeVar
 
 from pyspark.sql import SparkSession
 
+from floe.maintenance.file_tasks import DeleteFilesSpec
+from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.assignment import TaskAssignment
 from floe.service.client import (
     RegistrationToken,
@@ -371,12 +373,11 @@ class Optimizer:
             )
             return None
         log.info(
-            "thread %d: running task %s of %s (%d data, %d delete files)",
+            "thread %d: running task %s of %s (%s)",
             thread,
             assignment.task_id,
             assignment.table,
-            len(assignment.spec.data_files),
-            len(assignment.spec.delete_files),
+            _describe(assignment),
         )
         started = time.monotonic()
         try:
@@ -391,11 +392,7 @@ class Optimizer:
         if outcome.result is not None:
             request = CompleteRequest(result=outcome.result, next_poll=next_poll)
             log.info(
-                "thread %d: task %s wrote %d file(s) in %.1f s",
-                thread,
-                assignment.task_id,
-                len(outcome.result.files),
-                time.monotonic() - started,
+                "thread %d: task %s ended in %.1f s", thread, assignment.task_id, time.monotonic() - started
             )
         else:
             request = CompleteRequest(
@@ -409,8 +406,10 @@ class Optimizer:
         )
         if completed is _Delivery.ACCEPTED:
             return handed
-        if outcome.result is None:
-            return None
+        if not isinstance(outcome.result, RewriteTaskResult) or not isinstance(
+            assignment.spec, RewriteTaskSpec
+        ):
+            return None  # file tasks write nothing
         if completed is _Delivery.REFUSED:
             discard_written_files(assignment.spec, outcome.result)
         else:
@@ -447,3 +446,13 @@ class Optimizer:
                 return (_Delivery.UNKNOWN if maybe_delivered else _Delivery.REFUSED), None
             self._outage.succeeded()
             return _Delivery.ACCEPTED, answer
+
+
+def _describe(assignment: TaskAssignment) -> str:
+    """What the task works on, for the log."""
+    spec = assignment.spec
+    if isinstance(spec, RewriteTaskSpec):
+        return f"{spec.kind}: {len(spec.data_files)} data, {len(spec.delete_files)} delete files"
+    if isinstance(spec, DeleteFilesSpec):
+        return f"delete {len(spec.paths)} files"
+    return f"orphan scan of {len(spec.roots)} location(s)"

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from floe.commit.snapshot import delete_quietly
 from floe.optimizer.storage_credentials import executor_io_properties
 from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
+from floe.scheduling.assignment import TaskSpec
 from floe_optimizer.spark_runner import TaskOutcome, run_tasks_on_spark
 from floe_optimizer.spark_session import get_spark
 
@@ -22,9 +23,10 @@ log = logging.getLogger(__name__)
 
 
 class TaskRunner(Protocol):
-    """Runs one rewrite task to its outcome; called from several optimizer threads at once."""
+    """Runs one task (a rewrite, or a maintenance job's file task) to its outcome; called from
+    several optimizer threads at once."""
 
-    def run(self, spec: RewriteTaskSpec) -> TaskOutcome:
+    def run(self, spec: TaskSpec) -> TaskOutcome:
         """Run the task; its failure is an outcome with an error, not an exception."""
         ...
 
@@ -40,7 +42,7 @@ class SparkTaskRunner:
         self.spark = spark
         self._tag = f"{APP_NAME}-{uuid.uuid4().hex[:12]}"
 
-    def run(self, spec: RewriteTaskSpec) -> TaskOutcome:
+    def run(self, spec: TaskSpec) -> TaskOutcome:
         """Run `spec` as a Spark job and wait for its outcome."""
         # Job tags are thread-local and inherited by the threads that submit the job, so
         # cancel() reaches this runner's jobs and no other job of a shared session.

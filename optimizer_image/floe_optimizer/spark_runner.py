@@ -1,4 +1,7 @@
-"""Run rewrite tasks as Spark jobs, one job per task, reporting each outcome as it finishes.
+"""Run tasks as Spark jobs, one job per task, reporting each outcome as it finishes.
+
+A task is a rewrite (`floe.optimizer.rewrite`) or a maintenance job's file task (an orphan
+scan or deletes, `floe.maintenance.file_tasks`): either way the executor does the I/O.
 
 The specs travel as JSON in one RDD with a partition per task. A thread pool submits one
 job per partition, as many at a time as the cluster has cores, so progress is known task
@@ -15,11 +18,19 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
+from pydantic import TypeAdapter
 from pyspark import RDD, SparkContext, inheritable_thread_target
 from pyspark.sql import SparkSession
 
+from floe.maintenance.file_tasks import run_file_task
 from floe.optimizer.rewrite import run_task
-from floe.optimizer.task_spec import OUT_OF_MEMORY, RewriteTaskResult, RewriteTaskSpec
+from floe.optimizer.storage_credentials import executor_io_properties
+from floe.optimizer.task_spec import OUT_OF_MEMORY, RewriteTaskSpec
+from floe.scheduling.assignment import TaskSpec
+from floe.service.wire import TaskResult
+
+_SPECS: TypeAdapter[TaskSpec] = TypeAdapter(TaskSpec)
+_RESULTS: TypeAdapter[TaskResult] = TypeAdapter(TaskResult)
 
 MAX_ERROR_CHARS = 4000
 """Longer error texts (Spark's carry whole JVM stack traces) are cut to this length."""
@@ -30,13 +41,13 @@ class TaskOutcome:
     """How one task ended: a result, or the error that stopped it."""
 
     task_id: str
-    result: RewriteTaskResult | None
+    result: TaskResult | None
     error: str | None
 
 
 def run_tasks_on_spark(
     spark: SparkSession,
-    specs: Sequence[RewriteTaskSpec],
+    specs: Sequence[TaskSpec],
     on_done: Callable[[TaskOutcome], None] | None = None,
     max_concurrent: int | None = None,
 ) -> list[TaskOutcome]:
@@ -93,7 +104,7 @@ def _run_job(context: SparkContext, tasks: RDD[str], index: int, task_id: str, j
     except Exception as exc:
         return TaskOutcome(task_id, None, _clip(describe_job_failure(str(exc))))
     [(_, result_json, error)] = rows
-    result = RewriteTaskResult.model_validate_json(result_json) if result_json is not None else None
+    result = _RESULTS.validate_json(result_json) if result_json is not None else None
     return TaskOutcome(task_id, result, error)
 
 
@@ -122,9 +133,13 @@ def describe_job_failure(message: str) -> str:
 def _run_partition(spec_jsons: Iterable[str]) -> Iterator[tuple[str, str | None, str | None]]:
     """Worker side: run each task of the partition, turning its failure into an error text."""
     for spec_json in spec_jsons:
-        spec = RewriteTaskSpec.model_validate_json(spec_json)
+        spec = _SPECS.validate_json(spec_json)
         try:
-            result = run_task(spec)
+            result: TaskResult = (
+                run_task(spec)
+                if isinstance(spec, RewriteTaskSpec)
+                else run_file_task(spec, executor_io_properties(spec))
+            )
         except Exception as exc:
             yield spec.task_id, None, _clip(f"{type(exc).__name__}: {exc}")
         else:

@@ -14,6 +14,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -306,6 +307,55 @@ def test_table_is_compacted_by_executor_pods(
     assert re.search(
         rf"\borders\s+{GROUP}\s+{re.escape(TABLE)}\s+IDLE\b.*\s{data_after}\s+0\s", table_line[1]
     ), table_line
+
+
+def test_orphan_cleanup_lists_on_the_executor_pods(release: None, kubectl: Kubectl) -> None:
+    """A table at ``executorsAtFiles`` files has its orphan scan run by the group's executors,
+    on S3 through the storage credentials of the mounted catalog Secret."""
+    patched_at = time.time()
+    settings = {"executorsAtFiles": 0, "orphanFiles": {"interval": "1m"}}
+    kubectl(
+        "patch",
+        "ot",
+        "orders",
+        "-n",
+        NAMESPACE,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"maintenance": settings}}),
+    )
+    try:
+
+        def scanned_on_executors() -> dict[str, Any] | None:
+            run = _table_status(kubectl).get("maintenance", {}).get("orphans")
+            if run is None or "listed on the group's executors" not in run["lastResult"]:
+                return None
+            return run if _seconds(run["lastRun"]) >= patched_at - 1 else None
+
+        run = wait_for(
+            "an orphan cleanup on the executors",
+            scanned_on_executors,
+            timeout_s=240,
+            explain=lambda: json.dumps(_table_status(kubectl).get("maintenance"), indent=1),
+        )
+        assert run["lastResult"].startswith("removed 0 orphan files"), run
+        executor_logs = [
+            kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"])
+            for pod in _running(_pods(kubectl, EXECUTOR_PODS))
+        ]
+        driver = _driver(kubectl)
+        assert driver is not None
+        driver_log = kubectl("logs", "-n", NAMESPACE, driver["metadata"]["name"])
+        assert "running task orphan-scan of analytics/orders (orphan scan of 1 location(s))" in driver_log
+        assert any("PythonRunner" in log for log in executor_logs)
+    finally:
+        kubectl(
+            "patch", "ot", "orders", "-n", NAMESPACE, "--type=merge", "-p", '{"spec": {"maintenance": null}}'
+        )
+
+
+def _seconds(timestamp: str) -> float:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
 def test_scale_brings_a_second_executor_without_restarting_the_driver(

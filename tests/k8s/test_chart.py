@@ -139,6 +139,7 @@ def test_helm_lint(helm_offline: Helm) -> None:
         ({"registrationToken": {"existingSecret": "My_Secret"}}, ["/registrationToken/existingSecret"]),
         ({"livenessPort": 80}, ["/livenessPort", "minimum"]),
         ({"peeringLifetimeSeconds": 1}, ["/peeringLifetimeSeconds", "minimum"]),
+        ({"tableRefreshIntervalSeconds": 0}, ["/tableRefreshIntervalSeconds", "exclusiveMinimum"]),
         ({"externalMetrics": {"port": 80}}, ["/externalMetrics/port", "minimum"]),
     ],
     ids=[
@@ -157,6 +158,7 @@ def test_helm_lint(helm_offline: Helm) -> None:
         "token-secret",
         "liveness-port",
         "peering",
+        "refresh-interval",
         "external-metrics-port",
     ],
 )
@@ -380,6 +382,7 @@ def test_deployment_is_locked_down(helm_offline: Helm) -> None:
         "--peering-lifetime=60",
         "--no-create-peering",
         "--secret-interval=30",
+        "--refresh-interval=10",
         "--driver-service-account=floe-driver",
         "--namespace=a",
     ]

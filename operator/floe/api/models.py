@@ -593,6 +593,13 @@ class MaintenanceSpec(_Model):
     manifests: ManifestsSpec = Field(default_factory=ManifestsSpec)
     dangling_deletes: DanglingDeletesSpec = Field(default_factory=DanglingDeletesSpec)
     data_retention: DataRetentionSpec | None = Field(default=None, description="unset: rows are kept forever")
+    executors_at_files: Integer = Field(
+        default=10000,
+        ge=0,
+        description="from this many live data and delete files on, the group's executors do the heavy "
+        "file work: orphan cleanup's listing, manifest reading and deletes, and expiry's deletes "
+        "(0: always, while the group has an optimizer running)",
+    )
 
 
 def _positive_target_size(value: int | None) -> int | None:

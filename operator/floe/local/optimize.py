@@ -166,7 +166,7 @@ def _run_tasks(
         failed_ids = set()
         for outcome in outcomes:
             error = outcome.error
-            if outcome.result is not None:
+            if isinstance(outcome.result, RewriteTaskResult):
                 # Held to the same checks as a remote optimizer's result.
                 checking = time.perf_counter()
                 try:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
@@ -51,6 +51,7 @@ def expire_snapshots(
     protected_snapshot_ids: Collection[int] = (),
     dry_run: bool = False,
     max_attempts: int = 4,
+    delete: Callable[[Sequence[str]], None] | None = None,
 ) -> MaintenanceReport:
     """Expire the snapshots of `table` that the retention rules (module docstring) do not keep.
 
@@ -59,8 +60,9 @@ def expire_snapshots(
     snapshots and `protected_snapshot_ids` (and the chains from them to branch heads) never
     expire. The metadata change is committed with every ref asserted unchanged, retried on
     conflicts up to `max_attempts` times; then manifest lists, manifests, data, delete and
-    statistics files that no remaining snapshot references are deleted. A dry run commits
-    and deletes nothing and reports what would go.
+    statistics files that no remaining snapshot references are deleted, by `delete` when
+    given (the group's executors), else here. A dry run commits and deletes nothing and
+    reports what would go.
     """
     if min_snapshots < 1:
         raise ValueError(f"min_snapshots must be at least 1, got {min_snapshots}")
@@ -89,7 +91,7 @@ def expire_snapshots(
             continue
         table.refresh()
         # What is left after the commit (concurrent snapshots included) decides what is still needed.
-        return _report(table.io, before, expired, table.metadata, dry_run=False)
+        return _report(table.io, before, expired, table.metadata, dry_run=False, delete=delete)
     raise CommitFailedException(f"snapshot expiry of {table.name()} conflicted {max_attempts} times")
 
 
@@ -194,6 +196,7 @@ def _report(
     after: TableMetadata,
     *,
     dry_run: bool,
+    delete: Callable[[Sequence[str]], None] | None = None,
 ) -> MaintenanceReport:
     """Delete (unless `dry_run`) what only `expired` referenced, and say what that was.
 
@@ -216,7 +219,10 @@ def _report(
             sizes[path] = 0
     paths = tuple(sorted(sizes))
     if not dry_run:
-        delete_files(io, paths)
+        if delete is None:
+            delete_files(io, paths)
+        else:
+            delete(paths)
     verb = "would expire" if dry_run else "expired"
     return MaintenanceReport(
         job=MaintenanceJob.EXPIRE,

@@ -12,6 +12,7 @@ from floe.maintenance.dangling import remove_dangling_deletes
 from floe.maintenance.expire import expire_snapshots
 from floe.maintenance.manifests import rewrite_manifests
 from floe.maintenance.orphans import remove_orphan_files
+from floe.maintenance.orphans_on_executors import GroupExecutors, remove_orphan_files_on_executors
 from floe.maintenance.retention import expire_rows
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.support import check_supported
@@ -30,8 +31,12 @@ def run_maintenance_job(
     protected_snapshot_ids: Collection[int] = (),
     protected_prefixes: Collection[str] = (),
     dry_run: bool = False,
+    executors: GroupExecutors | None = None,
 ) -> MaintenanceReport:
     """Run `job` on `table` as `spec` configures it.
+
+    With `executors` (a big table), orphan cleanup lists, reads manifests and deletes on them,
+    and expiry deletes there; everything else runs in this process.
 
     `protected_snapshot_ids` are the starting snapshots of optimizing processes in flight
     (never expired); `protected_prefixes` the file-name prefixes of their output files
@@ -41,7 +46,7 @@ def run_maintenance_job(
     job reads the files' contents).
     """
     check_supported(".".join(table.name()), table)
-    report = _run(table, job, spec, now_s, protected_snapshot_ids, protected_prefixes, dry_run)
+    report = _run(table, job, spec, now_s, protected_snapshot_ids, protected_prefixes, dry_run, executors)
     if job in METADATA_ONLY and report.snapshot_id is None and not dry_run:
         return replace(report, settled_at=table.metadata_location)
     return report
@@ -55,6 +60,7 @@ def _run(
     protected_snapshot_ids: Collection[int],
     protected_prefixes: Collection[str],
     dry_run: bool,
+    executors: GroupExecutors | None,
 ) -> MaintenanceReport:
     if job is MaintenanceJob.EXPIRE:
         return expire_snapshots(
@@ -63,6 +69,16 @@ def _run(
             max_age_s=spec.snapshot_retention.max_age,
             now_s=now_s,
             protected_snapshot_ids=protected_snapshot_ids,
+            dry_run=dry_run,
+            delete=executors.delete if executors is not None else None,
+        )
+    if job is MaintenanceJob.ORPHANS and executors is not None:
+        return remove_orphan_files_on_executors(
+            table,
+            executors,
+            older_than_s=spec.orphan_files.older_than,
+            now_s=now_s,
+            protected_prefixes=protected_prefixes,
             dry_run=dry_run,
         )
     if job is MaintenanceJob.ORPHANS:

@@ -16,11 +16,15 @@ Hadoop checksum ``.name.crc`` whose ``name`` is gone or removed with it.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 from pyarrow.fs import FileInfo
+from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 
 from floe.api.models import MIN_ORPHAN_AGE_S
 from floe.maintenance.reachable import delete_files, referenced_files
@@ -49,6 +53,30 @@ def remove_orphan_files(
     and TypeError when the table's FileIO is not pyiceberg's PyArrowFileIO. A dry run
     lists the orphans in `paths` and removes nothing.
     """
+    io = listing_io(table, older_than_s)
+    table.refresh()
+    cutoff_ns = int((now_s - older_than_s) * 1e9)
+    listed = list_files(io, orphan_roots(table.metadata, io))
+    # Read the metadata only now, after the listing: see the module docstring.
+    table.refresh()
+    referenced = {fs_path(io, p) for p in referenced_locations(io, table.metadata, table.metadata_location)}
+    found = find_orphans(listed, referenced, cutoff_ns=cutoff_ns, protected_prefixes=protected_prefixes)
+    paths = tuple(listed[info] for info in found.orphans)
+    if not dry_run:
+        delete_files(io, paths)
+    return orphans_report(
+        len(found.orphans),
+        sum(info.size or 0 for info in found.orphans),
+        found.old_files,
+        older_than_s,
+        paths,
+        dry_run,
+    )
+
+
+def listing_io(table: Table, older_than_s: float) -> PyArrowFileIO:
+    """The table's FileIO, which orphan cleanup lists through; ValueError for an age below
+    `MIN_ORPHAN_AGE_S`, TypeError for a FileIO other than PyArrowFileIO."""
     if older_than_s < MIN_ORPHAN_AGE_S:
         raise ValueError(
             f"older_than_s={older_than_s:g} is below the minimum of {MIN_ORPHAN_AGE_S:g} s: "
@@ -60,9 +88,27 @@ def remove_orphan_files(
             f"orphan cleanup lists files through PyArrowFileIO; table {table.name()} uses "
             f"{type(io).__name__} (set py-io-impl=pyiceberg.io.pyarrow.PyArrowFileIO)"
         )
-    table.refresh()
-    cutoff_ns = int((now_s - older_than_s) * 1e9)
-    listed = list_files(io, _roots(table, io))
+    return io
+
+
+@dataclass(frozen=True)
+class FoundOrphans:
+    """What one listing held: the orphans, by FileSystem path order, and how many files were old enough."""
+
+    orphans: list[FileInfo]
+    old_files: int
+
+
+def find_orphans(
+    listed: Mapping[FileInfo, str],
+    referenced: Collection[str],
+    *,
+    cutoff_ns: int,
+    protected_prefixes: Collection[str],
+) -> FoundOrphans:
+    """The files of `listed` that are orphans: modified before `cutoff_ns`, not named by
+    `referenced` (FileSystem paths), not hidden, not protected; and the Hadoop checksums of
+    files that are gone or go with them."""
     old = [
         info
         for info in listed
@@ -71,27 +117,27 @@ def remove_orphan_files(
         and info.base_name != VERSION_HINT
         and not info.base_name.startswith(tuple(protected_prefixes))
     ]
-    # Read the metadata only now, after the listing: see the module docstring.
-    table.refresh()
-    referenced = {fs_path(io, p) for p in _referenced_locations(table)}
     unreferenced = {info.path for info in old if not _hidden(info) and info.path not in referenced}
     # A Hadoop checksum goes with its file: when that is gone or going, so is the checksum.
     existing = {info.path for info in listed}
     unreferenced.update(
         info.path
         for info in old
-        if (checked := _checksummed_path(info)) is not None
+        if (checked := checksummed_path(info.path)) is not None
         and (checked not in existing or checked in unreferenced)
     )
     orphans = sorted((info for info in old if info.path in unreferenced), key=lambda i: i.path)
-    paths = tuple(listed[info] for info in orphans)
-    if not dry_run:
-        delete_files(io, paths)
-    count, size = len(orphans), sum(info.size or 0 for info in orphans)
+    return FoundOrphans(orphans, len(old))
+
+
+def orphans_report(
+    count: int, size: int, old_files: int, older_than_s: float, paths: tuple[str, ...], dry_run: bool
+) -> MaintenanceReport:
+    """The report of an orphan cleanup that removed (or would remove) `count` files of `size` bytes."""
     verb = "would remove" if dry_run else "removed"
     return MaintenanceReport(
         job=MaintenanceJob.ORPHANS,
-        summary=f"{verb} {count} orphan files ({size} bytes) of {len(old)} files older than "
+        summary=f"{verb} {count} orphan files ({size} bytes) of {old_files} files older than "
         f"{older_than_s:g} s",
         files_removed=count,
         bytes_removed=size,
@@ -106,19 +152,19 @@ def _hidden(info: FileInfo) -> bool:
     return name.startswith((".", "_"))
 
 
-def _checksummed_path(info: FileInfo) -> str | None:
+def checksummed_path(path: str) -> str | None:
     """For a Hadoop checksum ``dir/.name.crc`` (Iceberg Java writes them locally), ``dir/name``."""
-    name: str = info.base_name
+    directory, _, name = path.rpartition("/")
     if not (name.startswith(".") and name.endswith(".crc")):
         return None
-    return f"{info.path[: -len(name)]}{name[1:-4]}"
+    return f"{directory}/{name[1:-4]}" if directory or path.startswith("/") else name[1:-4]
 
 
-def _roots(table: Table, io: PyArrowFileIO) -> dict[str, str]:
+def orphan_roots(metadata: TableMetadata, io: PyArrowFileIO) -> dict[str, str]:
     """The locations to list (the table's, and data/metadata paths set outside it), by FileSystem path."""
-    properties = table.metadata.properties
+    properties = metadata.properties
     candidates = [
-        table.metadata.location,
+        metadata.location,
         *(properties[key] for key in ("write.data.path", "write.metadata.path") if key in properties),
     ]
     roots: dict[str, str] = {}
@@ -129,11 +175,40 @@ def _roots(table: Table, io: PyArrowFileIO) -> dict[str, str]:
     return roots
 
 
-def _referenced_locations(table: Table) -> set[str]:
-    """Every location the table's metadata references, as written there."""
-    metadata = table.metadata
-    found = referenced_files(table.io, metadata.snapshots, live_only=False).all_paths()
-    found.update(entry.metadata_file for entry in metadata.metadata_log)
+def referenced_locations(io: FileIO, metadata: TableMetadata, metadata_location: str) -> set[str]:
+    """Every location the metadata in `metadata_location` references, as written there."""
+    found = referenced_files(io, metadata.snapshots, live_only=False).all_paths()
+    return found | _metadata_references(metadata, metadata_location)
+
+
+def referenced_since(
+    io: FileIO, metadata: TableMetadata, metadata_location: str, known_snapshot_ids: Collection[int]
+) -> set[str]:
+    """The locations `metadata` references that an earlier metadata file, whose snapshots were
+    `known_snapshot_ids`, may not have: what commits made since then reference.
+
+    Only the new snapshots' manifest lists and the manifests they added are read: a manifest
+    is never changed once written, and one an earlier snapshot added was read with it.
+    """
+    known = set(known_snapshot_ids)
+    new = [snapshot for snapshot in metadata.snapshots if snapshot.snapshot_id not in known]
+    found = {snapshot.manifest_list for snapshot in new}
+    manifests: dict[str, ManifestFile] = {}
+    for snapshot in new:
+        for manifest in snapshot.manifests(io):
+            if manifest.added_snapshot_id not in known:
+                manifests.setdefault(manifest.manifest_path, manifest)
+    found.update(manifests)
+    for manifest in manifests.values():
+        found.update(
+            entry.data_file.file_path for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)
+        )
+    return found | _metadata_references(metadata, metadata_location)
+
+
+def _metadata_references(metadata: TableMetadata, metadata_location: str) -> set[str]:
+    """The metadata files and statistics files a metadata file names, itself included."""
+    found = {entry.metadata_file for entry in metadata.metadata_log}
     found.update(s.statistics_path for s in (*metadata.statistics, *metadata.partition_statistics))
-    found.add(table.metadata_location)
+    found.add(metadata_location)
     return found

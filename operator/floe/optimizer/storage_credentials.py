@@ -14,12 +14,22 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
-from floe.optimizer.task_spec import RewriteTaskSpec
 from floe.tables.credentials import is_credential_key, without_catalog_credentials
 
 CATALOG_SECRETS_DIR_ENV = "FLOE_CATALOG_SECRETS_DIR"
 DEFAULT_CATALOG_SECRETS_DIR = "/etc/floe/catalog-secrets"
+
+
+class TaskStorage(Protocol):
+    """What a task says of its storage: a rewrite task, or a maintenance job's file task."""
+
+    @property
+    def io_properties(self) -> dict[str, str]: ...
+
+    @property
+    def storage_secret(self) -> str | None: ...
 
 
 class StorageCredentialsMissing(RuntimeError):
@@ -45,7 +55,7 @@ def task_io_properties(
     }, secret if from_secret else None
 
 
-def executor_io_properties(spec: RewriteTaskSpec, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+def executor_io_properties(spec: TaskStorage, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The FileIO properties a task runs with: its own, plus the storage credentials of the
     catalog Secret it names, read from the files of the mounted Secret."""
     if spec.storage_secret is None:

@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
 
+from pydantic import BaseModel, ConfigDict, Discriminator, Tag
+
+from floe.maintenance.file_tasks import DeleteFilesSpec, OrphanScanSpec
 from floe.optimizer.task_spec import RewriteTaskSpec
+
+
+def _spec_kind(value: object) -> str:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return kind if kind in ("orphan-scan", "delete-files") else "rewrite"
+
+
+TaskSpec = Annotated[
+    Annotated[RewriteTaskSpec, Tag("rewrite")]
+    | Annotated[OrphanScanSpec, Tag("orphan-scan")]
+    | Annotated[DeleteFilesSpec, Tag("delete-files")],
+    Discriminator(_spec_kind),
+]
+"""A rewrite task of an optimizing process (its kind left out of the JSON, or "positions"), or
+a file task of a maintenance job."""
 
 
 class TaskAssignment(BaseModel):
@@ -16,4 +34,4 @@ class TaskAssignment(BaseModel):
     task_id: str
     process_id: str
     table: str
-    spec: RewriteTaskSpec
+    spec: TaskSpec

@@ -12,6 +12,11 @@ process fails and its remaining tasks are CANCELED. An attempt taken back withou
 the task's fault (its optimizer went away, it was never acked, its thread polled again)
 returns the task to PLANNED without using a retry.
 
+File tasks (a maintenance job's listing and deleting, `floe.maintenance.file_tasks`) come as
+processes of their own beside the table's optimizing process; a polling thread gets them
+first, since a job waits on them and they are short. Their time is the job's, which the
+engine counts toward the table's quota, so the attempts add none.
+
 Quota: a table may have at most ``quota_limit`` tasks SCHEDULED or ACKED; when no table
 with PLANNED tasks is below its limit and no table is being planned, a polling thread
 still gets a task (the cap is broken) rather than stay idle.
@@ -31,6 +36,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from floe.api.models import SchedulingPolicy
+from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec
 from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest, StaleAttempt
@@ -85,6 +91,17 @@ class ProcessOutcome:
 
 
 @dataclass(frozen=True)
+class FileTasksOutcome:
+    """A finished process of file tasks: every result in task order when ``succeeded``,
+    otherwise the last error of each task that ran out of retries."""
+
+    process_id: str
+    results: list[FileTaskResult]
+    failures: dict[str, str]
+    succeeded: bool
+
+
+@dataclass(frozen=True)
 class TableSchedulingStats:
     """A table as the scheduler sees it, for status and the live view."""
 
@@ -116,7 +133,7 @@ class GroupSchedulingStats:
 
 @dataclass(eq=False)
 class _Task:
-    spec: RewriteTaskSpec
+    spec: RewriteTaskSpec | FileTaskSpec
     process: _Process
     status: TaskStatus = TaskStatus.PLANNED
     retries: int = 0
@@ -126,7 +143,7 @@ class _Task:
     thread: int | None = None
     scheduled_at: float = 0.0
     acked_at: float = 0.0
-    result: RewriteTaskResult | None = None
+    result: RewriteTaskResult | FileTaskResult | None = None
     error: str | None = None
     assignment: TaskAssignment | None = None
     """The current attempt as handed out (its spec carries the attempt's file-name prefix)."""
@@ -138,6 +155,8 @@ class _Process:
     table: _Table
     max_retries: int
     allow_partial_commit: bool
+    file_tasks: bool = False
+    """A maintenance job's file tasks, not the table's optimizing process."""
     tasks: list[_Task] = field(default_factory=list)
     planned: deque[_Task] = field(default_factory=deque)
     in_flight: set[_Task] = field(default_factory=set)
@@ -187,6 +206,7 @@ class GroupScheduler:
         self._processes: dict[str, _Process] = {}
         self._attempts: dict[str, _Task] = {}
         self._finished: list[_Process] = []
+        self._file_processes: dict[str, _Process] = {}
         self._poll_order: list[_Table] = []
         self._poll_order_at: float | None = None
         # Attempt ids only need to be unique: a counter is much cheaper than a uuid4 (an
@@ -284,11 +304,14 @@ class GroupScheduler:
             if table is None:
                 return
             self._ledger.forget(table_id)
+            processes = [p for p in self._file_processes.values() if p.table is table]
             if table.process is not None:
-                for task in list(table.process.in_flight):
+                processes.append(table.process)
+            for process in processes:
+                for task in list(process.in_flight):
                     self._detach_attempt(task)
                     task.status = TaskStatus.CANCELED
-                self._discard_process(table.process)
+                self._discard_process(process)
             self._poll_order_at = None
             self._monitor.changed()
 
@@ -407,6 +430,46 @@ class GroupScheduler:
             self._poll_order_at = None
             self._monitor.changed()
 
+    def add_file_tasks(
+        self, table_id: str, process_id: str, specs: Sequence[FileTaskSpec], max_retries: int
+    ) -> None:
+        """Queue a maintenance job's file tasks as a process of their own; `file_tasks_outcome`
+        tells when they ended. Raises KeyError for an unknown table, ValueError as `add_process`."""
+        if not specs:
+            raise ValueError(f"process {process_id!r} has no task")
+        if len({spec.task_id for spec in specs}) != len(specs):
+            raise ValueError(f"process {process_id!r} has duplicate task ids")
+        with self._monitor.hold():
+            table = self._table(table_id)
+            if process_id in self._processes:
+                raise ValueError(f"process id {process_id!r} is already in use")
+            process = _Process(process_id, table, max_retries, allow_partial_commit=False, file_tasks=True)
+            process.tasks = [_Task(spec, process) for spec in specs]
+            process.planned.extend(process.tasks)
+            self._processes[process_id] = process
+            self._file_processes[process_id] = process
+            self._monitor.changed()
+
+    def file_tasks_outcome(self, process_id: str) -> FileTasksOutcome | None:
+        """The outcome of file tasks once all ended (the process is then forgotten), None before.
+        Raises KeyError when the process is unknown: cancelled, its table removed, or taken."""
+        with self._monitor.hold():
+            process = self._file_processes[process_id]
+            if not process.finished:
+                return None
+            self._discard_process(process)
+            succeeded = all(t.status is TaskStatus.SUCCESS for t in process.tasks)
+            return FileTasksOutcome(
+                process_id=process_id,
+                results=[t.result for t in process.tasks if isinstance(t.result, FileTaskResult)]
+                if succeeded
+                else [],
+                failures={
+                    t.spec.task_id: t.error or "" for t in process.tasks if t.status is TaskStatus.FAILED
+                },
+                succeeded=succeeded,
+            )
+
     # -- optimizer calls -----------------------------------------------------------------
 
     def poll(self, optimizer_id: str, thread: int, now: float) -> TaskAssignment | None:
@@ -419,6 +482,9 @@ class GroupScheduler:
             for task in [t for t in self._attempts.values() if t.optimizer_id == optimizer_id]:
                 if task.thread == thread:
                     self._return_to_planned(task, now)
+            for file_process in self._file_processes.values():
+                if file_process.planned:
+                    return self._hand_out(file_process, optimizer_id, thread, now)
             first: _Process | None = None
             for table in self._ordered_with_work(now):
                 process = table.process
@@ -447,7 +513,11 @@ class GroupScheduler:
             return task.assignment
 
     def complete(
-        self, attempt_id: str, optimizer_id: str, outcome: RewriteTaskResult | str, now: float
+        self,
+        attempt_id: str,
+        optimizer_id: str,
+        outcome: RewriteTaskResult | FileTaskResult | str,
+        now: float,
     ) -> None:
         """The attempt finished: ``outcome`` is its result, or the error message if it failed.
 
@@ -456,15 +526,21 @@ class GroupScheduler:
         """
         with self._monitor.hold():
             task = self._current(attempt_id, optimizer_id)
-            if isinstance(outcome, RewriteTaskResult) and outcome.task_id != task.spec.task_id:
-                raise InvalidRequest(
-                    f"attempt {attempt_id!r} is for task {task.spec.task_id!r}, "
-                    f"but the result is for {outcome.task_id!r}"
-                )
+            if not isinstance(outcome, str):
+                if outcome.task_id != task.spec.task_id:
+                    raise InvalidRequest(
+                        f"attempt {attempt_id!r} is for task {task.spec.task_id!r}, "
+                        f"but the result is for {outcome.task_id!r}"
+                    )
+                if isinstance(outcome, RewriteTaskResult) != isinstance(task.spec, RewriteTaskSpec):
+                    raise InvalidRequest(
+                        f"attempt {attempt_id!r} is a {type(task.spec).__name__}, "
+                        f"but the result is a {type(outcome).__name__}"
+                    )
             if task.status is TaskStatus.SCHEDULED:
                 self._start_running(task, task.scheduled_at)
             self._end_attempt(task, now)
-            if isinstance(outcome, RewriteTaskResult):
+            if not isinstance(outcome, str):
                 task.status = TaskStatus.SUCCESS
                 task.result = outcome
                 process = task.process
@@ -505,7 +581,7 @@ class GroupScheduler:
                 ProcessOutcome(
                     table_id=p.table.table_id,
                     process_id=p.process_id,
-                    results=[t.result for t in p.tasks if t.result is not None],
+                    results=[t.result for t in p.tasks if isinstance(t.result, RewriteTaskResult)],
                     failures={
                         t.spec.task_id: t.error or "" for t in p.tasks if t.status is TaskStatus.FAILED
                     },
@@ -537,14 +613,15 @@ class GroupScheduler:
             return {table_id: self._table_stats(table, now) for table_id, table in self._tables.items()}
 
     def process_tasks(self) -> dict[str, tuple[int, int]]:
-        """Running and planned tasks of each table with a process, keyed by table id: what
-        `stats` says of them, without working out every table's occupation."""
+        """Running and planned tasks of each table with a process (its file tasks included),
+        keyed by table id: what `stats` says of them, without working out every table's occupation."""
         with self._monitor.hold():
-            return {
-                p.table.table_id: (len(p.in_flight), len(p.planned))
-                for p in self._processes.values()
-                if p.table.process is p
-            }
+            tasks: dict[str, tuple[int, int]] = {}
+            for p in self._processes.values():
+                if p.table.process is p or (p.file_tasks and not p.finished):
+                    running, planned = tasks.get(p.table.table_id, (0, 0))
+                    tasks[p.table.table_id] = (running + len(p.in_flight), planned + len(p.planned))
+            return tasks
 
     def occupations(self, now: float) -> dict[str, float]:
         """Each table's quota occupation, keyed by table id (`stats` without the rest)."""
@@ -584,7 +661,9 @@ class GroupScheduler:
         """The tables that had PLANNED tasks, in policy order, as of at most `POLL_ORDER_TTL_S` ago."""
         computed_at = self._poll_order_at
         if computed_at is None or not computed_at <= now < computed_at + POLL_ORDER_TTL_S:
-            with_work = [p.table for p in self._processes.values() if not p.finished and p.planned]
+            with_work = [
+                p.table for p in self._processes.values() if not p.finished and p.planned and not p.file_tasks
+            ]
             self._poll_order = self._policy.order(with_work, now)
             self._poll_order_at = now
         return self._poll_order
@@ -610,10 +689,10 @@ class GroupScheduler:
         task.scheduled_at = now
         process.in_flight.add(task)
         self._attempts[attempt_id] = task
-        # A superseded attempt may still be writing; its files must not collide with this one's.
-        spec = task.spec.model_copy(
-            update={"file_name_prefix": f"{task.spec.file_name_prefix}-a{task.attempts}"}
-        )
+        spec = task.spec
+        if isinstance(spec, RewriteTaskSpec):
+            # A superseded attempt may still be writing; its files must not collide with this one's.
+            spec = spec.model_copy(update={"file_name_prefix": f"{spec.file_name_prefix}-a{task.attempts}"})
         task.assignment = TaskAssignment(
             attempt_id=attempt_id,
             task_id=task.spec.task_id,
@@ -628,7 +707,8 @@ class GroupScheduler:
         task.status = TaskStatus.ACKED
         task.acked_at = started
         self._starts.append(started)
-        self._ledger.start(task.process.table.table_id, task.attempt_id, started)
+        if not task.process.file_tasks:
+            self._ledger.start(task.process.table.table_id, task.attempt_id, started)
 
     def _detach_attempt(self, task: _Task) -> None:
         assert task.attempt_id is not None
@@ -640,7 +720,7 @@ class GroupScheduler:
         task.thread = None
 
     def _end_attempt(self, task: _Task, now: float) -> None:
-        if task.status is TaskStatus.ACKED:
+        if task.status is TaskStatus.ACKED and not task.process.file_tasks:
             assert task.attempt_id is not None
             self._ledger.stop(task.attempt_id, now)
         self._detach_attempt(task)
@@ -678,11 +758,13 @@ class GroupScheduler:
 
     def _finish(self, process: _Process) -> None:
         process.finished = True
-        self._finished.append(process)
+        if not process.file_tasks:  # those are taken by `file_tasks_outcome`, not committed
+            self._finished.append(process)
 
     def _discard_process(self, process: _Process) -> None:
         del self._processes[process.process_id]
-        if process.finished:
+        self._file_processes.pop(process.process_id, None)
+        if process.finished and not process.file_tasks:
             self._finished.remove(process)
         if process.table.process is process:
             process.table.process = None

@@ -19,6 +19,7 @@ its own namespace. Optimizers register with that key.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
 import threading
@@ -36,16 +37,19 @@ from floe.api.models import CatalogRef, OptimizedTable, OptimizedTableSpec, Opti
 from floe.api.table_properties import InvalidTableProperty
 from floe.commit.rewrite import CommitFailed, CommitPending, commit_rewrite
 from floe.maintenance.jobs import run_maintenance_job
+from floe.maintenance.orphans_on_executors import GroupExecutors
 from floe.maintenance.settled import settled_jobs
 from floe.optimizer.leftovers import remove_uncommitted_outputs
 from floe.optimizer.parquet_options import check_write_properties
 from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
+from floe.optimizer.storage_credentials import task_io_properties
 from floe.optimizer.task_spec import OUT_OF_MEMORY
 from floe.planning.files import TableFiles
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
 from floe.scheduling.autoscale import table_demand
 from floe.scheduling.queue import GroupScheduler, ProcessOutcome
+from floe.service.file_tasks import FileTaskDispatcher
 from floe.service.task_service import RefusedResult, TaskService
 from floe.tables.catalog import (
     CatalogConfigError,
@@ -181,6 +185,7 @@ class OptimizingEngine:
         self._maintenance_pool = ThreadPoolExecutor(
             max_workers=maintenance_threads, thread_name_prefix="floe-maintenance"
         )
+        self._file_tasks = FileTaskDispatcher(service, clock)
         service.metrics.watch_tables(self.table_views)
         service.on_refused(self._on_refused)
         service.results.use_storage(self._process_io_properties)
@@ -416,7 +421,9 @@ class OptimizingEngine:
         return len(flights), removed
 
     def close(self) -> None:
-        """Stop the refresh threads, after the maintenance jobs running now finish."""
+        """Stop the refresh threads, after the maintenance jobs running now finish (those waiting
+        on file tasks fail at once)."""
+        self._file_tasks.close()
         self._pool.shutdown(wait=True)
         self._maintenance_pool.shutdown(wait=True)
 
@@ -750,13 +757,15 @@ class OptimizingEngine:
         if scheduler is not None:
             scheduler.start_maintenance(runtime.table_id, run_id, self.clock())
         try:
+            table = self._load(runtime)
             report = run_maintenance_job(
-                self._load(runtime),
+                table,
                 job,
                 runtime.spec.maintenance,
                 now_s=self.clock(),
                 protected_snapshot_ids=protected_snapshots,
                 protected_prefixes=protected_prefixes,
+                executors=self._executors_for(runtime, job, table, scheduler, run_id),
             )
         except Exception as exc:  # any failure is the job's result, never the engine's
             log.warning("maintenance %s of %s failed", job, runtime.table_id, exc_info=True)
@@ -780,6 +789,37 @@ class OptimizingEngine:
                 scheduler.end_maintenance(run_id, self.clock())
             with self._lock:
                 self._touch(runtime.table_id)
+
+    def _executors_for(
+        self,
+        runtime: TableRuntime,
+        job: MaintenanceJob,
+        table: Table,
+        scheduler: GroupScheduler | None,
+        run_id: str,
+    ) -> GroupExecutors | None:
+        """The group's executors for orphan cleanup or expiry of a table with at least
+        ``maintenance.executorsAtFiles`` files, while the group has an optimizer; else None."""
+        if job not in (MaintenanceJob.ORPHANS, MaintenanceJob.EXPIRE) or scheduler is None:
+            return None
+        if runtime.data_files + runtime.delete_files < runtime.spec.maintenance.executors_at_files:
+            return None
+        if not self.service.optimizers(scheduler.name):
+            return None
+        secret_properties = self._secret_properties.get(runtime.table_id)
+        io_properties, secret = task_io_properties(
+            table.io.properties,
+            runtime.spec.catalog.secret_ref if secret_properties is not None else None,
+            secret_properties or {},
+        )
+        batches = itertools.count()
+        return GroupExecutors(
+            run=lambda specs: self._file_tasks.run(
+                scheduler, runtime.table_id, f"{run_id}-{next(batches)}", specs
+            ),
+            io_properties=io_properties,
+            storage_secret=secret,
+        )
 
     # -- planning ------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
+from floe.optimizer.task_spec import RewriteTaskResult
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest, StaleAttempt
 from floe.service.background import BackgroundServer
@@ -222,7 +223,7 @@ class _Api:
             # Record the outcome, but a task handed to a closed connection would wait out the ack timeout.
             body = body.model_copy(update={"next_poll": None})
         attempt_id = request.match_info["attempt_id"]
-        if body.result is not None and body.result.files:
+        if isinstance(body.result, RewriteTaskResult) and body.result.files:
             # Checking the files reads their footers from storage: not on the event loop.
             task = await asyncio.to_thread(self.service.complete, token, attempt_id, body)
         else:

@@ -89,6 +89,13 @@ class ServiceMetrics:
             ["job"],
             registry=self.registry,
         )
+        self.maintenance_file_tasks = Counter(
+            "floe_maintenance_file_tasks",
+            "Tasks maintenance jobs of big tables sent to their group's executors, by group and kind "
+            "(orphan-scan, delete-files).",
+            ["group", "kind"],
+            registry=self.registry,
+        )
         self.maintenance_bytes_reclaimed = Counter(
             "floe_maintenance_bytes_reclaimed",
             "Bytes of the files maintenance jobs removed, by job.",

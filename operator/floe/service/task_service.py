@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 from floe.api.models import SchedulingPolicy
 from floe.optimizer.result_check import ResultChecker, ResultCheckFailed
-from floe.optimizer.task_spec import RewriteTaskResult
+from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest
 from floe.scheduling.monitor import ChangeMonitor
@@ -299,10 +299,11 @@ class TaskService:
         invalid, a thread out of range) changes nothing and hands out nothing; a refused result
         hands out nothing either.
         """
-        outcome: RewriteTaskResult | str | None = request.result or request.error
+        outcome = request.result or request.error
         assert outcome is not None, "CompleteRequest validates that exactly one is set"
         refusal = assignment = None
-        if request.result is not None:
+        # File tasks write nothing to check here; the maintenance job checks what they found.
+        if isinstance(request.result, RewriteTaskResult):
             with self._monitor.hold():
                 optimizer = self._authenticate(token, self._clock())
                 assignment = self._groups[optimizer.group].scheduler.assignment(
@@ -323,10 +324,10 @@ class TaskService:
             scheduler.complete(attempt_id, optimizer.optimizer_id, outcome, now)
             if request.next_poll is not None and refusal is None:
                 task = scheduler.poll(optimizer.optimizer_id, request.next_poll.thread, now)
-        succeeded = isinstance(outcome, RewriteTaskResult)
+        succeeded = not isinstance(outcome, str)
         self.metrics.tasks_completed.labels(optimizer.group, "success" if succeeded else "failure").inc()
         if refusal is not None:
-            assert assignment is not None and request.result is not None
+            assert assignment is not None and isinstance(request.result, RewriteTaskResult)
             self._refuse(optimizer.group, assignment, request.result, refusal)
         return task
 
@@ -337,6 +338,8 @@ class TaskService:
     def _check_result(
         self, assignment: TaskAssignment, result: RewriteTaskResult
     ) -> ResultCheckFailed | None:
+        if not isinstance(assignment.spec, RewriteTaskSpec):
+            raise InvalidRequest(f"attempt {assignment.attempt_id!r} is a file task, not a rewrite")
         try:
             self.results.check(assignment.spec, result, assignment.process_id)
         except ResultCheckFailed as exc:
@@ -352,6 +355,7 @@ class TaskService:
         self, group: str, assignment: TaskAssignment, result: RewriteTaskResult, refusal: ResultCheckFailed
     ) -> None:
         self.metrics.results_refused.labels(group, refusal.check).inc()
+        assert isinstance(assignment.spec, RewriteTaskSpec), "`_check_result` refuses file tasks"
         deleted = self.results.delete_own_files(assignment.spec, result, assignment.process_id)
         refused = RefusedResult(
             table_id=assignment.table,

@@ -12,12 +12,30 @@ carries ``task``, and only then, so clients that never ask see the answer they a
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Annotated
 
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+from floe.maintenance.file_tasks import DeleteFilesResult, OrphanScanResult
 from floe.optimizer.task_spec import RewriteTaskResult
 from floe.scheduling.assignment import TaskAssignment
 
 API_VERSION = "v1"
+
+
+def _result_kind(value: object) -> str:
+    fields = value if isinstance(value, dict) else vars(value)
+    return "orphan-scan" if "orphans" in fields else "delete-files" if "deleted" in fields else "rewrite"
+
+
+TaskResult = Annotated[
+    Annotated[RewriteTaskResult, Tag("rewrite")]
+    | Annotated[OrphanScanResult, Tag("orphan-scan")]
+    | Annotated[DeleteFilesResult, Tag("delete-files")],
+    Discriminator(_result_kind),
+]
+"""What a rewrite task or a maintenance job's file task returns; told apart by their fields, so
+a body is checked against one of them and its errors name that one's fields."""
 
 
 class _Wire(BaseModel):
@@ -64,7 +82,7 @@ class NextPoll(_Wire):
 class CompleteRequest(_Wire):
     """The outcome of an attempt: exactly one of ``result`` and ``error``."""
 
-    result: RewriteTaskResult | None = None
+    result: TaskResult | None = None
     error: str | None = None
     next_poll: NextPoll | None = Field(
         default=None,

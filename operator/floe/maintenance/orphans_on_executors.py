@@ -1,0 +1,143 @@
+"""Orphan cleanup of a big table on its group's executors: they list and delete, the operator
+only checks what commits made meanwhile reference.
+
+Safety is the local cleanup's (`floe.maintenance.orphans`), split over two processes: the
+executor lists the table's locations, then reads the metadata file the operator named when
+it sent the task. A commit made after that file but before the listing ended may reference a
+listed file, so once the scan returns the operator reloads the table and drops from the
+orphans whatever the commits since then reference (`referenced_since`: their manifest lists
+and the manifests they added, no more). Only then do delete tasks go out.
+
+The scan's answer is checked before anything is deleted, as far as the operator can without
+reading every manifest (the work it gave away): each orphan lies under a listed location,
+and none is a metadata file, statistics file or manifest list the current metadata names. A
+scan that fails these checks fails the job, and nothing is deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
+
+from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.table import Table
+
+from floe.maintenance.file_tasks import (
+    DELETE_BATCH,
+    DeleteFilesSpec,
+    FileTaskResult,
+    FileTaskSpec,
+    OrphanFile,
+    OrphanScanResult,
+    OrphanScanSpec,
+)
+from floe.maintenance.orphans import (
+    checksummed_path,
+    listing_io,
+    orphan_roots,
+    orphans_report,
+    referenced_since,
+)
+from floe.tables.listing import fs_path
+from floe.tables.maintenance_job import MaintenanceReport
+
+
+@dataclass(frozen=True)
+class GroupExecutors:
+    """A group's executors as a maintenance job uses them: `run` sends file tasks and waits for
+    every result (raising if one fails for good); tasks carry `io_properties` and name
+    `storage_secret` (`floe.optimizer.storage_credentials.task_io_properties`)."""
+
+    run: Callable[[Sequence[FileTaskSpec]], list[FileTaskResult]]
+    io_properties: dict[str, str]
+    storage_secret: str | None
+
+    def delete(self, locations: Sequence[str]) -> None:
+        """Delete `locations` on the executors, in tasks of at most `DELETE_BATCH`."""
+        if locations:
+            self.run(
+                [
+                    DeleteFilesSpec(
+                        task_id=f"delete-{start // DELETE_BATCH:05d}",
+                        io_properties=self.io_properties,
+                        storage_secret=self.storage_secret,
+                        paths=list(locations[start : start + DELETE_BATCH]),
+                    )
+                    for start in range(0, len(locations), DELETE_BATCH)
+                ]
+            )
+
+
+def remove_orphan_files_on_executors(
+    table: Table,
+    executors: GroupExecutors,
+    *,
+    older_than_s: float,
+    now_s: float,
+    protected_prefixes: Collection[str] = (),
+    dry_run: bool = False,
+) -> MaintenanceReport:
+    """`remove_orphan_files`, with the listing, the reading of every manifest and the deletes
+    done by `executors`. Raises as `remove_orphan_files` does for a bad age or FileIO."""
+    io = listing_io(table, older_than_s)
+    table.refresh()
+    scanned_at = table.metadata_location
+    known_snapshots = [snapshot.snapshot_id for snapshot in table.metadata.snapshots]
+    scan = OrphanScanSpec(
+        task_id="orphan-scan",
+        io_properties=executors.io_properties,
+        storage_secret=executors.storage_secret,
+        roots=orphan_roots(table.metadata, io),
+        metadata_location=scanned_at,
+        cutoff_ns=int((now_s - older_than_s) * 1e9),
+        protected_prefixes=sorted(protected_prefixes),
+    )
+    [result] = executors.run([scan])
+    if not isinstance(result, OrphanScanResult):
+        raise TypeError(f"an orphan scan returned {type(result).__name__}")
+    orphans = result.orphans
+    table.refresh()
+    _check_scan(io, table, scan, orphans)
+    if table.metadata_location != scanned_at:
+        since = {
+            fs_path(io, p)
+            for p in referenced_since(io, table.metadata, table.metadata_location, known_snapshots)
+        }
+        orphans = [o for o in orphans if o.path not in since and checksummed_path(o.path) not in since]
+    if not dry_run:
+        executors.delete([o.location for o in orphans])
+    report = orphans_report(
+        len(orphans),
+        sum(o.size for o in orphans),
+        result.old_files,
+        older_than_s,
+        tuple(o.location for o in orphans),
+        dry_run,
+    )
+    return replace(report, summary=f"{report.summary}, listed on the group's executors")
+
+
+class OrphanScanRefused(ValueError):
+    """An orphan scan named a file that cannot be an orphan: nothing is deleted."""
+
+
+def _check_scan(io: PyArrowFileIO, table: Table, scan: OrphanScanSpec, orphans: Sequence[OrphanFile]) -> None:
+    metadata = table.metadata
+    named = {entry.metadata_file for entry in metadata.metadata_log}
+    named.update(s.statistics_path for s in (*metadata.statistics, *metadata.partition_statistics))
+    named.update(snapshot.manifest_list for snapshot in metadata.snapshots)
+    named.add(table.metadata_location)
+    kept = {fs_path(io, location) for location in named}
+    for orphan in orphans:
+        if fs_path(io, orphan.location) != orphan.path:
+            problem = f"its location {orphan.location} is not its path"
+        elif not any(orphan.path.startswith(root + "/") for root in scan.roots):
+            problem = "it is outside the table's locations"
+        elif orphan.path in kept or orphan.path.rsplit("/", 1)[-1].startswith(tuple(scan.protected_prefixes)):
+            problem = "the table's metadata names it, or an optimizing process in flight writes it"
+        else:
+            continue
+        raise OrphanScanRefused(
+            f"refused the orphan scan of {'.'.join(table.name())}: it names {orphan.path}, but {problem}; "
+            "nothing was deleted"
+        )
