@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,6 +26,8 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from floe.commit.row_delta import commit_row_delta
 from floe.local.reference_reader import ReferenceReader, qualified_name
+from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec, OrphanScanSpec, run_file_task
+from floe.maintenance.orphans_on_executors import GroupExecutors
 from floe.tables.writer import conform, write_equality_deletes
 
 TABLE = "db.t"
@@ -143,3 +145,22 @@ def appending_writer(catalog: SqlCatalog) -> Iterator[list[int]]:
     finally:
         done.set()
         thread.join()
+
+
+class InProcessExecutors:
+    """Runs file tasks here, with the executor's own code; `during_scan` runs between the
+    scan and its answer (a writer committing meanwhile)."""
+
+    def __init__(self, during_scan: Callable[[], None] | None = None) -> None:
+        self.specs: list[FileTaskSpec] = []
+        self.during_scan = during_scan
+
+    def run(self, specs: Sequence[FileTaskSpec]) -> list[FileTaskResult]:
+        self.specs.extend(specs)
+        results = [run_file_task(spec, spec.io_properties) for spec in specs]
+        if any(isinstance(spec, OrphanScanSpec) for spec in specs) and self.during_scan is not None:
+            self.during_scan()
+        return results
+
+    def executors(self, table: Table) -> GroupExecutors:
+        return GroupExecutors(run=self.run, io_properties=dict(table.io.properties), storage_secret=None)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from maintenance_tables import InProcessExecutors
 from prometheus_client import generate_latest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io.pyarrow import PyArrowFileIO
@@ -64,25 +65,6 @@ def _old_file(directory: Path, name: str, age_s: float) -> Path:
 
 def _data_dir(table: Table) -> Path:
     return Path(table.location().removeprefix("file://")) / "data"
-
-
-class InProcessExecutors:
-    """Runs file tasks here, with the executor's own code; `during_scan` runs between the
-    scan and its answer (a writer committing meanwhile)."""
-
-    def __init__(self, during_scan: object = None) -> None:
-        self.specs: list[FileTaskSpec] = []
-        self.during_scan = during_scan
-
-    def run(self, specs: Sequence[FileTaskSpec]) -> list[FileTaskResult]:
-        self.specs.extend(specs)
-        results = [run_file_task(spec, spec.io_properties) for spec in specs]
-        if any(isinstance(spec, OrphanScanSpec) for spec in specs) and callable(self.during_scan):
-            self.during_scan()
-        return results
-
-    def executors(self, table: Table) -> GroupExecutors:
-        return GroupExecutors(run=self.run, io_properties=dict(table.io.properties), storage_secret=None)
 
 
 def test_orphan_cleanup_of_a_big_table_runs_on_the_groups_executors(

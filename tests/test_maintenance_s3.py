@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from maintenance_tables import create_table, missing_files, rows
+from maintenance_tables import InProcessExecutors, create_table, missing_files, rows
 from pyarrow.fs import S3FileSystem
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import EqualTo
@@ -28,6 +28,7 @@ from pyiceberg.table import Table
 from floe.local.reference_reader import arrow_rows
 from floe.maintenance.expire import expire_snapshots
 from floe.maintenance.orphans import remove_orphan_files
+from floe.maintenance.orphans_on_executors import remove_orphan_files_on_executors
 from floe.tables.writer import conform
 
 MOTO_BUILD = Path(__file__).resolve().parent.parent / "scripts" / "moto" / "build.sh"
@@ -155,3 +156,43 @@ def test_orphans_and_expired_files_are_removed_from_an_object_store(
     # Expiry left nothing behind for orphan cleanup.
     again = remove_orphan_files(table, older_than_s=HOUR, now_s=later, protected_prefixes=["proc-9-"])
     assert again.files_removed == 0
+
+
+def test_the_executors_remove_the_same_files_from_an_object_store(
+    s3_catalog: SqlCatalog, s3_endpoint: str
+) -> None:
+    """What a big table's jobs hand the executors (the scan, the deletes) works on S3 paths:
+    listing ``bucket/key``, locations ``s3://bucket/key``, and the operator's checks between."""
+    table = _history(s3_catalog)
+    head = table.metadata.current_snapshot_id
+    before = _rows(table)
+    fs = _filesystem(s3_endpoint)
+    key = table.metadata.location.removeprefix("s3://")
+    planted = [
+        f"{key}/data/region=eu/00000-crashed-writer.parquet",
+        f"{key}/metadata/abandoned-m0.avro",
+        f"{key}/data/region=eu/proc-9-t0001-0a1b2c3d-00000.parquet",
+    ]
+    for path in planted:
+        with fs.open_output_stream(path) as out:
+            out.write(b"orphan")
+    later = time.time() + 2 * HOUR
+    executors = InProcessExecutors()
+
+    done = remove_orphan_files_on_executors(
+        table, executors.executors(table), older_than_s=HOUR, now_s=later, protected_prefixes=["proc-9-"]
+    )
+
+    assert set(done.paths) == {f"s3://{p}" for p in planted[:2]}
+    assert [type(spec).__name__ for spec in executors.specs] == ["OrphanScanSpec", "DeleteFilesSpec"]
+    assert not any(table.io.new_input(f"s3://{p}").exists() for p in planted[:2])
+    assert table.io.new_input(f"s3://{planted[2]}").exists()
+    assert missing_files(table) == []
+
+    expired = expire_snapshots(
+        table, min_snapshots=1, max_age_s=HOUR, now_s=later, delete=executors.executors(table).delete
+    )
+    assert [s.snapshot_id for s in table.metadata.snapshots] == [head]
+    assert expired.files_removed > 0
+    assert not any(table.io.new_input(p).exists() for p in expired.paths)
+    assert missing_files(table) == [] and _rows(table) == before
