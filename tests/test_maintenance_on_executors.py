@@ -45,6 +45,7 @@ from floe.service.task_service import TaskService
 from floe.service.wire import CompleteRequest
 from floe.tables.listing import fs_path
 from floe.tables.maintenance_job import MaintenanceJob
+from floe.tables.scan import scan_table
 
 DAY = 86400.0
 __all__ = ["stack"]  # the real-stack fixture of test_engine, used here as is
@@ -157,27 +158,42 @@ def test_a_file_a_commit_references_during_the_scan_is_kept(
     assert sum(after.values()) == sum(before.values()) + 3
 
 
+@pytest.mark.parametrize(
+    ("lie", "problem"),
+    [
+        ("metadata file", "the table uses it"),
+        ("live data file", "the table uses it"),
+        ("outside the table", "outside the table's locations"),
+    ],
+)
 def test_a_scan_that_names_a_file_the_table_uses_is_refused_and_nothing_is_deleted(
-    sql_catalog: SqlCatalog, reference: ReferenceReader
+    sql_catalog: SqlCatalog, reference: ReferenceReader, tmp_path: Path, lie: str, problem: str
 ) -> None:
     table, _ = build_table(sql_catalog, reference, "unpartitioned", evolve_schema=False)
     stray = _old_file(_data_dir(table), "stray.parquet", 4 * DAY)
     assert isinstance(table.io, PyArrowFileIO)
-    metadata_file = fs_path(table.io, table.metadata_location)
+    live = scan_table(table)  # what the engine's last evaluation of the table holds
+    named = {
+        "metadata file": fs_path(table.io, table.metadata_location),
+        "live data file": fs_path(table.io, live.files.data_files[0].path),
+        "outside the table": str(_old_file(tmp_path / "elsewhere", "precious.parquet", 4 * DAY)),
+    }[lie]
     deleted: list[FileTaskSpec] = []
 
     def lying_scan(specs: Sequence[FileTaskSpec]) -> list[FileTaskResult]:
         deleted.extend(s for s in specs if isinstance(s, DeleteFilesSpec))
         orphans = [
             OrphanFile(location=str(stray), path=str(stray), size=1),
-            OrphanFile(location=metadata_file, path=metadata_file, size=1),
+            OrphanFile(location=named, path=named, size=1),
         ]
         return [OrphanScanResult(task_id=specs[0].task_id, orphans=orphans, old_files=2)]
 
     executors = GroupExecutors(run=lying_scan, io_properties=dict(table.io.properties), storage_secret=None)
-    with pytest.raises(OrphanScanRefused, match="metadata names it"):
-        remove_orphan_files_on_executors(table, executors, older_than_s=3 * DAY, now_s=time.time())
-    assert deleted == [] and stray.exists() and Path(metadata_file).exists()
+    with pytest.raises(OrphanScanRefused, match=problem):
+        remove_orphan_files_on_executors(
+            table, executors, older_than_s=3 * DAY, now_s=time.time(), known_live=live.files
+        )
+    assert deleted == [] and stray.exists() and Path(named).exists()
 
 
 def test_file_tasks_and_their_results_travel_as_what_they_are() -> None:

@@ -14,6 +14,7 @@ from floe.maintenance.manifests import rewrite_manifests
 from floe.maintenance.orphans import remove_orphan_files
 from floe.maintenance.orphans_on_executors import GroupExecutors, remove_orphan_files_on_executors
 from floe.maintenance.retention import expire_rows
+from floe.planning.files import TableFiles
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.support import check_supported
 
@@ -32,11 +33,13 @@ def run_maintenance_job(
     protected_prefixes: Collection[str] = (),
     dry_run: bool = False,
     executors: GroupExecutors | None = None,
+    known_live: TableFiles | None = None,
 ) -> MaintenanceReport:
     """Run `job` on `table` as `spec` configures it.
 
     With `executors` (a big table), orphan cleanup lists, reads manifests and deletes on them,
-    and expiry deletes there; everything else runs in this process.
+    and expiry deletes there; everything else runs in this process. `known_live`: the live
+    files of a snapshot the caller has read, which no orphan scan may name.
 
     `protected_snapshot_ids` are the starting snapshots of optimizing processes in flight
     (never expired); `protected_prefixes` the file-name prefixes of their output files
@@ -46,7 +49,9 @@ def run_maintenance_job(
     job reads the files' contents).
     """
     check_supported(".".join(table.name()), table)
-    report = _run(table, job, spec, now_s, protected_snapshot_ids, protected_prefixes, dry_run, executors)
+    report = _run(
+        table, job, spec, now_s, protected_snapshot_ids, protected_prefixes, dry_run, executors, known_live
+    )
     if job in METADATA_ONLY and report.snapshot_id is None and not dry_run:
         return replace(report, settled_at=table.metadata_location)
     return report
@@ -61,6 +66,7 @@ def _run(
     protected_prefixes: Collection[str],
     dry_run: bool,
     executors: GroupExecutors | None,
+    known_live: TableFiles | None,
 ) -> MaintenanceReport:
     if job is MaintenanceJob.EXPIRE:
         return expire_snapshots(
@@ -80,6 +86,7 @@ def _run(
             now_s=now_s,
             protected_prefixes=protected_prefixes,
             dry_run=dry_run,
+            known_live=known_live,
         )
     if job is MaintenanceJob.ORPHANS:
         return remove_orphan_files(

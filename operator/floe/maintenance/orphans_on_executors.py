@@ -10,8 +10,10 @@ and the manifests they added, no more). Only then do delete tasks go out.
 
 The scan's answer is checked before anything is deleted, as far as the operator can without
 reading every manifest (the work it gave away): each orphan lies under a listed location,
-and none is a metadata file, statistics file or manifest list the current metadata names. A
-scan that fails these checks fails the job, and nothing is deleted.
+and none is a metadata file, statistics file or manifest list the current metadata names,
+nor a live file of a snapshot the operator has scanned (`known_live`, the engine's last
+evaluation) that the metadata still holds. A scan that fails these checks fails the job,
+and nothing is deleted.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from floe.maintenance.orphans import (
     orphans_report,
     referenced_since,
 )
+from floe.planning.files import TableFiles
 from floe.tables.listing import fs_path
 from floe.tables.maintenance_job import MaintenanceReport
 
@@ -76,9 +79,12 @@ def remove_orphan_files_on_executors(
     now_s: float,
     protected_prefixes: Collection[str] = (),
     dry_run: bool = False,
+    known_live: TableFiles | None = None,
 ) -> MaintenanceReport:
     """`remove_orphan_files`, with the listing, the reading of every manifest and the deletes
-    done by `executors`. Raises as `remove_orphan_files` does for a bad age or FileIO."""
+    done by `executors`. Raises as `remove_orphan_files` does for a bad age or FileIO, and
+    OrphanScanRefused for a scan that names a file the table uses (`known_live`: the live
+    files of a snapshot already read, which the check then covers too)."""
     io = listing_io(table, older_than_s)
     table.refresh()
     scanned_at = table.metadata_location
@@ -97,7 +103,7 @@ def remove_orphan_files_on_executors(
         raise TypeError(f"an orphan scan returned {type(result).__name__}")
     orphans = result.orphans
     table.refresh()
-    _check_scan(io, table, scan, orphans)
+    _check_scan(io, table, scan, orphans, known_live)
     if table.metadata_location != scanned_at:
         since = {
             fs_path(io, p)
@@ -121,12 +127,21 @@ class OrphanScanRefused(ValueError):
     """An orphan scan named a file that cannot be an orphan: nothing is deleted."""
 
 
-def _check_scan(io: PyArrowFileIO, table: Table, scan: OrphanScanSpec, orphans: Sequence[OrphanFile]) -> None:
+def _check_scan(
+    io: PyArrowFileIO,
+    table: Table,
+    scan: OrphanScanSpec,
+    orphans: Sequence[OrphanFile],
+    known_live: TableFiles | None,
+) -> None:
     metadata = table.metadata
     named = {entry.metadata_file for entry in metadata.metadata_log}
     named.update(s.statistics_path for s in (*metadata.statistics, *metadata.partition_statistics))
     named.update(snapshot.manifest_list for snapshot in metadata.snapshots)
     named.add(table.metadata_location)
+    # A snapshot the metadata still holds references its live files: none is an orphan.
+    if known_live is not None and metadata.snapshot_by_id(known_live.snapshot_id or -1) is not None:
+        named.update(f.path for f in (*known_live.data_files, *known_live.delete_files))
     kept = {fs_path(io, location) for location in named}
     for orphan in orphans:
         if fs_path(io, orphan.location) != orphan.path:
@@ -134,7 +149,7 @@ def _check_scan(io: PyArrowFileIO, table: Table, scan: OrphanScanSpec, orphans: 
         elif not any(orphan.path.startswith(root + "/") for root in scan.roots):
             problem = "it is outside the table's locations"
         elif orphan.path in kept or orphan.path.rsplit("/", 1)[-1].startswith(tuple(scan.protected_prefixes)):
-            problem = "the table's metadata names it, or an optimizing process in flight writes it"
+            problem = "the table uses it, or an optimizing process in flight writes it"
         else:
             continue
         raise OrphanScanRefused(

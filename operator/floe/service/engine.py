@@ -766,6 +766,7 @@ class OptimizingEngine:
                 protected_snapshot_ids=protected_snapshots,
                 protected_prefixes=protected_prefixes,
                 executors=self._executors_for(runtime, job, table, scheduler, run_id),
+                known_live=self._known_live(runtime.table_id),
             )
         except Exception as exc:  # any failure is the job's result, never the engine's
             log.warning("maintenance %s of %s failed", job, runtime.table_id, exc_info=True)
@@ -789,6 +790,11 @@ class OptimizingEngine:
                 scheduler.end_maintenance(run_id, self.clock())
             with self._lock:
                 self._touch(runtime.table_id)
+
+    def _known_live(self, table_id: str) -> TableFiles | None:
+        with self._lock:
+            scanned = self._scans.get(table_id)
+        return scanned.files if scanned is not None else None
 
     def _executors_for(
         self,
