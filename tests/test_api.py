@@ -187,6 +187,7 @@ def test_maintenance_defaults_are_safe() -> None:
         ({"snapshotRetention": {"maxAge": "-1"}}, "maxAge and snapshotRetention.interval must be positive"),
         ({"dataRetention": {"column": "ts", "olderThan": "0s"}}, "dataRetention.olderThan"),
         ({"snapshotRetention": {"minSnapshots": 0}}, "greater than or equal to 1"),
+        ({"executorsAtFiles": -1}, "executorsAtFiles\n  Input should be greater than or equal to 0"),
     ],
 )
 def test_bad_maintenance_is_rejected(maintenance: dict[str, object], message: str) -> None:

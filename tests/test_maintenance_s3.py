@@ -110,14 +110,9 @@ def _history(catalog: SqlCatalog) -> Table:
     return table
 
 
-def test_orphans_and_expired_files_are_removed_from_an_object_store(
-    s3_catalog: SqlCatalog, s3_endpoint: str
-) -> None:
-    table = _history(s3_catalog)
-    assert table.metadata.location.startswith("s3://")
-    snapshots = [s.snapshot_id for s in table.metadata.snapshots]
-    before = {sid: _rows(table, sid) for sid in snapshots}
-    fs = _filesystem(s3_endpoint)
+def _plant(table: Table, fs: S3FileSystem) -> list[str]:
+    """Two orphans (a crashed writer's file, an abandoned manifest) and a file of an in-flight
+    process (prefix ``proc-9-``), as ``bucket/key`` paths."""
     key = table.metadata.location.removeprefix("s3://")
     planted = [
         f"{key}/data/region=eu/00000-crashed-writer.parquet",
@@ -127,6 +122,17 @@ def test_orphans_and_expired_files_are_removed_from_an_object_store(
     for path in planted:
         with fs.open_output_stream(path) as out:
             out.write(b"orphan")
+    return planted
+
+
+def test_orphans_and_expired_files_are_removed_from_an_object_store(
+    s3_catalog: SqlCatalog, s3_endpoint: str
+) -> None:
+    table = _history(s3_catalog)
+    assert table.metadata.location.startswith("s3://")
+    snapshots = [s.snapshot_id for s in table.metadata.snapshots]
+    before = {sid: _rows(table, sid) for sid in snapshots}
+    planted = _plant(table, _filesystem(s3_endpoint))
     # Objects cannot be back-dated, so look from two hours on: every file is then old enough.
     later = time.time() + 2 * HOUR
     orphans = {f"s3://{p}" for p in planted[:2]}
@@ -166,16 +172,7 @@ def test_the_executors_remove_the_same_files_from_an_object_store(
     table = _history(s3_catalog)
     head = table.metadata.current_snapshot_id
     before = _rows(table)
-    fs = _filesystem(s3_endpoint)
-    key = table.metadata.location.removeprefix("s3://")
-    planted = [
-        f"{key}/data/region=eu/00000-crashed-writer.parquet",
-        f"{key}/metadata/abandoned-m0.avro",
-        f"{key}/data/region=eu/proc-9-t0001-0a1b2c3d-00000.parquet",
-    ]
-    for path in planted:
-        with fs.open_output_stream(path) as out:
-            out.write(b"orphan")
+    planted = _plant(table, _filesystem(s3_endpoint))
     later = time.time() + 2 * HOUR
     executors = InProcessExecutors()
 

@@ -240,6 +240,11 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("bad-quantity", table(targetSize="12 MB"), ["spec.targetSize", '"12 MB"', "should match"]),
     ("negative-quantity", table(maxTaskSize=-1), ["spec.maxTaskSize", "greater than or equal to 0"]),
     (
+        "executors-at-files-negative",
+        table(maintenance={"executorsAtFiles": -1}),
+        ["spec.maintenance.executorsAtFiles", "greater than or equal to 0"],
+    ),
+    (
         "bad-duration",
         table(minPlanInterval="5 minutes"),
         ["spec.minPlanInterval", '"5 minutes"', "should match"],

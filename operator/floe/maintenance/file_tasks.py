@@ -19,6 +19,7 @@ from pyiceberg.serializers import FromInputFile
 
 from floe.maintenance.orphans import find_orphans, referenced_locations
 from floe.maintenance.reachable import delete_files
+from floe.tables.credentials import MAX_SECRET_NAME, STORAGE_SECRET_NAME
 from floe.tables.listing import fs_path, list_files
 
 DELETE_BATCH = 2000
@@ -36,8 +37,8 @@ class _FileTaskBase(_Wire):
     )
     storage_secret: str | None = Field(
         default=None,
-        max_length=253,
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        max_length=MAX_SECRET_NAME,
+        pattern=STORAGE_SECRET_NAME,
         description="the catalog Secret, mounted in the optimizer's pods, whose storage credentials "
         "complete `io_properties`",
     )

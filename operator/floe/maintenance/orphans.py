@@ -178,7 +178,7 @@ def orphan_roots(metadata: TableMetadata, io: PyArrowFileIO) -> dict[str, str]:
 def referenced_locations(io: FileIO, metadata: TableMetadata, metadata_location: str) -> set[str]:
     """Every location the metadata in `metadata_location` references, as written there."""
     found = referenced_files(io, metadata.snapshots, live_only=False).all_paths()
-    return found | _metadata_references(metadata, metadata_location)
+    return found | metadata_references(metadata, metadata_location)
 
 
 def referenced_since(
@@ -203,10 +203,10 @@ def referenced_since(
         found.update(
             entry.data_file.file_path for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)
         )
-    return found | _metadata_references(metadata, metadata_location)
+    return found | metadata_references(metadata, metadata_location)
 
 
-def _metadata_references(metadata: TableMetadata, metadata_location: str) -> set[str]:
+def metadata_references(metadata: TableMetadata, metadata_location: str) -> set[str]:
     """The metadata files and statistics files a metadata file names, itself included."""
     found = {entry.metadata_file for entry in metadata.metadata_log}
     found.update(s.statistics_path for s in (*metadata.statistics, *metadata.partition_statistics))

@@ -36,6 +36,7 @@ from floe.maintenance.file_tasks import (
 from floe.maintenance.orphans import (
     checksummed_path,
     listing_io,
+    metadata_references,
     orphan_roots,
     orphans_report,
     referenced_since,
@@ -135,10 +136,8 @@ def _check_scan(
     known_live: TableFiles | None,
 ) -> None:
     metadata = table.metadata
-    named = {entry.metadata_file for entry in metadata.metadata_log}
-    named.update(s.statistics_path for s in (*metadata.statistics, *metadata.partition_statistics))
+    named = metadata_references(metadata, table.metadata_location)
     named.update(snapshot.manifest_list for snapshot in metadata.snapshots)
-    named.add(table.metadata_location)
     # A snapshot the metadata still holds references its live files: none is an orphan.
     if known_live is not None and metadata.snapshot_by_id(known_live.snapshot_id or -1) is not None:
         named.update(f.path for f in (*known_live.data_files, *known_live.delete_files))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from floe.planning.plan import REWRITE, TaskKind
+from floe.tables.credentials import MAX_SECRET_NAME, STORAGE_SECRET_NAME
 
 OUT_OF_MEMORY = "ExecutorOutOfMemory"
 """How a task's error starts when its executor, or the Python worker in it, was killed for memory."""
@@ -112,8 +113,8 @@ class RewriteTaskSpec(_Wire):
     storage_secret: str | None = Field(
         default=None,
         exclude_if=lambda name: name is None,
-        max_length=253,
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        max_length=MAX_SECRET_NAME,
+        pattern=STORAGE_SECRET_NAME,
         description="the catalog Secret, mounted in the optimizer's pods, whose storage credentials "
         "complete `io_properties`; unset: `io_properties` are complete",
     )

@@ -16,6 +16,10 @@ from collections.abc import Iterable, Mapping
 
 MASK = "***"
 
+STORAGE_SECRET_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+"""What a task's ``storage_secret`` (a catalog Secret's name) may be; at most `MAX_SECRET_NAME` long."""
+MAX_SECRET_NAME = 253
+
 _SECRET_KEY = re.compile(
     r"(^|[.\-_])(token|credential|credentials|secret|password|passwd|private[.\-_]?key|"
     r"access[.\-_]?key|account[.\-_]?key|sas[.\-_]?token|session[.\-_]?token|api[.\-_]?key)($|[.\-_])",
