@@ -29,11 +29,13 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 from rest_s3 import RestS3Stack, free_port, kind_network_gateway, s3_filesystem
 
+from floe.api.models import OptimizedTableSpec
 from floe.commit.row_delta import commit_row_delta
 from floe.local.reference_reader import ReferenceReader
 from floe.local.workload import OrderCdcStream
 from floe.maintenance.orphans import remove_orphan_files
 from floe.maintenance.reachable import referenced_files
+from floe.planning.evaluator import evaluate_table
 from floe.tables.scan import scan_table
 from floe.tables.writer import conform, write_position_deletes
 
@@ -153,9 +155,46 @@ def _compacted(kubectl: Kubectl, table: Table) -> dict[str, Any] | None:
     return None
 
 
+def _settled(kubectl: Kubectl, table: Table) -> dict[str, Any] | None:
+    """The table's status once floe has evaluated its current snapshot, made by floe, and found
+    nothing to optimize by the table's own settings. Equality deletes may remain: batches that
+    land while a process runs can leave a partition below the minor trigger."""
+    status = _table_status(kubectl)
+    table.refresh()
+    current = table.current_snapshot()
+    if (
+        current is None
+        or status.get("state") != "IDLE"
+        or status.get("snapshotId") != current.snapshot_id
+        or PROCESS_ID_KEY not in current.summary.additional_properties
+    ):
+        return None
+    return None if _triggered(status, table) else status
+
+
+def _triggered(status: dict[str, Any], table: Table) -> list[str]:
+    """What floe's evaluator, with the table's effective settings from `status`, would optimize
+    in the current snapshot: one line per triggered partition."""
+    spec = OptimizedTableSpec.model_validate(
+        {**status["effectiveSpec"], "table": TABLE, "group": GROUP, "catalog": {"name": CATALOG}}
+    )
+    last = {
+        k: _seconds(status[k]) if status.get(k) else None
+        for k in ("lastMinorOptimizing", "lastFullOptimizing")
+    }
+    evaluations = evaluate_table(
+        scan_table(table).files,
+        spec.optimizing_config(table.properties),
+        time.time(),
+        last["lastMinorOptimizing"],
+        last["lastFullOptimizing"],
+    )
+    return [f"{e.partition}: {e.optimizing_type} ({e.reason})" for e in evaluations if e.optimizing_type]
+
+
 def _why_not_compacted(kubectl: Kubectl, table: Table) -> str:
     """What the table, floe's status, its Events and the operator's and driver's logs say, for a
-    failed wait on `_compacted`."""
+    failed wait on `_compacted` or `_settled`."""
     table.refresh()
     files = scan_table(table).files
     deletes = Counter(d.kind.name for d in files.delete_files)
@@ -172,6 +211,7 @@ def _why_not_compacted(kubectl: Kubectl, table: Table) -> str:
             f"status: {json.dumps(_table_status(kubectl))}",
             f"current snapshot: {current.summary if current else None}",
             f"live files: {len(files.data_files)} data, deletes {dict(deletes)}",
+            f"triggered: {_triggered(_table_status(kubectl), table)}",
             "events:",
             *events[-15:],
             "operator log:",
@@ -380,7 +420,7 @@ def _interrupt_a_process(
     kubectl: Kubectl, orders: OrderCdcStream, reader: ReferenceReader, interrupt: Callable[[str], None]
 ) -> str:
     """Start a new process on e2e.orders and call `interrupt` (with the driver pod's name) as soon
-    as one of its tasks runs; wait until the table is compacted again. Rows must be unchanged and
+    as one of its tasks runs; wait until floe has settled the table again. Rows must be unchanged and
     no process may commit twice. Tried up to three times, as the process may commit before it
     could be interrupted; returns the interrupted process's id."""
     table = orders.table
@@ -407,8 +447,8 @@ def _interrupt_a_process(
         interrupt(driver_name)
         expected = _rows(reader, start.snapshot_id)
         wait_for(
-            "the table to be compacted after it",
-            lambda: _compacted(kubectl, table),
+            "floe to settle the table after it",
+            lambda: _settled(kubectl, table),
             timeout_s=600,
             explain=lambda: _why_not_compacted(kubectl, table),
         )
