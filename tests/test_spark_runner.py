@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,11 +61,17 @@ def test_tasks_run_on_spark_and_a_failure_stays_with_its_task(spark: SparkSessio
     ]
     reported: list[TaskOutcome] = []
 
+    submitted = time.time()
     outcomes = run_tasks_on_spark(spark, specs, on_done=reported.append)
+    finished = time.time()
 
     assert [o.task_id for o in outcomes] == ["t1", "t2", "t3"]
     assert sorted(o.task_id for o in reported) == ["t1", "t2", "t3"]
     first, failed, third = outcomes
+    # Each task, the failed one too, says when it began in the worker: the wait before is the
+    # executor's (and its Python worker's) to start.
+    for outcome in outcomes:
+        assert outcome.started_at is not None and submitted <= outcome.started_at <= finished
     assert failed.result is None
     assert failed.error is not None
     assert str(missing) in failed.error

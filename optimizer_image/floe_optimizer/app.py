@@ -379,7 +379,7 @@ class Optimizer:
             assignment.table,
             _describe(assignment),
         )
-        started = time.monotonic()
+        started, handed_at = time.monotonic(), time.time()
         try:
             outcome = self.runner.run(assignment.spec)
         except Exception as exc:
@@ -392,7 +392,11 @@ class Optimizer:
         if outcome.result is not None:
             request = CompleteRequest(result=outcome.result, next_poll=next_poll)
             log.info(
-                "thread %d: task %s ended in %.1f s", thread, assignment.task_id, time.monotonic() - started
+                "thread %d: task %s ended in %.1f s%s",
+                thread,
+                assignment.task_id,
+                time.monotonic() - started,
+                _waited(outcome, handed_at),
             )
         else:
             request = CompleteRequest(
@@ -456,3 +460,11 @@ def _describe(assignment: TaskAssignment) -> str:
     if isinstance(spec, DeleteFilesSpec):
         return f"delete {len(spec.paths)} files"
     return f"orphan scan of {len(spec.roots)} location(s)"
+
+
+def _waited(outcome: TaskOutcome, handed_at: float) -> str:
+    """How long the task waited for an executor and its Python worker before it began, for the
+    log: the wake of a group scaling up from zero shows here."""
+    if outcome.started_at is None:
+        return ""
+    return f" (began on an executor after {max(0.0, outcome.started_at - handed_at):.1f} s)"

@@ -38,11 +38,16 @@ MAX_ERROR_CHARS = 4000
 
 @dataclass(frozen=True)
 class TaskOutcome:
-    """How one task ended: a result, or the error that stopped it."""
+    """How one task ended: a result, or the error that stopped it.
+
+    `started_at` is when the task began in an executor's Python worker (epoch seconds, the
+    executor's clock), None when it never did: the time before it was spent waiting for an
+    executor (one starting, when a group wakes from zero) and for its Python worker."""
 
     task_id: str
     result: TaskResult | None
     error: str | None
+    started_at: float | None = None
 
 
 def run_tasks_on_spark(
@@ -100,12 +105,12 @@ def wait_for_idle_executors(spark: SparkSession, timeout_s: float = 30.0) -> boo
 def _run_job(context: SparkContext, tasks: RDD[str], index: int, task_id: str, job_group: str) -> TaskOutcome:
     context.setJobGroup(job_group, f"floe rewrite {task_id}", interruptOnCancel=True)
     try:
-        rows: list[tuple[str, str | None, str | None]] = context.runJob(tasks, _run_partition, [index])
+        rows: list[tuple[str, str | None, str | None, float]] = context.runJob(tasks, _run_partition, [index])
     except Exception as exc:
         return TaskOutcome(task_id, None, _clip(describe_job_failure(str(exc))))
-    [(_, result_json, error)] = rows
+    [(_, result_json, error, started_at)] = rows
     result = _RESULTS.validate_json(result_json) if result_json is not None else None
-    return TaskOutcome(task_id, result, error)
+    return TaskOutcome(task_id, result, error, started_at)
 
 
 def describe_job_failure(message: str) -> str:
@@ -130,9 +135,11 @@ def describe_job_failure(message: str) -> str:
     return f"Spark job failed: {text}"
 
 
-def _run_partition(spec_jsons: Iterable[str]) -> Iterator[tuple[str, str | None, str | None]]:
-    """Worker side: run each task of the partition, turning its failure into an error text."""
+def _run_partition(spec_jsons: Iterable[str]) -> Iterator[tuple[str, str | None, str | None, float]]:
+    """Worker side: run each task of the partition, turning its failure into an error text; each
+    row ends with the time the task began here."""
     for spec_json in spec_jsons:
+        started_at = time.time()
         spec = _SPECS.validate_json(spec_json)
         try:
             result: TaskResult = (
@@ -141,9 +148,9 @@ def _run_partition(spec_jsons: Iterable[str]) -> Iterator[tuple[str, str | None,
                 else run_file_task(spec, executor_io_properties(spec))
             )
         except Exception as exc:
-            yield spec.task_id, None, _clip(f"{type(exc).__name__}: {exc}")
+            yield spec.task_id, None, _clip(f"{type(exc).__name__}: {exc}"), started_at
         else:
-            yield spec.task_id, result.model_dump_json(), None
+            yield spec.task_id, result.model_dump_json(), None, started_at
 
 
 _KILLED_FOR_MEMORY = (

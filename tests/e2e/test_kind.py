@@ -862,12 +862,23 @@ def test_an_autoscaled_group_wakes_from_zero_for_its_table_and_goes_back(
         group_events = {e["reason"]: e["message"] for e in events}
         assert group_events.get("ScaledUp", "").startswith("executors 0 → 1: "), group_events
 
-        def first_task_running() -> str | None:
+        def first_task_handed_out() -> str | None:
             events = kubectl.events(NAMESPACE, "OptimizerGroup", ELASTIC)
-            return next((e["message"] for e in events if e["reason"] == "FirstTaskRunning"), None)
+            return next((e["message"] for e in events if e["reason"] == "FirstTaskHandedOut"), None)
 
-        woke = wait_for("the FirstTaskRunning Event", first_task_running, timeout_s=60)
-        assert re.fullmatch(r"a task runs \d+ s after the group scaled up from zero executors", woke), woke
+        woke = wait_for("the FirstTaskHandedOut Event", first_task_handed_out, timeout_s=60)
+        assert re.fullmatch(
+            r"a task was handed to Spark \d+ s after the group scaled up from zero executors; "
+            r"it runs once an executor pod has started",
+            woke,
+        ), woke
+        # The driver's log says how long the task waited for the executor pod it woke.
+        began = re.search(
+            rf"task {re.escape(snapshot.summary.additional_properties[PROCESS_ID_KEY])}-t\d{{4}} ended in "
+            r"[\d.]+ s \(began on an executor after ([\d.]+) s\)",
+            kubectl("logs", "-n", NAMESPACE, driver_name),
+        )
+        assert began is not None, "the driver logs the wait for an executor"
 
         wait_for(
             "the executor pod to go after the scale-down delay",
@@ -883,7 +894,10 @@ def test_an_autoscaled_group_wakes_from_zero_for_its_table_and_goes_back(
         driver_log = kubectl("logs", "-n", NAMESPACE, driver_name)
         assert "no executor count from the task service" not in driver_log, driver_log[-3000:]
         assert SCALED_LINE.findall(driver_log)[-2:] == [("0", "1"), ("1", "0")], driver_log[-3000:]
-        print(f"autoscaled from zero on kind: trigger to commit {latency:.1f} s; {woke}")
+        print(
+            f"autoscaled from zero on kind: trigger to commit {latency:.1f} s; {woke}; the task began "
+            f"on the executor {began.group(1)} s after it was handed to Spark"
+        )
     finally:
         kubectl("delete", "ot", "bursts", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
         kubectl("delete", "og", ELASTIC, "-n", NAMESPACE, "--wait=true", "--timeout=120s")

@@ -308,8 +308,11 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
             controller,
             body,
             "Normal",
-            reason="FirstTaskRunning",
-            message=f"a task runs {woke:.0f} s after the group scaled up from zero executors",
+            reason="FirstTaskHandedOut",
+            # The ack comes as the driver hands the task to Spark, before an executor pod is up to
+            # run it: the driver's log says how long the task then waited ("began on an executor").
+            message=f"a task was handed to Spark {woke:.0f} s after the group scaled up from zero "
+            "executors; it runs once an executor pod has started",
         )
     driver_phase = (driver or {}).get("status", {}).get("phase") or "Missing"
     pods = [driver, *executors] if driver is not None else executors

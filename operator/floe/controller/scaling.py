@@ -83,8 +83,9 @@ class GroupScaling:
     def first_task_after_waking(
         self, group: str, first_start_since: Callable[[float], float | None]
     ) -> float | None:
-        """Seconds from the scale-up from zero to the first task that started after it
-        (`first_start_since(t)`: the group's first start at or after t), once, when one has."""
+        """Seconds from the scale-up from zero to the first task handed out after it (acked by
+        an optimizer thread, which then hands it to Spark; `first_start_since(t)`: the group's
+        first ack at or after t), once, when one has."""
         with self._lock:
             woken_at = self._woken_at.get(group)
             if woken_at is None:
