@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import random
 import shutil
 import statistics
 import sys
@@ -83,14 +84,34 @@ class ExecutorClock:
             return self.seconds + self.executors * (time.monotonic() - self.since)
 
 
+@dataclass(frozen=True)
+class Burst:
+    """One table's burst of a measured round: when its last file landed, and floe's commit of it."""
+
+    table: str
+    triggered_s: float
+    committed_s: float
+    process_id: str
+
+    @property
+    def latency_s(self) -> float:
+        return self.committed_s - self.triggered_s
+
+
 @dataclass
 class ModeResult:
     mode: str
     executor_seconds: float
     wall_s: float
-    latencies: list[float]
+    bursts: list[Burst]
     scale_changes: int
     most_executors: int
+    handed_out_s: dict[str, float] = field(default_factory=dict)
+    """By process id, when the optimizer handed its first task to Spark (where known)."""
+
+    @property
+    def latencies(self) -> list[float]:
+        return [b.latency_s for b in self.bursts]
 
 
 def group_spec(mode: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -223,12 +244,13 @@ def _burst(table: Table, files: int, rows: int, round_index: int) -> None:
         table.append(conform(table, batch))
 
 
-def _floe_commit_after(table: Table, after_ms: int) -> float | None:
+def _floe_commit_after(table: Table, after_ms: int) -> tuple[float, str] | None:
+    """floe's first snapshot of `table` after `after_ms`: its time and process id."""
     table.refresh()
     for snapshot in table.snapshots():
         summary = snapshot.summary.additional_properties if snapshot.summary else {}
         if PROCESS_ID_KEY in summary and snapshot.timestamp_ms > after_ms:
-            return snapshot.timestamp_ms / 1000
+            return snapshot.timestamp_ms / 1000, summary[PROCESS_ID_KEY]
     return None
 
 
@@ -246,22 +268,26 @@ def run_mode(mode: str, spark: SparkSession, args: argparse.Namespace) -> ModeRe
     group.start(identifiers)
     try:
         time.sleep(args.settle_s)  # the static group's executors are up before the first burst
-        latencies, wall = run_rounds(mode, tables, args, group.clock.reset)
-        return ModeResult(
-            mode, group.clock.total(), wall, latencies, group.scale_changes, group.most_executors
-        )
+        bursts, wall = run_rounds(mode, tables, args, group.clock.reset)
+        return ModeResult(mode, group.clock.total(), wall, bursts, group.scale_changes, group.most_executors)
     finally:
         group.stop()
 
 
 def run_rounds(
     mode: str, tables: list[Table], args: argparse.Namespace, start_measuring: Callable[[], None]
-) -> tuple[list[float], float]:
-    """Every round's bursts, each waited for until floe committed every table; the
-    trigger-to-commit latencies of the measured rounds and their wall time. `start_measuring`
-    is called as the first measured round starts: Spark's Python workers and the JVM are warm
-    from there on, for both groups alike."""
-    latencies: list[float] = []
+) -> tuple[list[Burst], float]:
+    """Every round's bursts, each waited for until floe committed every table; the bursts of
+    the measured rounds and their wall time. `start_measuring` is called as the first measured
+    round starts: Spark's Python workers and the JVM are warm from there on, for both groups
+    alike.
+
+    Each round's bursts land at a random offset (seeded: the same for both groups) in its first
+    `--jitter` seconds. With a period that is a multiple of the table refresh, bursts would
+    otherwise all land at one phase of the refresh, and each group's latencies would carry the
+    one wait for the refresh that its start happened to give it."""
+    bursts: list[Burst] = []
+    offsets = random.Random(args.seed)
     started = time.monotonic()
     for round_index in range(args.warmup_rounds + args.rounds):
         round_start = time.monotonic()
@@ -269,6 +295,7 @@ def run_rounds(
         if round_index == args.warmup_rounds:
             start_measuring()
             started = round_start
+        time.sleep(offsets.uniform(0.0, args.jitter))
         triggered: dict[str, float] = {}
         for table in tables:
             _burst(table, args.burst_files, args.rows, round_index)
@@ -282,13 +309,13 @@ def run_rounds(
                 committed = _floe_commit_after(table, int(triggered[name] * 1000))
                 if committed is not None:
                     if measured:
-                        latencies.append(committed - triggered[name])
+                        bursts.append(Burst(name, triggered[name], *committed))
                     del pending[name]
             time.sleep(0.5)
         took = time.monotonic() - round_start
         logging.info("%s: round %d committed in %.1f s", mode, round_index, took)
         time.sleep(max(0.0, round_start + args.period - time.monotonic()))
-    return latencies, time.monotonic() - started
+    return bursts, time.monotonic() - started
 
 
 def _p95(values: list[float]) -> float:
@@ -330,9 +357,9 @@ def report(results: dict[str, ModeResult], args: argparse.Namespace, command: st
             f"Command: `{command}`. Load average at the end: {load}.",
             "",
             f"{args.tables} tables, each getting {args.burst_files} files of {args.rows:,} rows at "
-            f"once every {args.period:g} s, {args.rounds} rounds after {args.warmup_rounds} not "
-            f"counted; executors of {args.cores} cores, at most {args.max_executors}; scale-down "
-            f"delay {args.scale_down_delay:g} s. {setting}",
+            f"once every {args.period:g} s (at a random offset in the round's first {args.jitter:g} s), "
+            f"{args.rounds} rounds after {args.warmup_rounds} not counted; executors of {args.cores} "
+            f"cores, at most {args.max_executors}; scale-down delay {args.scale_down_delay:g} s. {setting}",
             "",
             markdown_table(
                 [
@@ -356,12 +383,48 @@ def report(results: dict[str, ModeResult], args: argparse.Namespace, command: st
                 verdict,
             ),
             "",
+            *_breakdown(results),
         ]
     )
 
 
+def _breakdown(results: dict[str, ModeResult]) -> list[str]:
+    """Where each group's latency goes, for the bursts whose first task's handout is known: up
+    to it (the table refresh finding the burst, planning, a thread polling the task) and from it
+    to the commit (an executor to run it on, the task, the commit)."""
+    rows = []
+    for result in results.values():
+        known = [b for b in result.bursts if b.process_id in result.handed_out_s]
+        if not known:
+            continue
+        waited = [result.handed_out_s[b.process_id] - b.triggered_s for b in known]
+        ran = [b.committed_s - result.handed_out_s[b.process_id] for b in known]
+        rows.append(
+            [
+                result.mode,
+                f"{len(known)} of {len(result.bursts)}",
+                f"{statistics.median(waited):.1f} / {_p95(waited):.1f}",
+                f"{statistics.median(ran):.1f} / {_p95(ran):.1f}",
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        markdown_table(
+            [
+                "group",
+                "bursts",
+                "trigger → first task handed to Spark, median / p95 s",
+                "handed out → commit, median / p95 s",
+            ],
+            rows,
+        ),
+        "",
+    ]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = benchmark_parser(__doc__ or "", "autoscaling")
+    parser = benchmark_parser(__doc__ or "", "autoscaling", seed="the bursts' offsets in their rounds")
     parser.add_argument("--tables", type=int, default=6)
     parser.add_argument(
         "--burst-files", type=int, default=4, help="files per table per burst (its minor trigger)"
@@ -381,6 +444,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ("--scale-down-delay", 30.0, "the autoscaled group's scaleDownDelay"),
         ("--decision-interval", 1.0, "the operator's engine round (tick interval)"),
         ("--refresh-interval", 1.0, "the engine's table refresh"),
+        ("--jitter", 1.0, "each round's bursts land at a random offset up to this: the refresh interval"),
         ("--executor-start-s", 0.0, "from a decision up to the executor's threads registering"),
         ("--settle-s", 10.0, "before the first burst"),
         ("--round-timeout", 600.0, "a round's bursts must all be committed within this"),

@@ -9,12 +9,13 @@ Spark executor pods the group's driver asks for.
 
 Measured per group: executor-seconds (executor pods that exist, sampled every second from the
 first measured burst to the end of the last round: a pod starting is paid for) and
-trigger-to-commit latency (from a table's last file of a burst to floe's snapshot of it).
+trigger-to-commit latency (from a table's last file of a burst to floe's snapshot of it), split
+at the time the group's driver handed the process's first task to Spark (from its log).
 Targets (issue 14): >= 50 % fewer executor-seconds, median latency <= 1.2x the static group's.
 
 The cluster, images, chart and catalog are those of ``tests/e2e`` (its fixtures, made or found
 cached), so this runs under pytest: ``.venv/bin/python bench/autoscaling_kind.py`` (about
-25 minutes with the defaults; ``--keep-cluster`` keeps the cluster for another run).
+27 minutes with the defaults; ``--keep-cluster`` keeps the cluster for another run).
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +54,28 @@ NAMESPACE = "bench"
 CATALOG = "bench_rest"
 SECRET = "bench-catalog"
 MODES = ("static", "autoscaled")
+HANDOUT = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \[[^\]]*\] floe_optimizer\.app: "
+    r"thread \d+: running task (\S+)-t\d{4} of ",
+    re.MULTILINE,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The pattern and the groups; the defaults fit one 2-core kind node."""
-    parser = benchmark_parser(__doc__ or "", "autoscaling-kind")
+    parser = benchmark_parser(__doc__ or "", "autoscaling-kind", seed="the bursts' offsets in their rounds")
     parser.add_argument("--tables", type=int, default=3)
     parser.add_argument("--burst-files", type=int, default=4, help="files per table per burst (its trigger)")
     parser.add_argument("--rows", type=int, default=20_000, help="rows per file")
-    parser.add_argument("--rounds", type=int, default=3, help="measured rounds")
+    parser.add_argument("--rounds", type=int, default=5, help="measured rounds")
     parser.add_argument("--warmup-rounds", type=int, default=1, help="rounds before the measured ones")
     parser.add_argument("--period", type=float, default=120.0, help="seconds from one burst to the next")
+    parser.add_argument(
+        "--jitter",
+        type=float,
+        default=10.0,
+        help="each round's bursts land at a random offset up to this: the operator's table refresh",
+    )
     parser.add_argument("--max-executors", type=int, default=2)
     parser.add_argument("--cores", type=int, default=1, help="cores (task threads) per executor")
     parser.add_argument("--scale-down-delay", type=float, default=30.0)
@@ -181,6 +195,19 @@ def _ready(kubectl: Any, mode: str, args: argparse.Namespace) -> bool:
     return running and status.get("desiredExecutors") == 0 and status.get("readyExecutors", 0) == 0
 
 
+def handed_out(kubectl: Any, mode: str) -> dict[str, float]:
+    """By process id, when the group's driver handed the process's first task to Spark (its log's
+    time, UTC)."""
+    selector = f"floe.dev/group={mode},floe.dev/role=driver"
+    first: dict[str, float] = {}
+    for pod in kubectl.json("get", "pods", "-n", NAMESPACE, "-l", selector)["items"]:
+        log = kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"])
+        for stamp, process in HANDOUT.findall(log):
+            at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC).timestamp()
+            first[process] = min(at, first.get(process, at))
+    return first
+
+
 def run_mode(mode: str, args: argparse.Namespace, kubectl: Any, catalog: Any) -> ModeResult:
     """One group's rounds on its own tables; its `ModeResult`."""
     catalog.create_namespace(mode)
@@ -192,16 +219,17 @@ def run_mode(mode: str, args: argparse.Namespace, kubectl: Any, catalog: Any) ->
     clock = PodClock(kubectl, mode)
     clock.start()
     try:
-        latencies, wall = run_rounds(mode, tables, args, clock.reset)
+        bursts, wall = run_rounds(mode, tables, args, clock.reset)
     finally:
         executor_seconds = clock.stop()
+    handouts = handed_out(kubectl, mode)
     events = kubectl.events(NAMESPACE, "OptimizerGroup", mode)
     changes = sum(int(e.get("count") or 1) for e in events if e["reason"] in ("ScaledUp", "ScaledDown"))
     for manifest in reversed(manifests):
         kind = manifest["kind"].lower()
         name = manifest["metadata"]["name"]
         kubectl("delete", kind, name, "-n", NAMESPACE, "--wait=true", "--timeout=180s")
-    return ModeResult(mode, executor_seconds, wall, latencies, changes, clock.most)
+    return ModeResult(mode, executor_seconds, wall, bursts, changes, clock.most, handouts)
 
 
 def test_bursty_pattern_on_kind(release: None, kubectl: Any, data_stack: Any) -> None:
