@@ -41,8 +41,8 @@ class TaskOutcome:
     """How one task ended: a result, or the error that stopped it.
 
     `started_at` is when the task began in an executor's Python worker (epoch seconds, the
-    executor's clock), None when it never did: the time before it was spent waiting for an
-    executor (one starting, when a group wakes from zero) and for its Python worker."""
+    executor's clock), None when it never began there. From the handout to Spark until then the
+    task waited for an executor (one starting, when a group wakes from zero) and its worker."""
 
     task_id: str
     result: TaskResult | None

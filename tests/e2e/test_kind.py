@@ -24,6 +24,7 @@ from pyarrow.fs import FileSelector
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
@@ -144,32 +145,33 @@ def _driver(kubectl: Kubectl) -> dict[str, Any] | None:
     return pods[0] if pods else None
 
 
-def _compacted(kubectl: Kubectl, table: Table) -> dict[str, Any] | None:
-    """The table's status once floe has optimized its current snapshot and is idle again."""
+def _idle_on_floe_snapshot(kubectl: Kubectl, table: Table) -> tuple[dict[str, Any], Snapshot] | None:
+    """The table's status and current snapshot, while floe is idle and made that snapshot."""
     status = _table_status(kubectl)
     table.refresh()
     current = table.current_snapshot()
-    floe_made = current is not None and PROCESS_ID_KEY in current.summary.additional_properties
-    if status.get("state") == "IDLE" and floe_made and status.get("deleteFiles") == 0:
-        return status
-    return None
+    if current is None or status.get("state") != "IDLE":
+        return None
+    return (status, current) if PROCESS_ID_KEY in current.summary.additional_properties else None
+
+
+def _compacted(kubectl: Kubectl, table: Table) -> dict[str, Any] | None:
+    """The table's status once floe has optimized its current snapshot and is idle again."""
+    idle = _idle_on_floe_snapshot(kubectl, table)
+    return idle[0] if idle is not None and idle[0].get("deleteFiles") == 0 else None
 
 
 def _settled(kubectl: Kubectl, table: Table) -> dict[str, Any] | None:
     """The table's status once floe has evaluated its current snapshot, made by floe, and found
     nothing to optimize by the table's own settings. Equality deletes may remain: batches that
     land while a process runs can leave a partition below the minor trigger."""
-    status = _table_status(kubectl)
-    table.refresh()
-    current = table.current_snapshot()
-    if (
-        current is None
-        or status.get("state") != "IDLE"
-        or status.get("snapshotId") != current.snapshot_id
-        or PROCESS_ID_KEY not in current.summary.additional_properties
-    ):
+    idle = _idle_on_floe_snapshot(kubectl, table)
+    if idle is None:
         return None
-    return None if _triggered(status, table) else status
+    status, current = idle
+    if status.get("snapshotId") != current.snapshot_id or _triggered(status, table):
+        return None
+    return status
 
 
 def _triggered(status: dict[str, Any], table: Table) -> list[str]:
@@ -178,16 +180,12 @@ def _triggered(status: dict[str, Any], table: Table) -> list[str]:
     spec = OptimizedTableSpec.model_validate(
         {**status["effectiveSpec"], "table": TABLE, "group": GROUP, "catalog": {"name": CATALOG}}
     )
-    last = {
-        k: _seconds(status[k]) if status.get(k) else None
-        for k in ("lastMinorOptimizing", "lastFullOptimizing")
-    }
+    last_minor, last_full = (
+        _seconds(status[key]) if status.get(key) else None
+        for key in ("lastMinorOptimizing", "lastFullOptimizing")
+    )
     evaluations = evaluate_table(
-        scan_table(table).files,
-        spec.optimizing_config(table.properties),
-        time.time(),
-        last["lastMinorOptimizing"],
-        last["lastFullOptimizing"],
+        scan_table(table).files, spec.optimizing_config(table.properties), time.time(), last_minor, last_full
     )
     return [f"{e.partition}: {e.optimizing_type} ({e.reason})" for e in evaluations if e.optimizing_type]
 
