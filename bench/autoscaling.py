@@ -450,7 +450,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ("--round-timeout", 600.0, "a round's bursts must all be committed within this"),
     ):
         parser.add_argument(flag, type=float, default=seconds, help=what)
-    return parser.parse_args(argv)
+    return check_jitter(parser, parser.parse_args(argv))
+
+
+def check_jitter(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """`args`, once its ``--jitter`` is known to fit in a round: from 0 up to ``--period``."""
+    if not 0 <= args.jitter <= args.period:
+        parser.error(f"--jitter must be from 0 up to --period ({args.period:g} s), not {args.jitter:g}")
+    return args
 
 
 def main() -> int:

@@ -40,7 +40,7 @@ ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT / "tests"), str(BENCH)]  # tests/e2e's fixtures, and bench's own modules
 
 import e2e.conftest as e2e  # noqa: E402
-from autoscaling import SCHEMA, ModeResult, group_spec, report, run_rounds  # noqa: E402
+from autoscaling import SCHEMA, ModeResult, check_jitter, group_spec, report, run_rounds  # noqa: E402
 from harness.cli import benchmark_parser  # noqa: E402
 from harness.report import emit  # noqa: E402
 
@@ -81,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scale-down-delay", type=float, default=30.0)
     parser.add_argument("--round-timeout", type=float, default=600.0)
     parser.add_argument("--keep-cluster", action="store_true", help="keep the kind cluster afterwards")
-    return parser.parse_args(argv)
+    return check_jitter(parser, parser.parse_args(argv))
 
 
 def main() -> int:
