@@ -41,15 +41,12 @@ from pyiceberg.types import (
 from sqlalchemy import text
 from test_engine import _group, _table
 
-from floe.api.models import MaintenanceSpec
 from floe.cli import main
 from floe.controller.status import table_status
-from floe.maintenance.jobs import run_maintenance_job
 from floe.planning.files import FileKind
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.task_service import TaskService
 from floe.tables.catalog import load_table
-from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.runtime import TableState
 from floe.tables.support import UnsupportedTableError, unsupported_features
 from floe.tables.writer import conform
@@ -82,9 +79,11 @@ def test_the_dry_run_refuses_a_v3_table_with_deletion_vectors(
     # Without --dry-run too: refused before any task, so nothing is written and no retry is spent.
     assert main(["optimize", "--catalog-config", str(config), "db.t", "--type", "full"]) == 2
     assert "table db.t is not optimized" in " ".join(capsys.readouterr().err.split())
-    # Maintenance commits metadata floe cannot write right for v3: refused as well.
-    assert main(["optimize", "--catalog-config", str(config), "db.t", "--type", "manifests"]) == 2
-    assert "format version 3" in " ".join(capsys.readouterr().err.split())
+    # Maintenance that removes or writes delete files is refused on v3 as well.
+    assert main(["optimize", "--catalog-config", str(config), "db.t", "--type", "dangling-deletes"]) == 2
+    assert "format version 3 (the dangling-deletes job removes or writes" in " ".join(
+        capsys.readouterr().err.split()
+    )
     assert _files_under(v3_table, "db.t") == before
     assert v3_table.load_table("db.t").current_snapshot() == snapshot
 
@@ -119,7 +118,6 @@ def test_the_engine_shows_the_refusal_once_and_never_plans(
     for _ in range(10):  # more refreshes, on the same snapshot: no second Event, no plan
         engine.tick()
         time.sleep(0.1)
-    run_maintenance = runtime.due_maintenance(time.time())
 
     reason = runtime.refusal
     assert reason.startswith("table db.t is not optimized: it uses format version 3")
@@ -128,17 +126,8 @@ def test_the_engine_shows_the_refusal_once_and_never_plans(
     assert [(e.kind, e.reason, e.message) for e in events] == [("Warning", "Unsupported", reason)]
     assert engine.stuck_tables() == {runtime.table_id: reason}, "floe run --once reports it and exits 1"
     assert engine.converged()
-    assert run_maintenance is None, "no maintenance on a refused table"
     degraded = next(c for c in table_status(runtime, 0.0, str)["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"], degraded["message"]) == ("True", "Unsupported", reason)
-
-
-def test_maintenance_refuses_a_v3_table(v3_table: SqlCatalog) -> None:
-    table = v3_table.load_table("db.t")
-    with pytest.raises(
-        UnsupportedTableError, match=r"table db\.t is not optimized: it uses format version 3"
-    ):
-        run_maintenance_job(table, MaintenanceJob.EXPIRE, MaintenanceSpec(), now_s=time.time())
 
 
 def _commit_metadata(catalog: SqlCatalog, name: str, edit: Callable[[dict[str, Any]], None]) -> None:
@@ -337,7 +326,7 @@ def test_v3_column_types_are_named_with_their_path() -> None:
         NestedField(6, "nothing", UnknownType(), required=False),
     )
     assert unsupported_features(_metadata(schema, format_version=3)) == [
-        "format version 3 (deletion vectors and row lineage are not handled yet)",
+        "format version 3 (deletion vectors and row lineage are not rewritten yet)",
         "column 'at' of type timestamp_ns",
         "column 'events.element.shape' of type geometry",
         "column 'nothing' of type unknown",

@@ -31,6 +31,7 @@ from floe.commit.retry import on_fresh_head
 from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft
 from floe.planning.files import ContentFile, DeleteIndex
 from floe.tables.history import SUMMARY_DEFERRED_PARTITIONS, SUMMARY_OPTIMIZING_TYPE, SUMMARY_PROCESS_ID
+from floe.tables.manifest_io import deletion_vector_location, manifest_entries, snapshot_manifests
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID, content_file
 from floe.tables.support import UnsupportedTableError
 
@@ -204,10 +205,11 @@ def committed_snapshot(table: Table, metadata: TableMetadata, request: RewriteRe
 
 def _added_paths(table: Table, snapshot: Snapshot) -> set[str]:
     added = set()
-    for manifest in snapshot.manifests(table.io):
+    version = table.metadata.format_version
+    for manifest in snapshot_manifests(snapshot, table.io, version):
         if manifest.added_snapshot_id != snapshot.snapshot_id:
             continue
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+        for entry in manifest_entries(manifest, table.io, version):
             if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot.snapshot_id:
                 added.add(entry.data_file.file_path)
     return added
@@ -230,11 +232,12 @@ def _result_of(
 
 def validate_since_start(table: Table, metadata: TableMetadata, request: RewriteRequest) -> None:
     """Raise CommitConflict if a commit since the starting snapshot makes the rewrite unsafe."""
+    version = metadata.format_version
     for snapshot in _snapshots_since(metadata, request.starting_snapshot_id):
-        for manifest in snapshot.manifests(table.io):
+        for manifest in snapshot_manifests(snapshot, table.io, version):
             if manifest.added_snapshot_id != snapshot.snapshot_id:
                 continue
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            for entry in manifest_entries(manifest, table.io, version, discard_deleted=False):
                 if entry.snapshot_id != snapshot.snapshot_id:
                     continue
                 _check_entry(entry, snapshot, request)
@@ -274,7 +277,11 @@ def _check_entry(entry: ManifestEntry, snapshot: Snapshot, request: RewriteReque
 
 
 def _position_delete_targets(delete: DataFile, rewritten: frozenset[str]) -> str | None:
-    """A rewritten path the position delete may reference, judged by its file_path bounds."""
+    """A rewritten path the position delete may reference: a deletion vector's own data file,
+    or one its file_path bounds allow."""
+    vector = deletion_vector_location(delete)
+    if vector is not None:
+        return vector[0] if vector[0] in rewritten else None
     lower_b = (delete.lower_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
     upper_b = (delete.upper_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
     if lower_b is None or upper_b is None:

@@ -52,7 +52,7 @@ def commit_row_delta(
             ]
             manifests = draft.write_entries(entries, added_sequence_number=None)
             if draft.parent is not None:
-                manifests += draft.parent.manifests(table.io)
+                manifests += draft.manifests(draft.parent)
             summary = draft.summary(operation, added=[*data_files, *delete_files], removed=[], extra={})
             snapshot = draft.commit(manifests, summary)
         except CommitFailedException:

@@ -14,15 +14,19 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from pyiceberg.avro.codecs import AvroCompressionCodec
+from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.io import FileIO
+from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
+    MANIFEST_LIST_FILE_SCHEMAS,
     DataFile,
     DataFileContent,
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
+    ManifestListWriterV2,
     ManifestWriter,
     ManifestWriterV2,
     write_manifest,
@@ -43,7 +47,12 @@ from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetSn
 from pyiceberg.typedef import TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
-from floe.tables.support import UnsupportedTableError, unsupported_features
+from floe.tables.manifest_io import ROW_LINEAGE_VERSION, manifest_entries, snapshot_manifests
+from floe.tables.support import WRITABLE_FORMAT_VERSIONS, UnsupportedTableError
+from floe.tables.v3_metadata import allow_v3_metadata_writes
+
+V3_DATA_FILE_FIELDS = len(DATA_FILE_TYPE[ROW_LINEAGE_VERSION].fields)
+V3_MANIFEST_FIELDS = len(MANIFEST_LIST_FILE_SCHEMAS[ROW_LINEAGE_VERSION].fields)
 
 
 class CommitStateUnknown(RuntimeError):
@@ -79,7 +88,20 @@ def _spec_compliant(entry_schema: Schema) -> Schema:
 
 
 class _DataManifestWriterV2(ManifestWriterV2):
-    """pyiceberg's v2 manifest writer with the spec's type for equality_ids."""
+    """pyiceberg's v2 manifest writer with the spec's type for equality_ids, for the content
+    `manifest_content` names (pyiceberg's writes data manifests only)."""
+
+    manifest_content = ManifestContent.DATA
+
+    def content(self) -> ManifestContent:
+        return self.manifest_content
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {
+            **super()._meta,
+            "content": "deletes" if self.manifest_content == ManifestContent.DELETES else "data",
+        }
 
     def _with_partition(self, format_version: TableVersion) -> Schema:
         return _spec_compliant(super()._with_partition(format_version))
@@ -88,12 +110,102 @@ class _DataManifestWriterV2(ManifestWriterV2):
 class _DeleteManifestWriterV2(_DataManifestWriterV2):
     """The v2 manifest writer for delete files (content=deletes)."""
 
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
+    manifest_content = ManifestContent.DELETES
+
+
+class _DataManifestWriterV3(_DataManifestWriterV2):
+    """A v3 manifest writer: v2's rules for sequence numbers, with the v3 file fields.
+
+    pyiceberg 0.12 writes manifests of v1 and v2 tables only. Entries read by
+    `floe.tables.manifest_io` carry the v3 fields (an inherited ``first_row_id`` included,
+    so an EXISTING file keeps its row ids); files floe creates get them empty: a new data
+    file inherits its ``first_row_id`` from the manifest, as the spec says.
+    """
 
     @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
+    def version(self) -> TableVersion:
+        return ROW_LINEAGE_VERSION
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        schema = self._with_partition(ROW_LINEAGE_VERSION)
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file,
+            file_schema=schema,
+            record_schema=schema,
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+    def prepare_entry(self, entry: ManifestEntry) -> ManifestEntry:
+        entry = super().prepare_entry(entry)
+        missing = V3_DATA_FILE_FIELDS - len(entry.data_file)
+        if missing > 0:
+            padded = DataFile(*(entry.data_file[i] for i in range(len(entry.data_file))), *([None] * missing))
+            padded.spec_id = entry.data_file.spec_id
+            entry = ManifestEntry.from_args(
+                status=entry.status,
+                snapshot_id=entry.snapshot_id,
+                sequence_number=entry.sequence_number,
+                file_sequence_number=entry.file_sequence_number,
+                data_file=padded,
+            )
+        return entry
+
+
+class _DeleteManifestWriterV3(_DataManifestWriterV3):
+    """The v3 manifest writer for delete files (deletion vectors and equality deletes)."""
+
+    manifest_content = ManifestContent.DELETES
+
+
+class _ManifestListWriterV3(ManifestListWriterV2):
+    """A v3 manifest list: v2's, plus a ``first_row_id`` for each data manifest without one.
+
+    As the spec's "First Row ID Assignment" says: ids start at the table's ``next-row-id`` and
+    each assigned manifest takes as many as it holds added and existing rows; `added_rows` is
+    the number taken, the snapshot's ``added-rows``.
+    """
+
+    def __init__(
+        self,
+        output_file: OutputFile,
+        snapshot_id: int,
+        parent_snapshot_id: int | None,
+        sequence_number: int,
+        first_row_id: int,
+        compression: AvroCompressionCodec,
+    ) -> None:
+        super().__init__(output_file, snapshot_id, parent_snapshot_id, sequence_number, compression)
+        self._format_version = ROW_LINEAGE_VERSION
+        self._meta = {**self._meta, "format-version": "3", "first-row-id": str(first_row_id)}
+        self.first_row_id = first_row_id
+        self.next_row_id = first_row_id
+
+    @property
+    def added_rows(self) -> int:
+        """Row ids assigned so far."""
+        return self.next_row_id - self.first_row_id
+
+    def __enter__(self) -> _ManifestListWriterV3:
+        schema = MANIFEST_LIST_FILE_SCHEMAS[ROW_LINEAGE_VERSION]
+        self._writer = AvroOutputFile[ManifestFile](
+            output_file=self._output_file,
+            record_schema=schema,
+            file_schema=schema,
+            schema_name="manifest_file",
+            metadata=self._meta,
+        )
+        self._writer.__enter__()
+        return self
+
+    def prepare_manifest(self, manifest_file: ManifestFile) -> ManifestFile:
+        prepared = super().prepare_manifest(manifest_file)
+        fields = [prepared[i] for i in range(len(prepared))]
+        fields += [None] * (V3_MANIFEST_FIELDS - len(fields))
+        if prepared.content == ManifestContent.DATA and fields[V3_MANIFEST_FIELDS - 1] is None:
+            fields[V3_MANIFEST_FIELDS - 1] = self.next_row_id
+            self.next_row_id += (prepared.added_rows_count or 0) + (prepared.existing_rows_count or 0)
+        return ManifestFile(*fields)
 
 
 @dataclass
@@ -112,9 +224,11 @@ class SnapshotDraft:
 
     def __post_init__(self) -> None:
         # Planning refuses such tables already; a commit never writes metadata it cannot write right.
-        refused = unsupported_features(self.metadata)
-        if refused:
-            raise UnsupportedTableError(".".join(self.table.name()), refused)
+        version = self.metadata.format_version
+        if version not in WRITABLE_FORMAT_VERSIONS:
+            raise UnsupportedTableError(".".join(self.table.name()), [f"format version {version}"])
+        if version >= ROW_LINEAGE_VERSION:
+            allow_v3_metadata_writes()
         self.snapshot_id = self.metadata.new_snapshot_id()
 
     @property
@@ -144,10 +258,14 @@ class SnapshotDraft:
                 m,
                 known[m.manifest_path]
                 if m.manifest_path in known
-                else m.fetch_manifest_entry(self.io, discard_deleted=True),
+                else manifest_entries(m, self.io, self.metadata.format_version),
             )
-            for m in head.manifests(self.io)
+            for m in self.manifests(head)
         ]
+
+    def manifests(self, snapshot: Snapshot) -> list[ManifestFile]:
+        """The manifests of a snapshot of this table, read with its format version's fields."""
+        return snapshot_manifests(snapshot, self.io, self.metadata.format_version)
 
     @property
     def sequence_number(self) -> int:
@@ -173,6 +291,9 @@ class SnapshotDraft:
         spec = self.metadata.specs()[spec_id]
         schema = self.metadata.schema()
         compression = self._avro_compression()
+        if self.metadata.format_version >= ROW_LINEAGE_VERSION:
+            writer = _DeleteManifestWriterV3 if content == ManifestContent.DELETES else _DataManifestWriterV3
+            return writer(spec, schema, output, self.snapshot_id, compression)
         if content == ManifestContent.DELETES:
             return _DeleteManifestWriterV2(spec, schema, output, self.snapshot_id, compression)
         return write_manifest(
@@ -272,17 +393,32 @@ class SnapshotDraft:
         Raises pyiceberg's CommitFailedException when main moved since `metadata` was read.
         """
         parent = self.parent
-        manifest_list = self._new_path(f"snap-{self.snapshot_id}-1-{self.commit_uuid}.avro")
-        with write_manifest_list(
-            format_version=self.metadata.format_version,
-            output_file=self.io.new_output(manifest_list),
-            snapshot_id=self.snapshot_id,
-            parent_snapshot_id=parent.snapshot_id if parent else None,
-            sequence_number=self.sequence_number,
-            avro_compression=self._avro_compression(),
-        ) as writer:
-            writer.add_manifests(manifests)
         parent_id = parent.snapshot_id if parent else None
+        manifest_list = self._new_path(f"snap-{self.snapshot_id}-1-{self.commit_uuid}.avro")
+        output = self.io.new_output(manifest_list)
+        row_ids: dict[str, int] = {}
+        if self.metadata.format_version >= ROW_LINEAGE_VERSION:
+            first_row_id = getattr(self.metadata, "next_row_id", None) or 0
+            with _ManifestListWriterV3(
+                output,
+                self.snapshot_id,
+                parent_id,
+                self.sequence_number,
+                first_row_id,
+                self._avro_compression(),
+            ) as lineage_writer:
+                lineage_writer.add_manifests(manifests)
+            row_ids = {"first-row-id": first_row_id, "added-rows": lineage_writer.added_rows}
+        else:
+            with write_manifest_list(
+                format_version=self.metadata.format_version,
+                output_file=output,
+                snapshot_id=self.snapshot_id,
+                parent_snapshot_id=parent_id,
+                sequence_number=self.sequence_number,
+                avro_compression=self._avro_compression(),
+            ) as writer:
+                writer.add_manifests(manifests)
         snapshot = Snapshot.model_validate(
             {
                 "snapshot-id": self.snapshot_id,
@@ -291,6 +427,7 @@ class SnapshotDraft:
                 "sequence-number": self.sequence_number,
                 "summary": summary,
                 "schema-id": self.metadata.current_schema_id,
+                **row_ids,
             }
         )
         main = {"snapshot-id": self.snapshot_id, "ref-name": MAIN_BRANCH, "type": SnapshotRefType.BRANCH}

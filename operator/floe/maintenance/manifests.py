@@ -21,6 +21,7 @@ from pyiceberg.table.snapshots import Operation
 from floe.commit.retry import on_fresh_head
 from floe.commit.snapshot import SnapshotDraft
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
+from floe.tables.manifest_io import manifest_entries
 
 SUMMARY_MANIFESTS_CREATED = "manifests-created"
 SUMMARY_MANIFESTS_REPLACED = "manifests-replaced"
@@ -58,7 +59,7 @@ def rewrite_manifests(
         head = draft.parent
         if head is None:
             return _Outcome("the table has no snapshot")
-        manifests = head.manifests(draft.io)
+        manifests = draft.manifests(head)
         small = [m for m in manifests if m.manifest_length < target_manifest_size]
         small_data = sum(1 for m in small if m.content == ManifestContent.DATA)
         if small_data < trigger_small_manifests:
@@ -109,7 +110,8 @@ def _rewrite(
     created: list[ManifestFile] = []
     total = 0
     for (spec_id, content), group in sorted(groups.items(), key=lambda kv: (kv[0][0], int(kv[0][1]))):
-        entries = [e for m in group for e in m.fetch_manifest_entry(draft.io, discard_deleted=True)]
+        version = draft.metadata.format_version
+        entries = [e for m in group for e in manifest_entries(m, draft.io, version)]
         entries.sort(key=_partition_order)
         total += len(entries)
         # Size per entry as the inputs show it (their fixed overhead included, so this errs small).

@@ -16,6 +16,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
+from floe.tables.manifest_io import deletion_vector_location, manifest_entries, snapshot_manifests
 
 # Iceberg's reserved field id of the `file_path` column of position delete files.
 POS_DELETE_FILE_PATH_ID = 2147483546
@@ -87,7 +88,11 @@ class EntryConverter:
 
 
 def referenced_data_file(data_file: DataFile) -> str | None:
-    """The single data file a position delete file targets, when its bounds prove it."""
+    """The single data file a position delete file targets: a deletion vector's own, or the one
+    its bounds prove."""
+    vector = deletion_vector_location(data_file)
+    if vector is not None:
+        return vector[0]
     lower = (data_file.lower_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
     upper = (data_file.upper_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
     if lower is not None and lower == upper:
@@ -134,10 +139,11 @@ def live_entries(table: Table, snapshot_id: int | None) -> list[ManifestEntry]:
     snapshot = table.metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
     if snapshot is None:
         return []
-    manifests: list[ManifestFile] = snapshot.manifests(table.io)
+    version = table.metadata.format_version
+    manifests: list[ManifestFile] = snapshot_manifests(snapshot, table.io, version)
     # Threads overlap the reads of remote manifests; decoding itself holds the GIL.
     with ThreadPoolExecutor(max_workers=8) as pool:
-        chunks = pool.map(lambda m: m.fetch_manifest_entry(table.io, discard_deleted=True), manifests)
+        chunks = pool.map(lambda m: manifest_entries(m, table.io, version), manifests)
         return [entry for chunk in chunks for entry in chunk]
 
 

@@ -2,11 +2,16 @@
 
 A table that uses a feature floe cannot handle is refused at planning time, in ``--dry-run``
 too, with one sentence naming the table and the features, so no task is started and no
-retry is spent on an error floe could have foreseen. What is refused: format versions other
-than 1 and 2 (v3's deletion vectors and row lineage are not handled yet), data and delete
-files that are not Parquet (Puffin deletion vectors, ORC, Avro), column types the rewrite
-cannot carry (v3's ``variant``, ``geometry``, ``geography``, ``unknown``, nanosecond
-timestamps), and partition or sort transforms floe does not know.
+retry is spent on an error floe could have foreseen. What is refused: optimizing format
+versions other than 1 and 2 (v3's deletion vectors and row lineage are not rewritten yet),
+data and delete files that are not Parquet (Puffin deletion vectors, ORC, Avro), column
+types the rewrite cannot carry (v3's ``variant``, ``geometry``, ``geography``, ``unknown``,
+nanosecond timestamps), and partition or sort transforms floe does not know.
+
+Maintenance is checked per job: on a v3 table, expiry, orphan cleanup and manifest rewrites
+run (floe reads and writes v3 metadata, row lineage included), while dangling-delete removal
+and data retention, which remove or write delete files, are refused. A table refused for
+optimizing carries the jobs that may still run (`UnsupportedTableError.maintainable`).
 """
 
 from __future__ import annotations
@@ -35,11 +40,17 @@ from pyiceberg.types import (
 )
 
 from floe.planning.files import FileKind, TableFiles
+from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.scan import ScannedTable, scan_table
 
 SUPPORTED_FORMAT_VERSIONS = (1, 2)
+"""The format versions floe optimizes."""
+WRITABLE_FORMAT_VERSIONS = (1, 2, 3)
+"""The format versions whose metadata floe reads and writes right (v3: row lineage included)."""
+V3_MAINTENANCE = frozenset({MaintenanceJob.EXPIRE, MaintenanceJob.ORPHANS, MaintenanceJob.MANIFESTS})
+"""The maintenance jobs that run on a v3 table: none of them removes or writes a delete file."""
 _UNSUPPORTED_TYPES = (TimestampNanoType, TimestamptzNanoType, UnknownType, GeometryType, GeographyType)
-_VERSION_NOTES = {3: " (deletion vectors and row lineage are not handled yet)"}
+_VERSION_NOTES = {3: " (deletion vectors and row lineage are not rewritten yet)"}
 _FILE_KIND_NAMES = {
     FileKind.DATA: "data files",
     FileKind.POSITION_DELETES: "position-delete files",
@@ -59,6 +70,7 @@ class UnsupportedTableError(RuntimeError):
         features: Sequence[str],
         files: TableFiles | None = None,
         metadata_location: str | None = None,
+        maintainable: frozenset[MaintenanceJob] = frozenset(),
     ) -> None:
         self.table = table
         self.features = tuple(features)
@@ -66,6 +78,8 @@ class UnsupportedTableError(RuntimeError):
         """The live files, when the table was scanned before it was refused."""
         self.metadata_location = metadata_location
         """The metadata file the refusal was made from, when it was read."""
+        self.maintainable = maintainable
+        """The maintenance jobs that may still run on the table (on a v3 table: `V3_MAINTENANCE`)."""
         super().__init__(
             f"table {table} is not optimized: it uses {_join(self.features)}, which floe does not support"
         )
@@ -75,17 +89,25 @@ def unsupported_features(
     metadata: TableMetadata,
     file_formats: Iterable[tuple[FileKind, FileFormat]] = (),
     spec_ids: Iterable[int] = (),
+    job: MaintenanceJob | None = None,
 ) -> list[str]:
     """The features of a table floe cannot handle, each named for a user; empty when it can.
 
     `file_formats` are the (kind, format) pairs of the live files, `spec_ids` the partition
     specs they were written with; the table's default spec and sort order are always checked,
-    since rewritten files may be laid out by them.
+    since rewritten files may be laid out by them. Without `job` the check is for optimizing;
+    with it, for that maintenance job.
     """
     features = []
-    if metadata.format_version not in SUPPORTED_FORMAT_VERSIONS:
-        version = metadata.format_version
-        features.append(f"format version {version}{_VERSION_NOTES.get(version, '')}")
+    version = metadata.format_version
+    if job is not None and version == 3 and job not in V3_MAINTENANCE:
+        features.append(
+            f"format version 3 (the {job} job removes or writes delete files, not done on v3 yet)"
+        )
+    elif (
+        job is None and version not in SUPPORTED_FORMAT_VERSIONS
+    ) or version not in WRITABLE_FORMAT_VERSIONS:
+        features.append(f"format version {version}{_VERSION_NOTES.get(version, '') if job is None else ''}")
     for kind, file_format in sorted(set(file_formats), key=lambda pair: (pair[0].value, pair[1].value)):
         if file_format == FileFormat.PUFFIN and kind == FileKind.POSITION_DELETES:
             features.append("deletion vectors (Puffin position deletes)")
@@ -104,16 +126,25 @@ def unsupported_features(
     return features
 
 
-def check_supported(table_name: str, table: Table, scanned: ScannedTable | None = None) -> None:
-    """Raise `UnsupportedTableError` naming the table and what it uses that floe cannot handle;
-    without `scanned`, only what the metadata says is checked (not the live files' formats)."""
+def maintainable_jobs(metadata: TableMetadata) -> frozenset[MaintenanceJob]:
+    """The maintenance jobs floe can run on a table, as its metadata says."""
+    return frozenset(job for job in MaintenanceJob if not unsupported_features(metadata, job=job))
+
+
+def check_supported(
+    table_name: str, table: Table, scanned: ScannedTable | None = None, job: MaintenanceJob | None = None
+) -> None:
+    """Raise `UnsupportedTableError` naming the table and what it uses that floe cannot handle,
+    for optimizing or, with `job`, for that maintenance job; without `scanned`, only what the
+    metadata says is checked (not the live files' formats)."""
     if scanned is None:
-        features = unsupported_features(table.metadata)
+        features = unsupported_features(table.metadata, job=job)
     else:
-        features = unsupported_features(table.metadata, scanned.file_formats, scanned.spec_ids)
+        features = unsupported_features(table.metadata, scanned.file_formats, scanned.spec_ids, job)
     if features:
         files = scanned.files if scanned else None
-        raise UnsupportedTableError(table_name, features, files, table.metadata_location)
+        maintainable = maintainable_jobs(table.metadata)
+        raise UnsupportedTableError(table_name, features, files, table.metadata_location, maintainable)
 
 
 def scan_supported(table_name: str, table: Table) -> ScannedTable:
@@ -126,7 +157,10 @@ def scan_supported(table_name: str, table: Table) -> ScannedTable:
         if refused:
             # The manifests of an unsupported format may not even be readable: the metadata
             # already says why the table is refused.
-            raise UnsupportedTableError(table_name, refused, None, table.metadata_location) from None
+            maintainable = maintainable_jobs(table.metadata)
+            raise UnsupportedTableError(
+                table_name, refused, None, table.metadata_location, maintainable
+            ) from None
         raise
     check_supported(table_name, table, scanned)
     return scanned
