@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 from uuid import uuid4
 
 import pyarrow as pa
@@ -63,27 +64,42 @@ def _files_under(catalog: SqlCatalog, table: str) -> set[Path]:
     return {p for p in location.rglob("*") if p.is_file()}
 
 
-def test_the_dry_run_refuses_a_v3_table_with_deletion_vectors(
+UNKNOWN_SORT = "sort order 1 with the unknown transform zorder[4]"
+
+
+def _unknown_sort_order(document: dict[str, Any]) -> None:
+    field = {"transform": "zorder[4]", "source-id": 1, "direction": "asc", "null-order": "nulls-first"}
+    document["sort-orders"].append({"order-id": 1, "fields": [field]})
+    document["default-sort-order-id"] = 1
+
+
+@pytest.fixture
+def refused_table(v3_table: SqlCatalog) -> SqlCatalog:
+    """The v3 table Spark wrote (deletion vectors and all), its sort order then given a transform
+    floe does not know, the way another engine would commit it."""
+    _commit_metadata(v3_table, "t", _unknown_sort_order)
+    return v3_table
+
+
+def test_the_dry_run_plans_a_v3_table_and_refuses_what_floe_cannot_handle(
     v3_table: SqlCatalog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = _config(tmp_path, v3_table)
+    # As Spark wrote it, deletion vectors and row lineage included: planned.
+    assert main(["optimize", "--catalog-config", str(config), "db.t", "--dry-run"]) == 0
+    assert "not optimized" not in capsys.readouterr().err
+
+    _commit_metadata(v3_table, "t", _unknown_sort_order)
     before = _files_under(v3_table, "db.t")
     snapshot = v3_table.load_table("db.t").current_snapshot()
-
     assert main(["optimize", "--catalog-config", str(config), "db.t", "--dry-run"]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "table db.t is not optimized: it uses format version 3" in err
-    assert "deletion vectors (Puffin position deletes)" in err
+    assert f"table db.t is not optimized: it uses {UNKNOWN_SORT}, which floe does not support" in err
     assert "Traceback" not in err
 
     # Without --dry-run too: refused before any task, so nothing is written and no retry is spent.
     assert main(["optimize", "--catalog-config", str(config), "db.t", "--type", "full"]) == 2
     assert "table db.t is not optimized" in " ".join(capsys.readouterr().err.split())
-    # Maintenance that removes or writes delete files is refused on v3 as well.
-    assert main(["optimize", "--catalog-config", str(config), "db.t", "--type", "dangling-deletes"]) == 2
-    assert "format version 3 (the dangling-deletes job removes or writes" in " ".join(
-        capsys.readouterr().err.split()
-    )
     assert _files_under(v3_table, "db.t") == before
     assert v3_table.load_table("db.t").current_snapshot() == snapshot
 
@@ -110,17 +126,17 @@ def _tick_until(engine: OptimizingEngine, done: Callable[[], bool]) -> None:
 
 
 def test_the_engine_shows_the_refusal_once_and_never_plans(
-    v3_table: SqlCatalog, engine: tuple[OptimizingEngine, list[EngineEvent]]
+    refused_table: SqlCatalog, engine: tuple[OptimizingEngine, list[EngineEvent]]
 ) -> None:
     engine, events = engine
-    runtime = engine.apply_table(_table(v3_table, "g"))
+    runtime = engine.apply_table(_table(refused_table, "g"))
     _tick_until(engine, lambda: bool(runtime.refusal))
     for _ in range(10):  # more refreshes, on the same snapshot: no second Event, no plan
         engine.tick()
         time.sleep(0.1)
 
     reason = runtime.refusal
-    assert reason.startswith("table db.t is not optimized: it uses format version 3")
+    assert reason == f"table db.t is not optimized: it uses {UNKNOWN_SORT}, which floe does not support"
     assert runtime.state == TableState.IDLE and runtime.process_id is None
     assert runtime.data_files == 10 and runtime.delete_files == 8, "the live files are still shown"
     assert [(e.kind, e.reason, e.message) for e in events] == [("Warning", "Unsupported", reason)]
@@ -138,11 +154,10 @@ def _commit_metadata(catalog: SqlCatalog, name: str, edit: Callable[[dict[str, A
         current = connection.execute(
             text("SELECT metadata_location FROM iceberg_tables WHERE table_name = :name"), {"name": name}
         ).scalar_one()
-        document = json.loads(Path(current.removeprefix("file://")).read_text())
+        # Spark writes file:/path, pyiceberg file:///path.
+        document = json.loads(Path(urlparse(current).path).read_text())
         edit(document)
-        location = (
-            Path(document["location"].removeprefix("file://")) / "metadata" / f"{uuid4()}.metadata.json"
-        )
+        location = Path(urlparse(document["location"]).path) / "metadata" / f"{uuid4()}.metadata.json"
         location.write_text(json.dumps(document))
         connection.execute(
             text("UPDATE iceberg_tables SET metadata_location = :new WHERE table_name = :name"),
@@ -326,23 +341,22 @@ def test_v3_column_types_are_named_with_their_path() -> None:
         NestedField(6, "nothing", UnknownType(), required=False),
     )
     assert unsupported_features(_metadata(schema, format_version=3)) == [
-        "format version 3 (deletion vectors and row lineage are not rewritten yet)",
         "column 'at' of type timestamp_ns",
         "column 'events.element.shape' of type geometry",
         "column 'nothing' of type unknown",
     ]
 
 
-def test_file_formats_other_than_parquet_are_named() -> None:
+def test_file_formats_other_than_parquet_and_deletion_vectors_are_named() -> None:
     formats = [
         (FileKind.DATA, FileFormat.ORC),
         (FileKind.DATA, FileFormat.PARQUET),
         (FileKind.POSITION_DELETES, FileFormat.PUFFIN),
         (FileKind.EQUALITY_DELETES, FileFormat.AVRO),
     ]
+    # Puffin position deletes are deletion vectors, which floe reads and applies.
     assert unsupported_features(_metadata(SUPPORTED), formats) == [
         "ORC data files",
-        "deletion vectors (Puffin position deletes)",
         "AVRO equality-delete files",
     ]
 

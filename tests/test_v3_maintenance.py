@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,26 +21,19 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table.metadata import TableMetadataUtil
+from pyiceberg.table.snapshots import Operation
 from pyspark.sql import SparkSession
-from test_engine import _table
-from test_unsupported import _tick_until, engine  # noqa: F401  (engine: the fixture)
+from v3_lineage import lineage, merge_keeps_lineage
 
 from floe.api.models import MaintenanceSpec
+from floe.commit.snapshot import SnapshotDraft
 from floe.local.reference_reader import ReferenceReader, qualified_name
 from floe.maintenance.jobs import run_maintenance_job
-from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.tables.maintenance_job import MaintenanceJob
-from floe.tables.manifest_io import manifest_first_row_id, snapshot_manifests
+from floe.tables.manifest_io import deletion_vector_location, manifest_first_row_id, snapshot_manifests
+from floe.tables.scan import scan_table
 from floe.tables.support import UnsupportedTableError
 from floe.tables.v3_metadata import allow_v3_metadata_writes
-
-LINEAGE = "SELECT id, cat, v, _row_id, _last_updated_sequence_number FROM {} ORDER BY id"
-
-
-def _lineage(spark: SparkSession, catalog: SqlCatalog) -> list[tuple[Any, ...]]:
-    """Every row with its row id and last-updated sequence number, as Iceberg Java reads them."""
-    spark.sql(f"REFRESH TABLE {qualified_name(catalog.name, 'db.t')}")
-    return [tuple(r) for r in spark.sql(LINEAGE.format(qualified_name(catalog.name, "db.t"))).collect()]
 
 
 def _spec(**jobs: dict[str, Any]) -> MaintenanceSpec:
@@ -49,7 +43,7 @@ def _spec(**jobs: dict[str, Any]) -> MaintenanceSpec:
 def test_manifest_rewrite_keeps_row_lineage_and_spark_writes_on(
     v3_table: SqlCatalog, spark: SparkSession, reference: ReferenceReader
 ) -> None:
-    before = _lineage(spark, v3_table)
+    before = lineage(spark, v3_table)
     table = v3_table.load_table("db.t")
     next_row_id = table.metadata.next_row_id
     assert next_row_id is not None
@@ -70,25 +64,10 @@ def test_manifest_rewrite_keeps_row_lineage_and_spark_writes_on(
     # Java's writer does; the files in it kept the ids they had.
     assert snapshot.first_row_id == next_row_id and snapshot.added_rows
     assert table.metadata.next_row_id == next_row_id + snapshot.added_rows
-    assert _lineage(spark, v3_table) == before
+    assert lineage(spark, v3_table) == before
 
     # Spark goes on: a MERGE updating some rows and inserting others, read back right.
-    name = qualified_name(v3_table.name, "db.t")
-    spark.sql(
-        f"MERGE INTO {name} t USING (SELECT id, CAST(id % 2 AS string) AS cat, id * 2.0 AS v "
-        f"FROM range(390, 410)) s ON t.id = s.id "
-        f"WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *"
-    )
-    merged = {row[0]: row for row in _lineage(spark, v3_table)}
-    old = {row[0]: row for row in before}
-    inserted = sorted(set(range(390, 410)) - set(old))
-    assert set(merged) == set(old) | set(inserted) and len(inserted) >= 10
-    assert all(merged[i][2] == i * 2.0 for i in range(390, 410))
-    untouched = [i for i in old if i < 390]
-    assert [merged[i] for i in untouched] == [old[i] for i in untouched], "untouched rows keep their lineage"
-    assert all(merged[i][3] == old[i][3] for i in old), "updated rows keep their row id"
-    new_ids = [merged[i][3] for i in inserted]
-    assert len(set(new_ids) | {old[i][3] for i in old}) == len(old) + len(inserted), "new rows get new ids"
+    new_ids = merge_keeps_lineage(spark, v3_table, before)
     assert min(new_ids) >= table.metadata.next_row_id, "ids above every id floe's snapshot assigned"
 
 
@@ -99,7 +78,7 @@ def test_expiry_and_orphan_cleanup_keep_live_deletion_vectors(
     # A second UPDATE merges each touched file's deletion vector into a new Puffin file; the
     # old Puffin files are then referenced by older snapshots only.
     spark.sql(f"UPDATE {name} SET v = -2 WHERE id % 13 = 0")
-    before = _lineage(spark, v3_table)
+    before = lineage(spark, v3_table)
     table = v3_table.load_table("db.t")
     location = Path(table.location().removeprefix("file://"))
     puffins = {p for p in location.rglob("*.puffin")}
@@ -111,7 +90,7 @@ def test_expiry_and_orphan_cleanup_keep_live_deletion_vectors(
     assert expired.files_removed > 0, expired.summary
     left = {p for p in location.rglob("*.puffin")}
     assert left and left < puffins, "the Puffin files only expired snapshots used are gone"
-    assert _lineage(spark, v3_table) == before
+    assert lineage(spark, v3_table) == before
 
     # An orphan Puffin file (a writer that died before committing), old enough to remove.
     orphan = next(iter(left)).with_name("orphan-dv.puffin")
@@ -122,43 +101,48 @@ def test_expiry_and_orphan_cleanup_keep_live_deletion_vectors(
     cleaned = run_maintenance_job(table, MaintenanceJob.ORPHANS, spec, now_s=now)
     assert str(orphan) in {p.removeprefix("file://") for p in cleaned.paths}, cleaned.summary
     assert {p for p in location.rglob("*.puffin")} == left, "every live deletion vector stays"
-    assert _lineage(spark, v3_table) == before
+    assert lineage(spark, v3_table) == before
 
 
-@pytest.mark.parametrize("job", [MaintenanceJob.DANGLING_DELETES, MaintenanceJob.RETENTION])
-def test_jobs_that_touch_delete_files_are_refused_on_v3(v3_table: SqlCatalog, job: MaintenanceJob) -> None:
+def test_retention_is_refused_on_v3(v3_table: SqlCatalog) -> None:
     table = v3_table.load_table("db.t")
-    spec = (
-        _spec(dataRetention={"column": "v", "olderThan": "1d"})
-        if job == MaintenanceJob.RETENTION
-        else _spec()
-    )
-    with pytest.raises(UnsupportedTableError, match=rf"format version 3 \(the {job} job removes or writes"):
-        run_maintenance_job(table, job, spec, now_s=time.time())
+    spec = _spec(dataRetention={"column": "v", "olderThan": "1d"})
+    with pytest.raises(
+        UnsupportedTableError,
+        match=r"table db\.t is not maintained by the retention job: it uses format version 3 "
+        r"\(its position deletes are deletion vectors, which floe does not write yet\)",
+    ):
+        run_maintenance_job(table, MaintenanceJob.RETENTION, spec, now_s=time.time())
     assert v3_table.load_table("db.t").metadata_location == table.metadata_location
 
 
-def test_the_engine_refuses_optimizing_a_v3_table_but_maintains_it(
-    v3_table: SqlCatalog,
-    engine: tuple[OptimizingEngine, list[EngineEvent]],  # noqa: F811
+def test_a_dangling_deletion_vector_goes_and_its_puffin_neighbours_stay(
+    v3_table: SqlCatalog, spark: SparkSession
 ) -> None:
-    built, events = engine
-    maintenance = {
-        "manifests": {"triggerSmallManifests": 2, "interval": "1h"},
-        "danglingDeletes": {"interval": "1h"},
-        "snapshotRetention": {"enabled": False},
-        "orphanFiles": {"enabled": False},
+    """One Puffin file holds the vectors of several data files: removing one data file's vector
+    must leave the others, which are the same file to a reader going by path."""
+    table = v3_table.load_table("db.t")
+    draft = SnapshotDraft(table=table, metadata=table.metadata)
+    head = draft.head_entries()
+    live = [e for _, entries in head for e in entries]
+    vectors = {
+        location: e.data_file for e in live if (location := deletion_vector_location(e.data_file)) is not None
     }
-    runtime = built.apply_table(_table(v3_table, "g", maintenance=maintenance))
-    _tick_until(built, lambda: MaintenanceJob.MANIFESTS in runtime.maintenance_runs)
+    puffins = Counter(vector.file_path for vector in vectors.values())
+    shared = next(location for location, vector in vectors.items() if puffins[vector.file_path] >= 2)
+    # Another engine's overwrite removes the data file and leaves its vector behind.
+    manifests, _ = draft.carry_over(head, {shared[0]})
+    draft.commit(manifests, draft.summary(Operation.OVERWRITE, added=[], removed=[], extra={}))
+    before = lineage(spark, v3_table)
 
-    assert runtime.refusal.startswith("table db.t is not optimized: it uses format version 3")
-    assert runtime.process_id is None
-    run = runtime.maintenance_runs[MaintenanceJob.MANIFESTS]
-    assert not run.failed and "manifest" in run.result, run
-    assert MaintenanceJob.DANGLING_DELETES not in runtime.maintenance_runs, "refused on v3: never started"
-    assert runtime.due_maintenance(time.time() + 7200) == MaintenanceJob.MANIFESTS
-    assert [e.reason for e in events if e.kind == "Warning"] == ["Unsupported"]
+    report = run_maintenance_job(
+        v3_table.load_table("db.t"), MaintenanceJob.DANGLING_DELETES, _spec(), now_s=time.time()
+    )
+
+    assert report.files_removed == 1 and report.snapshot_id is not None, report.summary
+    left = scan_table(v3_table.load_table("db.t")).files.delete_files
+    assert {f.referenced_data_file for f in left} == {location[0] for location in vectors} - {shared[0]}
+    assert lineage(spark, v3_table) == before, "the other vectors in that Puffin file still delete their rows"
 
 
 def test_v3_metadata_written_by_floe_keeps_every_field_iceberg_java_wrote(v3_table: SqlCatalog) -> None:

@@ -31,7 +31,12 @@ from floe.commit.retry import on_fresh_head
 from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft
 from floe.planning.files import ContentFile, DeleteIndex
 from floe.tables.history import SUMMARY_DEFERRED_PARTITIONS, SUMMARY_OPTIMIZING_TYPE, SUMMARY_PROCESS_ID
-from floe.tables.manifest_io import deletion_vector_location, manifest_entries, snapshot_manifests
+from floe.tables.manifest_io import (
+    content_key,
+    deletion_vector_location,
+    manifest_entries,
+    snapshot_manifests,
+)
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID, content_file
 from floe.tables.support import UnsupportedTableError
 
@@ -357,7 +362,7 @@ def removable_delete_paths(
     remaining_data: list[ContentFile] = []
     candidates: list[ContentFile] = []
     for entry in live:
-        path = entry.data_file.file_path
+        path = content_key(entry.data_file)
         if entry.data_file.content == DataFileContent.DATA:
             if path not in removed_data_paths and path not in converted_data_paths:
                 remaining_data.append(content_file(metadata, entry))

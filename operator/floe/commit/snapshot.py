@@ -47,8 +47,8 @@ from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetSn
 from pyiceberg.typedef import TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
-from floe.tables.manifest_io import ROW_LINEAGE_VERSION, manifest_entries, snapshot_manifests
-from floe.tables.support import WRITABLE_FORMAT_VERSIONS, UnsupportedTableError
+from floe.tables.manifest_io import ROW_LINEAGE_VERSION, content_key, manifest_entries, snapshot_manifests
+from floe.tables.support import SUPPORTED_FORMAT_VERSIONS, UnsupportedTableError
 from floe.tables.v3_metadata import allow_v3_metadata_writes
 
 V3_DATA_FILE_FIELDS = len(DATA_FILE_TYPE[ROW_LINEAGE_VERSION].fields)
@@ -225,7 +225,7 @@ class SnapshotDraft:
     def __post_init__(self) -> None:
         # Planning refuses such tables already; a commit never writes metadata it cannot write right.
         version = self.metadata.format_version
-        if version not in WRITABLE_FORMAT_VERSIONS:
+        if version not in SUPPORTED_FORMAT_VERSIONS:
             raise UnsupportedTableError(".".join(self.table.name()), [f"format version {version}"])
         if version >= ROW_LINEAGE_VERSION:
             allow_v3_metadata_writes()
@@ -341,7 +341,8 @@ class SnapshotDraft:
     def carry_over(
         self, head: Sequence[tuple[ManifestFile, list[ManifestEntry]]], removed: Set[str]
     ) -> tuple[list[ManifestFile], list[DataFile]]:
-        """The head's manifests (each with its live entries) for the new snapshot, minus `removed` paths.
+        """The head's manifests (each with its live entries) for the new snapshot, minus `removed` paths
+        (a deletion vector's by its `content_key`).
 
         Manifests holding none of them are kept as they are; the others are rewritten with
         those files DELETED and the rest EXISTING. Returns the manifests and the removed files.
@@ -350,11 +351,11 @@ class SnapshotDraft:
         rewritten: list[ManifestEntry] = []
         removed_files: list[DataFile] = []
         for manifest, entries in head:
-            if not any(e.data_file.file_path in removed for e in entries):
+            if not any(content_key(e.data_file) in removed for e in entries):
                 kept.append(manifest)
                 continue
             for e in entries:
-                if e.data_file.file_path in removed:
+                if content_key(e.data_file) in removed:
                     removed_files.append(e.data_file)
                     rewritten.append(_with_status(e, ManifestEntryStatus.DELETED))
                 else:

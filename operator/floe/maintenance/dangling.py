@@ -32,6 +32,7 @@ from floe.commit.rewrite import removable_delete_paths
 from floe.commit.snapshot import SnapshotDraft
 from floe.planning.files import ContentFile, FileKind, PartitionKey
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
+from floe.tables.manifest_io import content_key
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID, content_file
 
 
@@ -62,7 +63,7 @@ def remove_dangling_deletes(
         deletes = sum(1 for e in live if e.data_file.content != DataFileContent.DATA)
         if not dangling:
             return _Outcome(f"no dangling delete file among {deletes}")
-        removed = tuple(e.data_file for e in live if e.data_file.file_path in dangling)
+        removed = tuple(e.data_file for e in live if content_key(e.data_file) in dangling)
         if dry_run:
             return _Outcome(f"would remove {len(dangling)} dangling delete files of {deletes}", removed)
         new_manifests, removed_files = draft.carry_over(head_entries, set(dangling))
@@ -85,8 +86,9 @@ def remove_dangling_deletes(
 
 
 def dangling_delete_paths(io: FileIO, metadata: TableMetadata, live: Sequence[ManifestEntry]) -> set[str]:
-    """Paths of the live delete files in `live` that no live data file in `live` can be affected by."""
-    deletes = {e.data_file.file_path for e in live if e.data_file.content != DataFileContent.DATA}
+    """Paths of the live delete files in `live` that no live data file in `live` can be affected by
+    (a deletion vector's by its `content_key`)."""
+    deletes = {content_key(e.data_file) for e in live if e.data_file.content != DataFileContent.DATA}
     dangling = removable_delete_paths(metadata, live, (), deletes)
     data_by_partition: dict[PartitionKey, list[ContentFile]] = {}
     for entry in live:

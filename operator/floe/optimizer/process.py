@@ -117,17 +117,21 @@ def build_process(
                         record_count=f.record_count,
                         size_bytes=f.size_bytes,
                         data_sequence_number=f.data_sequence_number,
+                        first_row_id=f.first_row_id,
                     )
                     for f in task.data_files
                 ],
                 delete_files=[
                     InputDeleteFile(
-                        path=f.path,
+                        path=f.location,
                         kind=int(f.kind),
                         record_count=f.record_count,
                         size_bytes=f.size_bytes,
                         data_sequence_number=f.data_sequence_number,
                         equality_ids=list(f.equality_ids),
+                        content_offset=f.content_offset,
+                        content_size_in_bytes=f.content_size,
+                        referenced_data_file=f.referenced_data_file if f.content_offset is not None else None,
                     )
                     for f in task.delete_files
                 ],
@@ -137,6 +141,7 @@ def build_process(
                 write_properties=properties,
                 file_name_prefix=f"{process_id}-t{index:04d}-{uuid.uuid4().hex[:8]}",
                 output_order=order,
+                row_lineage=scanned.files.row_lineage,
             )
         )
         tasks[task_id] = task

@@ -40,6 +40,7 @@ from pyiceberg.schema import Schema, sanitize_column_names
 from pyiceberg.types import FixedType, IcebergType, ListType, MapType, NestedField, StructType, UUIDType
 
 from floe.commit.snapshot import delete_quietly
+from floe.optimizer.lineage import with_lineage
 from floe.optimizer.parquet_options import metrics_properties
 from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTaskSpec, WrittenFile
 from floe.planning.plan import POSITIONS
@@ -81,6 +82,9 @@ def check_result(spec: RewriteTaskSpec, result: RewriteTaskResult, io: FileIO) -
         return
     check_row_accounting(spec, result)
     table_schema = Schema.model_validate_json(spec.table_schema_json)
+    if spec.row_lineage:
+        # Every row keeps its lineage, so every file has the two columns.
+        table_schema = with_lineage(table_schema)
     # The metrics the writer keeps: by field id, under the table's metrics modes.
     stats_plan = compute_statistics_plan(table_schema, metrics_properties(spec.write_properties))
     schema = sanitize_column_names(table_schema)

@@ -42,8 +42,10 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import DoubleType, FloatType, ListType, MapType
 
+from floe.optimizer.deletion_vectors import DeletionVectorError, read_deletion_vector
 from floe.optimizer.encodings import choose_encodings
 from floe.optimizer.layout import OrderedRows
+from floe.optimizer.lineage import fill_lineage, with_lineage
 from floe.optimizer.parquet_options import ParquetOptions, task_parquet_options
 from floe.optimizer.storage_credentials import executor_io_properties
 from floe.optimizer.task_spec import (
@@ -107,7 +109,9 @@ def run_rewrite_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
     read consistently with the table schema.
     """
     context = _task_context(spec)
-    io, schema = context.io, context.schema
+    io = context.io
+    # The equality filter finds the table's columns at the same positions either way.
+    schema = with_lineage(context.schema) if spec.row_lineage else context.schema
     deletes = _load_deletes(context, spec)
     writer = _RollingParquetWriter(io, spec, schema)
     sink = _EqualityFilter(writer)
@@ -117,7 +121,10 @@ def run_rewrite_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
         # come together, so each such set of delete keys is hashed into a matcher once.
         for data_file in sorted(spec.data_files, key=lambda f: f.data_sequence_number):
             sink.use(deletes.matchers_for(data_file))
-            read, deleted = _rewrite_data_file(context, data_file, deletes.positions_for(data_file), sink)
+            positions = deletes.positions_for(data_file)
+            read, deleted = _rewrite_data_file(
+                context, data_file, positions, sink, schema if spec.row_lineage else None
+            )
             rows_read += read
             rows_deleted += deleted
         sink.flush()
@@ -689,7 +696,9 @@ def _load_deletes(context: _Context, spec: RewriteTaskSpec) -> _DeleteIndex:
     ]
     budget = _MemoryBudget(spec, needed)
     for delete_file in needed:
-        if delete_file.kind == POSITION_DELETES:
+        if delete_file.referenced_data_file is not None:
+            _load_deletion_vector(context.io, delete_file, spec.data_files, index, budget)
+        elif delete_file.kind == POSITION_DELETES:
             targets = [
                 f.path for f in spec.data_files if f.data_sequence_number <= delete_file.data_sequence_number
             ]
@@ -724,6 +733,27 @@ def _load_position_deletes(
                 index.positions[path].append(positions)
 
 
+def _load_deletion_vector(
+    io: FileIO,
+    delete_file: InputDeleteFile,
+    data_files: list[InputDataFile],
+    index: _DeleteIndex,
+    budget: _MemoryBudget,
+) -> None:
+    """Load a deletion vector's positions, if its data file is one of the task's it applies to."""
+    target = delete_file.referenced_data_file
+    if target is None or not any(
+        f.path == target and f.data_sequence_number <= delete_file.data_sequence_number for f in data_files
+    ):
+        return
+    try:
+        positions = read_deletion_vector(io, delete_file)
+    except DeletionVectorError as exc:
+        raise RewriteError(str(exc)) from exc
+    budget.charge(positions.nbytes, delete_file)
+    index.positions[target].append(positions)
+
+
 def _load_equality_deletes(
     context: _Context, delete_file: InputDeleteFile, budget: _MemoryBudget
 ) -> _EqualityDeletes:
@@ -752,17 +782,24 @@ def _load_equality_deletes(
 
 
 def _rewrite_data_file(
-    context: _Context, data_file: InputDataFile, positions: pa.Array, sink: _EqualityFilter
+    context: _Context,
+    data_file: InputDataFile,
+    positions: pa.Array,
+    sink: _EqualityFilter,
+    lineage_schema: Schema | None = None,
 ) -> tuple[int, int]:
     """Stream one data file, minus its position-deleted rows, into the sink; return (rows read, rows deleted).
 
     `positions` are the file's deleted row positions, sorted; the sink applies equality deletes.
+    With `lineage_schema` (`with_lineage` of the table's) each row keeps its row lineage.
     """
     rows_read = rows_deleted = 0
     with context.io.new_input(data_file.path).open() as stream:
         source = _ParquetSource(stream, data_file.path, context.resolver)
         _check_readable(context, data_file, source)
-        for batch in source.batches(context.schema, READ_BATCH_ROWS):
+        for batch in source.batches(lineage_schema or context.schema, READ_BATCH_ROWS):
+            if lineage_schema is not None:
+                batch = fill_lineage(batch, rows_read, data_file.first_row_id, data_file.data_sequence_number)
             end = rows_read + batch.num_rows
             low, high = pc.search_sorted(positions, pa.array([rows_read, end], type=pa.int64())).to_pylist()
             in_batch = pc.subtract(positions.slice(low, high - low), rows_read)
@@ -832,8 +869,9 @@ class _RollingParquetWriter:
         self._input_row_bytes = sum(f.size_bytes for f in spec.data_files) / input_rows if input_rows else 0.0
         self._arrow_schema = schema_to_pyarrow(schema)
         # By field id: the table's metrics modes name its columns as the table does.
+        table_schema = Schema.model_validate_json(spec.table_schema_json)
         self._stats_plan = compute_statistics_plan(
-            Schema.model_validate_json(spec.table_schema_json), self._options.metrics_properties
+            with_lineage(table_schema) if spec.row_lineage else table_schema, self._options.metrics_properties
         )
         self._parquet_paths = parquet_path_to_id_mapping(schema)
         self._nan_columns = {

@@ -27,6 +27,12 @@ class InputDataFile(_Wire):
     record_count: int
     size_bytes: int
     data_sequence_number: int
+    # Left out of the JSON when unset (before format v3), as the fields below.
+    first_row_id: int | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="format v3: the _row_id of its first row (a row without one: this plus its position)",
+    )
 
 
 class InputDeleteFile(_Wire):
@@ -43,6 +49,33 @@ class InputDeleteFile(_Wire):
     size_bytes: int
     data_sequence_number: int
     equality_ids: list[int] = Field(default_factory=list)
+    content_offset: int | None = Field(
+        default=None,
+        ge=0,
+        exclude_if=lambda value: value is None,
+        description="a deletion vector: where its blob starts in the Puffin file `path`",
+    )
+    content_size_in_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        exclude_if=lambda value: value is None,
+        description="a deletion vector: its blob's length",
+    )
+    referenced_data_file: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="a deletion vector: the data file it deletes from",
+    )
+
+    @model_validator(mode="after")
+    def _whole_deletion_vector(self) -> InputDeleteFile:
+        parts = (self.content_offset, self.content_size_in_bytes, self.referenced_data_file)
+        if any(p is not None for p in parts) and (None in parts or self.kind != 1):
+            raise ValueError(
+                "a deletion vector is a position delete with content_offset, content_size_in_bytes "
+                "and referenced_data_file all set"
+            )
+        return self
 
 
 class OutputOrder(_Wire):
@@ -109,6 +142,11 @@ class RewriteTaskSpec(_Wire):
         default=None,
         exclude_if=lambda order: order is None,
         description="order of the output rows; unset: input order",
+    )
+    row_lineage: bool = Field(
+        default=False,
+        exclude_if=lambda lineage: not lineage,
+        description="format v3: the output keeps each row's _row_id and _last_updated_sequence_number",
     )
     storage_secret: str | None = Field(
         default=None,

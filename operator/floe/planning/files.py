@@ -53,6 +53,8 @@ class ContentFile:
     """
 
     path: str
+    """The file's path; for a deletion vector, `deletion_vector_key` (its Puffin file holds the
+    vectors of many data files, each one a file of its own to the table)."""
     kind: FileKind
     partition: PartitionKey
     record_count: int
@@ -60,11 +62,29 @@ class ContentFile:
     data_sequence_number: int
     equality_ids: tuple[int, ...] = ()
     referenced_data_file: str | None = None
+    content_offset: int | None = None
+    """Where a deletion vector's blob starts in its Puffin file; None for any other file."""
+    content_size: int | None = None
+    """The length of a deletion vector's blob."""
+    first_row_id: int | None = None
+    """The ``_row_id`` of a format v3 data file's first row; None before v3."""
 
     @property
     def is_delete(self) -> bool:
         """True for position and equality delete files."""
         return self.kind != FileKind.DATA
+
+    @property
+    def location(self) -> str:
+        """Where the file's bytes are: its path, or a deletion vector's Puffin file."""
+        if self.content_offset is None:
+            return self.path
+        return self.path.removesuffix(f"#{self.content_offset}")
+
+
+def deletion_vector_key(puffin_path: str, content_offset: int) -> str:
+    """The path floe knows a deletion vector by: its Puffin file's, with the blob's offset."""
+    return f"{puffin_path}#{content_offset}"
 
 
 MERGED_POSITIONS_SUFFIX = "-merged-positions.parquet"
@@ -115,6 +135,10 @@ class TableFiles:
     sequence_number: int
     data_files: tuple[ContentFile, ...]
     delete_files: tuple[ContentFile, ...]
+    row_lineage: bool = False
+    """Format v3: rows carry lineage, which rewrites keep, and position deletes are deletion
+    vectors, which floe does not write: the segments whose deletes it would convert are
+    rewritten instead."""
 
 
 class _BySequence:

@@ -586,18 +586,17 @@ class OptimizingEngine:
         files: TableFiles | None,
         metadata_location: str | None,
         now: float,
-        maintainable: frozenset[MaintenanceJob] = frozenset(),
     ) -> None:
         """Floe refuses the table (`reason`, `message`): shown, with an Event when the message is new."""
         with self._lock:
             new = runtime.refusal != message
-            runtime.on_refused(reason, message, files, now, metadata_location, maintainable)
+            runtime.on_refused(reason, message, files, now, metadata_location)
             self._scans.pop(runtime.table_id, None)
         if new:
             self._emit(runtime.table_id, "Warning", reason, message)
 
     def _refuse_unsupported(self, runtime: TableRuntime, exc: UnsupportedTableError, now: float) -> None:
-        self._refuse(runtime, UNSUPPORTED, str(exc), exc.files, exc.metadata_location, now, exc.maintainable)
+        self._refuse(runtime, UNSUPPORTED, str(exc), exc.files, exc.metadata_location, now)
 
     def _refuse_property(self, runtime: TableRuntime, exc: InvalidTableProperty, now: float) -> None:
         # No files and no metadata location: the next refresh checks the properties again,

@@ -29,6 +29,8 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.table.snapshots import Snapshot
 
+from floe.planning.files import deletion_vector_key
+
 ROW_LINEAGE_VERSION: Final[Literal[3]] = 3
 """The first format version with row lineage and deletion vectors."""
 
@@ -102,6 +104,15 @@ def deletion_vector_location(data_file: DataFile) -> tuple[str, int, int] | None
     if referenced is None or offset is None or size is None:
         return None
     return referenced, offset, size
+
+
+def content_key(data_file: DataFile) -> str:
+    """The path floe knows a content file by: its own, or a deletion vector's key
+    (`floe.planning.files.deletion_vector_key`), since one Puffin file holds many."""
+    vector = deletion_vector_location(data_file)
+    if vector is None:
+        return data_file.file_path
+    return deletion_vector_key(data_file.file_path, vector[1])
 
 
 def _field(record: ManifestFile | DataFile, position: int) -> Any:

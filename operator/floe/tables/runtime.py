@@ -94,9 +94,6 @@ class TableRuntime:
     refusal_reason: str = ""
     """The refusal as a condition reason: `UNSUPPORTED` (a feature floe cannot handle) or
     `INVALID_TABLE_PROPERTY` (a table property floe applies has a value it cannot use)."""
-    maintainable: frozenset[MaintenanceJob] = frozenset()
-    """The maintenance jobs that still run on a table refused as `UNSUPPORTED` (on a v3 table:
-    expiry, orphan cleanup and manifest rewrites)."""
     evaluated_metadata: str | None = field(default=None, repr=False)
     """The metadata file the last evaluation (or refusal) read: a change of properties, schema
     or partition spec moves it without a new snapshot."""
@@ -113,7 +110,7 @@ class TableRuntime:
     maintenance_since_s: float | None = None
     """When the engine first saw the table, if it spreads the first run of each job over the
     job's interval from then (`spread_first_runs`); None: a job that never ran is due at once."""
-    _maintenance_due_for: tuple[OptimizedTableSpec, str | None, frozenset[MaintenanceJob]] | None = field(
+    _maintenance_due_for: tuple[OptimizedTableSpec, str | None] | None = field(
         default=None, repr=False, compare=False
     )
     _earliest_maintenance: float = field(default=0.0, repr=False, compare=False)
@@ -227,18 +224,15 @@ class TableRuntime:
         files: TableFiles | None,
         now_s: float,
         metadata_location: str | None = None,
-        maintainable: frozenset[MaintenanceJob] = frozenset(),
     ) -> None:
         """Floe refuses the table (`message`; `reason` is `UNSUPPORTED` or
         `INVALID_TABLE_PROPERTY`): it is not planned until a refresh finds nothing to refuse.
         `files` are the live files when the refusal came after a scan; then the snapshot counts
         as evaluated and is not scanned again until it or the table's metadata
-        (`metadata_location`) changes. A refusal while planning ends the planning. An
-        unsupported table still gets the `maintainable` jobs."""
+        (`metadata_location`) changes. A refusal while planning ends the planning."""
         self.last_refresh_s = now_s
         self.last_error = self.refusal = message
         self.refusal_reason = reason
-        self.maintainable = maintainable
         self.evaluated_metadata = metadata_location
         self.catalog_error = ""  # the catalog answered: the refusal comes from what it returned
         self.pending_reason = ""
@@ -335,26 +329,24 @@ class TableRuntime:
     def due_maintenance(self, now_s: float) -> MaintenanceJob | None:
         """The maintenance job to start now, if any.
 
-        None while a job runs or the table is disabled; on a table that uses a feature floe cannot
-        handle, only the jobs still `maintainable` run (a refused table property leaves
-        maintenance running: it does not depend on it). A job that commits a snapshot waits while
-        an optimizing process is in flight (both would replace the same files); expiry and orphan
-        cleanup run beside it, protecting what it uses.
+        None while a job runs, the table is disabled, or it uses a feature floe cannot handle (a
+        refused table property leaves maintenance running: it does not depend on it). A job
+        that commits a snapshot waits while an optimizing process is in flight (both would
+        replace the same files); expiry and orphan cleanup run beside it, protecting what it uses.
         """
-        if self.maintaining is not None or self.state == TableState.DISABLED or not self._may_maintain():
+        if (
+            self.maintaining is not None
+            or self.state == TableState.DISABLED
+            or self.refusal_reason == UNSUPPORTED
+        ):
             return None
         if now_s < self._earliest_maintenance_s():
             return None
         last_runs = {job: run.finished_s for job, run in self.maintenance_runs.items()}
         for job in due_jobs(self.spec.maintenance, last_runs, now_s, self._first_runs()):
-            if self.refusal_reason == UNSUPPORTED and job not in self.maintainable:
-                continue
             if not self._settled(job) and not (job.commits and self.busy):
                 return job
         return None
-
-    def _may_maintain(self) -> bool:
-        return self.refusal_reason != UNSUPPORTED or bool(self.maintainable)
 
     def _first_runs(self) -> dict[MaintenanceJob, float]:
         """When each job that never ran is first due (none listed: at once)."""
@@ -378,17 +370,16 @@ class TableRuntime:
     def _earliest_maintenance_s(self) -> float:
         """When the first job is due (inf: none is on, or every one is settled), kept until the
         spec, a run or the metadata file changes: the engine asks every table every round."""
-        key = (self.spec, self.evaluated_metadata, self.maintainable)
+        key = (self.spec, self.evaluated_metadata)
         cached = self._maintenance_due_for
-        if cached is None or cached[0] is not key[0] or cached[1:] != key[1:]:
+        if cached is None or cached[0] is not key[0] or cached[1] != key[1]:
             # The schedule's own answer per job, asked as of the dawn of time: a job's first run,
             # else one interval after its last; none for a settled job.
             self._earliest_maintenance = min(
                 (
                     when
                     for job in job_intervals(self.spec.maintenance)
-                    if (self.refusal_reason != UNSUPPORTED or job in self.maintainable)
-                    and (when := self.next_maintenance_s(job, -math.inf)) is not None
+                    if (when := self.next_maintenance_s(job, -math.inf)) is not None
                 ),
                 default=math.inf,
             )
@@ -410,7 +401,7 @@ class TableRuntime:
             refresh = -math.inf if self.last_refresh_s is None else self.last_refresh_s + refresh_interval_s
         maintenance = math.inf
         # The engine maintains only a table it has read: the refresh that first reads it is a visit.
-        if self.maintaining is None and self._may_maintain() and self.snapshot_id is not None:
+        if self.maintaining is None and self.refusal_reason != UNSUPPORTED and self.snapshot_id is not None:
             # A job due but held back (one that commits, while a process runs) is asked again
             # at the next round, as it was before.
             maintenance = max(self._earliest_maintenance_s(), now_s)

@@ -16,7 +16,14 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
-from floe.tables.manifest_io import deletion_vector_location, manifest_entries, snapshot_manifests
+from floe.tables.manifest_io import (
+    ROW_LINEAGE_VERSION,
+    content_key,
+    deletion_vector_location,
+    file_first_row_id,
+    manifest_entries,
+    snapshot_manifests,
+)
 
 # Iceberg's reserved field id of the `file_path` column of position delete files.
 POS_DELETE_FILE_PATH_ID = 2147483546
@@ -75,8 +82,9 @@ class EntryConverter:
         """Plain-value view of one live manifest entry."""
         df = entry.data_file
         kind = _FILE_KINDS[df.content]
+        vector = deletion_vector_location(df)
         return ContentFile(
-            path=df.file_path,
+            path=content_key(df),
             kind=kind,
             partition=self.partition_key(df.spec_id, df.partition),
             record_count=df.record_count,
@@ -84,6 +92,9 @@ class EntryConverter:
             data_sequence_number=entry.sequence_number or 0,
             equality_ids=tuple(df.equality_ids or ()) if kind == FileKind.EQUALITY_DELETES else (),
             referenced_data_file=referenced_data_file(df) if kind == FileKind.POSITION_DELETES else None,
+            content_offset=vector[1] if vector else None,
+            content_size=vector[2] if vector else None,
+            first_row_id=file_first_row_id(df) if kind == FileKind.DATA else None,
         )
 
 
@@ -170,5 +181,6 @@ def scan_table(table: Table, snapshot_id: int | None = None) -> ScannedTable:
         sequence_number=snapshot.sequence_number if snapshot and snapshot.sequence_number else 0,
         data_files=tuple(data),
         delete_files=tuple(deletes),
+        row_lineage=metadata.format_version >= ROW_LINEAGE_VERSION,
     )
     return ScannedTable(files=files, partition_records=records, file_formats=frozenset(formats))

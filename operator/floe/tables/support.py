@@ -2,16 +2,14 @@
 
 A table that uses a feature floe cannot handle is refused at planning time, in ``--dry-run``
 too, with one sentence naming the table and the features, so no task is started and no
-retry is spent on an error floe could have foreseen. What is refused: optimizing format
-versions other than 1 and 2 (v3's deletion vectors and row lineage are not rewritten yet),
-data and delete files that are not Parquet (Puffin deletion vectors, ORC, Avro), column
-types the rewrite cannot carry (v3's ``variant``, ``geometry``, ``geography``, ``unknown``,
-nanosecond timestamps), and partition or sort transforms floe does not know.
+retry is spent on an error floe could have foreseen. What is refused: format versions other
+than 1, 2 and 3, data and delete files that are neither Parquet nor (for position deletes)
+v3 deletion vectors (ORC, Avro), column types the rewrite cannot carry (v3's ``variant``,
+``geometry``, ``geography``, ``unknown``, nanosecond timestamps), and partition or sort
+transforms floe does not know.
 
-Maintenance is checked per job: on a v3 table, expiry, orphan cleanup and manifest rewrites
-run (floe reads and writes v3 metadata, row lineage included), while dangling-delete removal
-and data retention, which remove or write delete files, are refused. A table refused for
-optimizing carries the jobs that may still run (`UnsupportedTableError.maintainable`).
+Maintenance is checked per job: data retention writes position-delete files, which a v3
+table takes only as deletion vectors, and floe writes none yet, so it is refused on v3.
 """
 
 from __future__ import annotations
@@ -43,14 +41,11 @@ from floe.planning.files import FileKind, TableFiles
 from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.scan import ScannedTable, scan_table
 
-SUPPORTED_FORMAT_VERSIONS = (1, 2)
-"""The format versions floe optimizes."""
-WRITABLE_FORMAT_VERSIONS = (1, 2, 3)
-"""The format versions whose metadata floe reads and writes right (v3: row lineage included)."""
-V3_MAINTENANCE = frozenset({MaintenanceJob.EXPIRE, MaintenanceJob.ORPHANS, MaintenanceJob.MANIFESTS})
-"""The maintenance jobs that run on a v3 table: none of them removes or writes a delete file."""
+SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
+"""The format versions floe optimizes and maintains (v3: deletion vectors and row lineage)."""
+_WRITES_DELETE_FILES = frozenset({MaintenanceJob.RETENTION})
+"""The jobs that write position-delete files: Parquet ones, which a v3 table does not take."""
 _UNSUPPORTED_TYPES = (TimestampNanoType, TimestamptzNanoType, UnknownType, GeometryType, GeographyType)
-_VERSION_NOTES = {3: " (deletion vectors and row lineage are not rewritten yet)"}
 _FILE_KIND_NAMES = {
     FileKind.DATA: "data files",
     FileKind.POSITION_DELETES: "position-delete files",
@@ -70,7 +65,7 @@ class UnsupportedTableError(RuntimeError):
         features: Sequence[str],
         files: TableFiles | None = None,
         metadata_location: str | None = None,
-        maintainable: frozenset[MaintenanceJob] = frozenset(),
+        job: MaintenanceJob | None = None,
     ) -> None:
         self.table = table
         self.features = tuple(features)
@@ -78,10 +73,9 @@ class UnsupportedTableError(RuntimeError):
         """The live files, when the table was scanned before it was refused."""
         self.metadata_location = metadata_location
         """The metadata file the refusal was made from, when it was read."""
-        self.maintainable = maintainable
-        """The maintenance jobs that may still run on the table (on a v3 table: `V3_MAINTENANCE`)."""
+        done = "optimized" if job is None else f"maintained by the {job} job"
         super().__init__(
-            f"table {table} is not optimized: it uses {_join(self.features)}, which floe does not support"
+            f"table {table} is not {done}: it uses {_join(self.features)}, which floe does not support"
         )
 
 
@@ -100,18 +94,16 @@ def unsupported_features(
     """
     features = []
     version = metadata.format_version
-    if job is not None and version == 3 and job not in V3_MAINTENANCE:
+    if version not in SUPPORTED_FORMAT_VERSIONS:
+        features.append(f"format version {version}")
+    elif version >= 3 and job in _WRITES_DELETE_FILES:
         features.append(
-            f"format version 3 (the {job} job removes or writes delete files, not done on v3 yet)"
+            "format version 3 (its position deletes are deletion vectors, which floe does not write yet)"
         )
-    elif (
-        job is None and version not in SUPPORTED_FORMAT_VERSIONS
-    ) or version not in WRITABLE_FORMAT_VERSIONS:
-        features.append(f"format version {version}{_VERSION_NOTES.get(version, '') if job is None else ''}")
     for kind, file_format in sorted(set(file_formats), key=lambda pair: (pair[0].value, pair[1].value)):
         if file_format == FileFormat.PUFFIN and kind == FileKind.POSITION_DELETES:
-            features.append("deletion vectors (Puffin position deletes)")
-        elif file_format != FileFormat.PARQUET:
+            continue  # deletion vectors: read and applied like position deletes
+        if file_format != FileFormat.PARQUET:
             features.append(f"{file_format.value} {_FILE_KIND_NAMES[kind]}")
     features.extend(_unsupported_columns(metadata.schema()))
     specs = metadata.specs()
@@ -126,11 +118,6 @@ def unsupported_features(
     return features
 
 
-def maintainable_jobs(metadata: TableMetadata) -> frozenset[MaintenanceJob]:
-    """The maintenance jobs floe can run on a table, as its metadata says."""
-    return frozenset(job for job in MaintenanceJob if not unsupported_features(metadata, job=job))
-
-
 def check_supported(
     table_name: str, table: Table, scanned: ScannedTable | None = None, job: MaintenanceJob | None = None
 ) -> None:
@@ -143,8 +130,7 @@ def check_supported(
         features = unsupported_features(table.metadata, scanned.file_formats, scanned.spec_ids, job)
     if features:
         files = scanned.files if scanned else None
-        maintainable = maintainable_jobs(table.metadata)
-        raise UnsupportedTableError(table_name, features, files, table.metadata_location, maintainable)
+        raise UnsupportedTableError(table_name, features, files, table.metadata_location, job)
 
 
 def scan_supported(table_name: str, table: Table) -> ScannedTable:
@@ -157,10 +143,7 @@ def scan_supported(table_name: str, table: Table) -> ScannedTable:
         if refused:
             # The manifests of an unsupported format may not even be readable: the metadata
             # already says why the table is refused.
-            maintainable = maintainable_jobs(table.metadata)
-            raise UnsupportedTableError(
-                table_name, refused, None, table.metadata_location, maintainable
-            ) from None
+            raise UnsupportedTableError(table_name, refused, None, table.metadata_location) from None
         raise
     check_supported(table_name, table, scanned)
     return scanned
