@@ -273,11 +273,17 @@ def _check_entry(entry: ManifestEntry, snapshot: Snapshot, request: RewriteReque
             f"data file {df.file_path} was removed by snapshot {snapshot.snapshot_id} ({op}) after planning"
         )
     if entry.status == ManifestEntryStatus.ADDED and df.content == DataFileContent.POSITION_DELETES:
-        target = _position_delete_targets(df, request.rewritten_data_paths)
+        # A converted file gets a new deletion vector, and a data file may have only one.
+        vector = deletion_vector_location(df) is not None
+        replaced = request.rewritten_data_paths
+        if vector:
+            replaced = replaced | request.converted_data_paths
+        target = _position_delete_targets(df, replaced)
         if target is not None:
+            what = "a deletion vector in" if vector else "position deletes"
             raise CommitConflict(
-                f"snapshot {snapshot.snapshot_id} ({op}) added position deletes {df.file_path} "
-                f"that may target rewritten data file {target}"
+                f"snapshot {snapshot.snapshot_id} ({op}) added {what} {df.file_path} "
+                f"that may target data file {target}, which this process rewrites or converts"
             )
 
 

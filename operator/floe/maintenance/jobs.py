@@ -45,10 +45,10 @@ def run_maintenance_job(
     (never expired); `protected_prefixes` the file-name prefixes of their output files
     (never removed as orphans, however old). Raises ValueError when the job cannot run as
     configured (retention without ``dataRetention``, an unknown column), and
-    `UnsupportedTableError` for a table floe refuses for this job (what its metadata says
-    suffices: no job reads the files' contents).
+    `UnsupportedTableError` for a table floe refuses (what its metadata says suffices: no
+    job reads the files' contents).
     """
-    check_supported(".".join(table.name()), table, job=job)
+    check_supported(".".join(table.name()), table)
     report = _run(
         table, job, spec, now_s, protected_snapshot_ids, protected_prefixes, dry_run, executors, known_live
     )

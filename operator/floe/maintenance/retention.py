@@ -31,9 +31,11 @@ from pyiceberg.types import DateType, NestedField, PrimitiveType, TimestampType,
 from floe.commit.retry import on_fresh_head
 from floe.commit.rewrite import removable_delete_paths
 from floe.commit.snapshot import SnapshotDraft, delete_quietly
+from floe.tables.deletion_vectors import read_deletion_vector
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
+from floe.tables.manifest_io import ROW_LINEAGE_VERSION, content_key, deletion_vector_location
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID
-from floe.tables.writer import write_position_deletes
+from floe.tables.writer import write_deletion_vector_file, write_position_deletes
 
 SUMMARY_MAINTENANCE = "floe.maintenance"
 MICROS_PER_SECOND = 1_000_000
@@ -90,10 +92,7 @@ def expire_rows(
             if dry_run or plan.is_empty:
                 return plan.report(snapshot_id=None, dry_run=dry_run)
         if not written:
-            written = [
-                write_position_deletes(table, positions, spec_id, partition)
-                for (spec_id, partition), positions in plan.positions_by_partition()
-            ]
+            written = _write_deletes(table, plan)
         # Should the commit fail for another reason than a conflict, it may still have
         # happened: the position delete files are then left for orphan cleanup.
         return plan.report(snapshot_id=_commit(draft, plan, written), dry_run=False)
@@ -105,6 +104,24 @@ def expire_rows(
         raise RetentionAbandoned(
             f"retention on {column}: main moved during each of {max_attempts} attempts"
         ) from None
+
+
+def _write_deletes(table: Table, plan: _Plan) -> list[DataFile]:
+    """The delete files of the plan's expired positions: a position-delete file per partition, or
+    on a v3 table a deletion vector per data file, holding its earlier vector's positions too."""
+    if table.metadata.format_version < ROW_LINEAGE_VERSION:
+        return [
+            write_position_deletes(table, positions, spec_id, partition)
+            for (spec_id, partition), positions in plan.positions_by_partition()
+        ]
+    return [
+        write_deletion_vector_file(
+            table,
+            plan.straddling[path],
+            pa.array(sorted({*positions, *plan.already_deleted.get(path, ())}), pa.int64()),
+        )
+        for path, positions in plan.positions.items()
+    ]
 
 
 def _delete_all(table: Table, files: list[DataFile]) -> None:
@@ -147,6 +164,10 @@ class _Plan:
     positions: dict[str, list[int]]
     """Expired row positions of each straddling data file."""
     straddling: dict[str, DataFile]
+    already_deleted: dict[str, set[int]]
+    """Positions of the straddling files that live deletes remove already."""
+    replaced_vectors: list[DataFile]
+    """On a v3 table, the deletion vectors of straddling files: the new vectors replace them."""
 
     @property
     def is_empty(self) -> bool:
@@ -162,8 +183,9 @@ class _Plan:
         # Only the manifests the concurrent commits wrote are read, which keeps a retry short
         # enough to land between the commits of a busy writer.
         entries = draft.head_entries(known={m.manifest_path: listed for m, listed in self.head})
-        live = {e.data_file.file_path for _, listed in entries for e in listed}
-        needed = {f.file_path for f in (*self.dropped, *self.removed_deletes)} | set(self.straddling)
+        live = {content_key(e.data_file) for _, listed in entries for e in listed}
+        removed = (*self.dropped, *self.removed_deletes, *self.replaced_vectors)
+        needed = {content_key(f) for f in removed} | set(self.straddling)
         if not needed <= live:
             return False
         self.head = entries
@@ -214,6 +236,8 @@ def _plan(table: Table, field: NestedField, cutoff: int, draft: SnapshotDraft) -
         removed_deletes=[],
         positions={},
         straddling={},
+        already_deleted={},
+        replaced_vectors=[],
     )
     live = [entry for _, entries in plan.head for entry in entries]
     to_read: list[DataFile] = []
@@ -238,14 +262,20 @@ def _plan(table: Table, field: NestedField, cutoff: int, draft: SnapshotDraft) -
         if fresh:
             plan.positions[data_file.file_path] = fresh
             plan.straddling[data_file.file_path] = data_file
+            plan.already_deleted[data_file.file_path] = already
+    plan.replaced_vectors = [
+        e.data_file
+        for e in live
+        if (vector := deletion_vector_location(e.data_file)) is not None and vector[0] in plan.straddling
+    ]
     if plan.dropped:
         removable = removable_delete_paths(
             draft.metadata,
             live,
             frozenset(f.file_path for f in plan.dropped),
-            frozenset(e.data_file.file_path for e in live if e.data_file.content != DataFileContent.DATA),
+            frozenset(content_key(e.data_file) for e in live if e.data_file.content != DataFileContent.DATA),
         )
-        plan.removed_deletes = [e.data_file for e in live if e.data_file.file_path in removable]
+        plan.removed_deletes = [e.data_file for e in live if content_key(e.data_file) in removable]
     return plan
 
 
@@ -267,7 +297,8 @@ def _by_bounds(data_file: DataFile, field: NestedField, cutoff: int) -> str:
 
 
 def _deleted_positions(table: Table, live: list[ManifestEntry], paths: set[str]) -> dict[str, set[int]]:
-    """Positions of the data files at `paths` that live position delete files already delete."""
+    """Positions of the data files at `paths` that live position delete files (and deletion
+    vectors) already delete."""
     deleted: dict[str, set[int]] = {}
     if not paths:
         return deleted
@@ -275,6 +306,12 @@ def _deleted_positions(table: Table, live: list[ManifestEntry], paths: set[str])
     for entry in live:
         delete_file = entry.data_file
         if delete_file.content != DataFileContent.POSITION_DELETES:
+            continue
+        vector = deletion_vector_location(delete_file)
+        if vector is not None:
+            if vector[0] in paths:
+                positions = read_deletion_vector(table.io, delete_file.file_path, vector[1], vector[2])
+                deleted.setdefault(vector[0], set()).update(positions.to_pylist())
             continue
         lower = (delete_file.lower_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
         upper = (delete_file.upper_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
@@ -329,8 +366,9 @@ def _cutoff_text(field: NestedField, cutoff: int) -> str:
 
 
 def _commit(draft: SnapshotDraft, plan: _Plan, written: list[DataFile]) -> int:
-    """One ``delete`` snapshot: dropped files out, position deletes in (new sequence number)."""
-    removed = {f.file_path for f in (*plan.dropped, *plan.removed_deletes)}
+    """One ``delete`` snapshot: dropped files out, position deletes in (new sequence number); on
+    v3 the straddling files' earlier deletion vectors out, replaced by the new ones."""
+    removed = {content_key(f) for f in (*plan.dropped, *plan.removed_deletes, *plan.replaced_vectors)}
     carried, removed_files = draft.carry_over(plan.head, removed)
     added = [
         ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=draft.snapshot_id, data_file=f)

@@ -141,7 +141,7 @@ def build_process(
                 write_properties=properties,
                 file_name_prefix=f"{process_id}-t{index:04d}-{uuid.uuid4().hex[:8]}",
                 output_order=order,
-                row_lineage=scanned.files.row_lineage,
+                format_version=scanned.files.format_version,
             )
         )
         tasks[task_id] = task

@@ -44,6 +44,8 @@ from floe.optimizer.lineage import with_lineage
 from floe.optimizer.parquet_options import metrics_properties
 from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTaskSpec, WrittenFile
 from floe.planning.plan import POSITIONS
+from floe.tables.deletion_vectors import DeletionVectorError, puffin_blob_properties, read_deletion_vector
+from floe.tables.manifest_io import ROW_LINEAGE_VERSION
 from floe.tables.writer import POSITION_DELETE_METRICS, POSITION_DELETE_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,11 @@ class ResultCheckFailed(ValueError):
 def check_result(spec: RewriteTaskSpec, result: RewriteTaskResult, io: FileIO) -> None:
     """Raise ResultCheckFailed unless `result` is exactly what `spec`'s attempt may produce."""
     check_locations(spec, result)
+    if spec.kind == POSITIONS and spec.format_version >= ROW_LINEAGE_VERSION:
+        check_position_accounting(spec, result)
+        for written in result.files:
+            check_stored_vector(spec, written, io)
+        return
     if spec.kind == POSITIONS:
         check_position_accounting(spec, result)
         for written in result.files:
@@ -82,7 +89,7 @@ def check_result(spec: RewriteTaskSpec, result: RewriteTaskResult, io: FileIO) -
         return
     check_row_accounting(spec, result)
     table_schema = Schema.model_validate_json(spec.table_schema_json)
-    if spec.row_lineage:
+    if spec.format_version >= ROW_LINEAGE_VERSION:
         # Every row keeps its lineage, so every file has the two columns.
         table_schema = with_lineage(table_schema)
     # The metrics the writer keeps: by field id, under the table's metrics modes.
@@ -123,6 +130,38 @@ def check_position_accounting(spec: RewriteTaskSpec, result: RewriteTaskResult) 
             "rows",
             f"task {spec.task_id} wrote {positions} positions and reports {result.rows_deleted} rows "
             f"deleted; its delete files can remove at most {removable}",
+        )
+
+
+def check_stored_vector(spec: RewriteTaskSpec, written: WrittenFile, io: FileIO) -> None:
+    """A positions task's deletion vector (format v3) is what `written` says: a Puffin file of
+    the claimed size whose footer names its data file, holding at the claimed offset and length
+    a well-formed vector of `record_count` positions, all within its data file."""
+    if written.content_offset is None or written.content_size_in_bytes is None:
+        raise ResultCheckFailed("rows", f"{written.path} is not a deletion vector: it has no blob location")
+    _check_size(written, io)
+    target = written.referenced_data_file or ""
+    try:
+        named = [blob.get("referenced-data-file") for blob in puffin_blob_properties(io, written.path)]
+        positions = read_deletion_vector(
+            io, written.path, written.content_offset, written.content_size_in_bytes
+        )
+    except DeletionVectorError as exc:
+        raise ResultCheckFailed("footer", str(exc)) from None
+    if named != [target]:
+        raise ResultCheckFailed("rows", f"{written.path} holds vectors of {named}, not of {target} alone")
+    records = {f.path: f.record_count for f in spec.data_files}
+    if len(positions) != written.record_count:
+        raise ResultCheckFailed(
+            "metrics",
+            f"{written.path} deletes {len(positions)} positions, "
+            f"but the result claims {written.record_count}",
+        )
+    if len(positions) and not 0 <= positions[0].as_py() <= positions[-1].as_py() < records[target]:
+        raise ResultCheckFailed(
+            "rows",
+            f"{written.path} deletes rows {positions[0]}..{positions[-1]} of {target}, "
+            f"which holds {records[target]}",
         )
 
 
@@ -209,11 +248,16 @@ def check_locations(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
             raise ResultCheckFailed(
                 "location",
                 f"task {spec.task_id} names {written.path}, which is not a file of this attempt "
-                f"(expected {spec.output_dir.rstrip('/')}/{spec.file_name_prefix}-*.parquet)",
+                f"(expected {spec.output_dir.rstrip('/')}/{spec.file_name_prefix}-*"
+                f"{'.puffin' if _writes_vectors(spec) else '.parquet'})",
             )
         if written.path in seen:
             raise ResultCheckFailed("location", f"task {spec.task_id} names {written.path} twice")
         seen.add(written.path)
+
+
+def _writes_vectors(spec: RewriteTaskSpec) -> bool:
+    return spec.kind == POSITIONS and spec.format_version >= ROW_LINEAGE_VERSION
 
 
 def is_own_file(spec: RewriteTaskSpec, path: str) -> bool:
@@ -222,7 +266,7 @@ def is_own_file(spec: RewriteTaskSpec, path: str) -> bool:
     return (
         directory == spec.output_dir.rstrip("/")
         and name.startswith(f"{spec.file_name_prefix}-")
-        and name.endswith(".parquet")
+        and name.endswith(".puffin" if _writes_vectors(spec) else ".parquet")
         and "/" not in name
         and ".." not in name
     )
@@ -270,7 +314,7 @@ def check_stored_file(
             )
 
 
-def _read_footer(written: WrittenFile, io: FileIO) -> pq.FileMetaData:
+def _check_size(written: WrittenFile, io: FileIO) -> None:
     source = io.new_input(written.path)
     try:
         size = len(source)
@@ -284,6 +328,11 @@ def _read_footer(written: WrittenFile, io: FileIO) -> pq.FileMetaData:
         raise ResultCheckFailed(
             "size", f"{written.path} is {size} bytes, but the result claims {written.size_bytes}"
         )
+
+
+def _read_footer(written: WrittenFile, io: FileIO) -> pq.FileMetaData:
+    _check_size(written, io)
+    source = io.new_input(written.path)
     try:
         with source.open(seekable=True) as stream:
             return pq.read_metadata(stream)

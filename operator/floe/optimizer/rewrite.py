@@ -42,7 +42,6 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import DoubleType, FloatType, ListType, MapType
 
-from floe.optimizer.deletion_vectors import DeletionVectorError, read_deletion_vector
 from floe.optimizer.encodings import choose_encodings
 from floe.optimizer.layout import OrderedRows
 from floe.optimizer.lineage import fill_lineage, with_lineage
@@ -55,8 +54,16 @@ from floe.optimizer.task_spec import (
     RewriteTaskSpec,
     WrittenFile,
 )
-from floe.planning.files import MERGED_POSITIONS_SUFFIX
+from floe.planning.files import MERGED_POSITIONS_SUFFIX, MERGED_VECTOR_SUFFIX
 from floe.planning.plan import POSITIONS
+from floe.tables.deletion_vectors import (
+    DeletionVectorError,
+    WrittenVector,
+    deletion_vector_data_file,
+    read_deletion_vector,
+    write_deletion_vector,
+)
+from floe.tables.manifest_io import ROW_LINEAGE_VERSION
 from floe.tables.writer import POSITION_DELETE_METRICS, POSITION_DELETE_SCHEMA
 
 logger = logging.getLogger(__name__)
@@ -111,7 +118,8 @@ def run_rewrite_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
     context = _task_context(spec)
     io = context.io
     # The equality filter finds the table's columns at the same positions either way.
-    schema = with_lineage(context.schema) if spec.row_lineage else context.schema
+    lineage = spec.format_version >= ROW_LINEAGE_VERSION
+    schema = with_lineage(context.schema) if lineage else context.schema
     deletes = _load_deletes(context, spec)
     writer = _RollingParquetWriter(io, spec, schema)
     sink = _EqualityFilter(writer)
@@ -123,7 +131,7 @@ def run_rewrite_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
             sink.use(deletes.matchers_for(data_file))
             positions = deletes.positions_for(data_file)
             read, deleted = _rewrite_data_file(
-                context, data_file, positions, sink, schema if spec.row_lineage else None
+                context, data_file, positions, sink, schema if lineage else None
             )
             rows_read += read
             rows_deleted += deleted
@@ -174,7 +182,12 @@ def run_position_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
     keys = {field_id for d in deletes.equality for field_id in d.field_ids}
     # The equality deletes' columns only, and at least one column to count the rows by.
     key_schema = prune_columns(schema, keys or {schema.columns[0].field_id}, select_full_types=False)
-    writer = _PositionDeleteWriter(io, spec)
+    # A v3 table takes position deletes only as deletion vectors, one per data file.
+    writer: _PositionDeleteWriter | _DeletionVectorWriter
+    if spec.format_version >= ROW_LINEAGE_VERSION:
+        writer = _DeletionVectorWriter(io, spec)
+    else:
+        writer = _PositionDeleteWriter(io, spec)
     rows_read = positions_written = 0
     try:
         for data_file in sorted(spec.data_files, key=lambda f: f.data_sequence_number):
@@ -266,6 +279,46 @@ class _PositionDeleteWriter:
         _delete_created(self._io, self._created)
 
 
+class _DeletionVectorWriter:
+    """Writes one Puffin file per data file, holding its deletion vector: every position deleted
+    from it, those of its earlier vector included, so it never has two."""
+
+    def __init__(self, io: FileIO, spec: RewriteTaskSpec) -> None:
+        self._io = io
+        self._directory = spec.output_dir.rstrip("/")
+        self._prefix = spec.file_name_prefix
+        self.files: list[WrittenFile] = []
+        self._created: list[str] = []
+
+    def write(self, data_path: str, positions: pa.Array) -> None:
+        """Write the deletion vector of `data_path` (`positions` sorted, distinct)."""
+        path = f"{self._directory}/{self._prefix}-{len(self._created):05d}{MERGED_VECTOR_SUFFIX}"
+        self._created.append(path)
+        written = write_deletion_vector(self._io, path, data_path, positions)
+        self.files.append(
+            WrittenFile(
+                path=path,
+                content=1,
+                referenced_data_file=data_path,
+                content_offset=written.offset,
+                content_size_in_bytes=written.length,
+                record_count=written.cardinality,
+                size_bytes=written.file_size,
+                column_sizes={},
+                value_counts={},
+                null_value_counts={},
+                nan_value_counts={},
+                lower_bounds={},
+                upper_bounds={},
+                split_offsets=[],
+            )
+        )
+
+    def abort(self) -> None:
+        """Delete every file this writer created."""
+        _delete_created(self._io, self._created)
+
+
 def _widest_row_bytes(rows: pa.Table) -> float:
     """Arrow bytes per row of the widest column of `rows`."""
     widest: int = max((column.nbytes for column in rows.columns), default=0)
@@ -323,7 +376,17 @@ def written_file_to_data_file(
     written: WrittenFile, spec_id: int, partition: Record, sort_order_id: int | None = None
 ) -> DataFile:
     """Build the pyiceberg `DataFile` (Parquet; content DATA, or POSITION_DELETES for the file of a
-    positions task) a commit adds for a written file."""
+    positions task; a Puffin deletion vector on a v3 table) a commit adds for a written file."""
+    if written.content_offset is not None and written.content_size_in_bytes and written.referenced_data_file:
+        vector = WrittenVector(
+            file_size=written.size_bytes,
+            offset=written.content_offset,
+            length=written.content_size_in_bytes,
+            cardinality=written.record_count,
+        )
+        return deletion_vector_data_file(
+            written.path, written.referenced_data_file, vector, spec_id, partition
+        )
     data_file = DataFile.from_args(
         content=DataFileContent.POSITION_DELETES if written.content == 1 else DataFileContent.DATA,
         file_path=written.path,
@@ -746,8 +809,12 @@ def _load_deletion_vector(
         f.path == target and f.data_sequence_number <= delete_file.data_sequence_number for f in data_files
     ):
         return
+    if delete_file.content_offset is None or delete_file.content_size_in_bytes is None:
+        raise RewriteError(f"deletion vector {delete_file.path} has no blob location")
     try:
-        positions = read_deletion_vector(io, delete_file)
+        positions = read_deletion_vector(
+            io, delete_file.path, delete_file.content_offset, delete_file.content_size_in_bytes
+        )
     except DeletionVectorError as exc:
         raise RewriteError(str(exc)) from exc
     budget.charge(positions.nbytes, delete_file)
@@ -871,7 +938,8 @@ class _RollingParquetWriter:
         # By field id: the table's metrics modes name its columns as the table does.
         table_schema = Schema.model_validate_json(spec.table_schema_json)
         self._stats_plan = compute_statistics_plan(
-            with_lineage(table_schema) if spec.row_lineage else table_schema, self._options.metrics_properties
+            with_lineage(table_schema) if spec.format_version >= ROW_LINEAGE_VERSION else table_schema,
+            self._options.metrics_properties,
         )
         self._parquet_paths = parquet_path_to_id_mapping(schema)
         self._nan_columns = {

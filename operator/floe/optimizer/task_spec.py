@@ -143,10 +143,14 @@ class RewriteTaskSpec(_Wire):
         exclude_if=lambda order: order is None,
         description="order of the output rows; unset: input order",
     )
-    row_lineage: bool = Field(
-        default=False,
-        exclude_if=lambda lineage: not lineage,
-        description="format v3: the output keeps each row's _row_id and _last_updated_sequence_number",
+    # Left out of the JSON before v3, so optimizers from before it keep working on v1 and v2.
+    format_version: int = Field(
+        default=2,
+        ge=1,
+        le=3,
+        exclude_if=lambda version: version < 3,
+        description="the table's: on 3, output rows keep _row_id and _last_updated_sequence_number, "
+        "and position deletes are written as deletion vectors",
     )
     storage_secret: str | None = Field(
         default=None,
@@ -176,6 +180,18 @@ class WrittenFile(_Wire):
         default=None,
         exclude_if=lambda path: path is None,
         description="for a position-delete file: the one data file all its rows name",
+    )
+    content_offset: int | None = Field(
+        default=None,
+        ge=0,
+        exclude_if=lambda value: value is None,
+        description="for a deletion vector (a Puffin file): where its blob starts",
+    )
+    content_size_in_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        exclude_if=lambda value: value is None,
+        description="a deletion vector's blob length",
     )
     record_count: int
     size_bytes: int

@@ -55,7 +55,6 @@ def evaluate_partition(
     last_minor_s: float | None,
     last_full_s: float | None,
     forced: OptimizingType | None = None,
-    rewrite_conversions: bool = False,
 ) -> PartitionEvaluation:
     """Classify one partition's data files and decide which optimizing it needs.
 
@@ -66,8 +65,7 @@ def evaluate_partition(
     files to rewrite (0 when nothing is rewritten).
 
     `last_minor_s` is when the table last finished a minor optimizing; `last_full_s` when
-    it last finished a full one. With `rewrite_conversions` (a table whose position deletes
-    are deletion vectors) the segments whose deletes would be converted are rewritten.
+    it last finished a full one.
     """
     files = sorted(data_files, key=lambda f: f.path)
     # A data file's deletes already merged into its position-delete file count no more.
@@ -154,8 +152,6 @@ def evaluate_partition(
     else:
         rewrite = major_rewrite if kind == OptimizingType.MAJOR else minor_rewrite
         convert = minor_convert - rewrite
-        if rewrite_conversions:
-            rewrite, convert = rewrite | convert, set()
         gain = bool(convert) or len(rewrite) >= 2 or any(deletes_of[path] for path in rewrite)
     if not gain:
         return evaluation(None, f"{reason}, but nothing to gain", set(), set())
@@ -189,7 +185,6 @@ def evaluate_table(
             last_minor_s,
             last_full_s,
             forced,
-            rewrite_conversions=files.row_lineage,
         )
         for partition in sorted(by_partition, key=_partition_order)
     ]

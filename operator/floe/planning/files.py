@@ -89,6 +89,9 @@ def deletion_vector_key(puffin_path: str, content_offset: int) -> str:
 
 MERGED_POSITIONS_SUFFIX = "-merged-positions.parquet"
 """How the name of a position-delete file a positions task wrote for one data file ends."""
+MERGED_VECTOR_SUFFIX = "-merged-positions.puffin"
+"""How the name of the Puffin file ends that holds the deletion vector a positions task wrote
+for one data file (format v3)."""
 
 
 def pending_deletes(data: ContentFile, deletes: Sequence[ContentFile]) -> tuple[ContentFile, ...]:
@@ -105,7 +108,7 @@ def pending_deletes(data: ContentFile, deletes: Sequence[ContentFile]) -> tuple[
         for d in deletes
         if d.kind == FileKind.POSITION_DELETES
         and d.referenced_data_file == data.path
-        and d.path.endswith(MERGED_POSITIONS_SUFFIX)
+        and d.location.endswith((MERGED_POSITIONS_SUFFIX, MERGED_VECTOR_SUFFIX))
     ]
     if not merged:
         return tuple(deletes)
@@ -135,10 +138,9 @@ class TableFiles:
     sequence_number: int
     data_files: tuple[ContentFile, ...]
     delete_files: tuple[ContentFile, ...]
-    row_lineage: bool = False
-    """Format v3: rows carry lineage, which rewrites keep, and position deletes are deletion
-    vectors, which floe does not write: the segments whose deletes it would convert are
-    rewritten instead."""
+    format_version: int = 2
+    """The table's format version: on v3 rows carry lineage, which rewrites keep, and position
+    deletes are deletion vectors."""
 
 
 class _BySequence:

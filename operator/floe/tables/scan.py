@@ -17,7 +17,6 @@ from pyiceberg.typedef import Record
 
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
 from floe.tables.manifest_io import (
-    ROW_LINEAGE_VERSION,
     content_key,
     deletion_vector_location,
     file_first_row_id,
@@ -181,6 +180,6 @@ def scan_table(table: Table, snapshot_id: int | None = None) -> ScannedTable:
         sequence_number=snapshot.sequence_number if snapshot and snapshot.sequence_number else 0,
         data_files=tuple(data),
         delete_files=tuple(deletes),
-        row_lineage=metadata.format_version >= ROW_LINEAGE_VERSION,
+        format_version=metadata.format_version,
     )
     return ScannedTable(files=files, partition_records=records, file_formats=frozenset(formats))

@@ -7,9 +7,6 @@ than 1, 2 and 3, data and delete files that are neither Parquet nor (for positio
 v3 deletion vectors (ORC, Avro), column types the rewrite cannot carry (v3's ``variant``,
 ``geometry``, ``geography``, ``unknown``, nanosecond timestamps), and partition or sort
 transforms floe does not know.
-
-Maintenance is checked per job: data retention writes position-delete files, which a v3
-table takes only as deletion vectors, and floe writes none yet, so it is refused on v3.
 """
 
 from __future__ import annotations
@@ -38,13 +35,10 @@ from pyiceberg.types import (
 )
 
 from floe.planning.files import FileKind, TableFiles
-from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.scan import ScannedTable, scan_table
 
 SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
 """The format versions floe optimizes and maintains (v3: deletion vectors and row lineage)."""
-_WRITES_DELETE_FILES = frozenset({MaintenanceJob.RETENTION})
-"""The jobs that write position-delete files: Parquet ones, which a v3 table does not take."""
 _UNSUPPORTED_TYPES = (TimestampNanoType, TimestamptzNanoType, UnknownType, GeometryType, GeographyType)
 _FILE_KIND_NAMES = {
     FileKind.DATA: "data files",
@@ -65,7 +59,6 @@ class UnsupportedTableError(RuntimeError):
         features: Sequence[str],
         files: TableFiles | None = None,
         metadata_location: str | None = None,
-        job: MaintenanceJob | None = None,
     ) -> None:
         self.table = table
         self.features = tuple(features)
@@ -73,9 +66,8 @@ class UnsupportedTableError(RuntimeError):
         """The live files, when the table was scanned before it was refused."""
         self.metadata_location = metadata_location
         """The metadata file the refusal was made from, when it was read."""
-        done = "optimized" if job is None else f"maintained by the {job} job"
         super().__init__(
-            f"table {table} is not {done}: it uses {_join(self.features)}, which floe does not support"
+            f"table {table} is not optimized: it uses {_join(self.features)}, which floe does not support"
         )
 
 
@@ -83,23 +75,17 @@ def unsupported_features(
     metadata: TableMetadata,
     file_formats: Iterable[tuple[FileKind, FileFormat]] = (),
     spec_ids: Iterable[int] = (),
-    job: MaintenanceJob | None = None,
 ) -> list[str]:
     """The features of a table floe cannot handle, each named for a user; empty when it can.
 
     `file_formats` are the (kind, format) pairs of the live files, `spec_ids` the partition
     specs they were written with; the table's default spec and sort order are always checked,
-    since rewritten files may be laid out by them. Without `job` the check is for optimizing;
-    with it, for that maintenance job.
+    since rewritten files may be laid out by them.
     """
     features = []
     version = metadata.format_version
     if version not in SUPPORTED_FORMAT_VERSIONS:
         features.append(f"format version {version}")
-    elif version >= 3 and job in _WRITES_DELETE_FILES:
-        features.append(
-            "format version 3 (its position deletes are deletion vectors, which floe does not write yet)"
-        )
     for kind, file_format in sorted(set(file_formats), key=lambda pair: (pair[0].value, pair[1].value)):
         if file_format == FileFormat.PUFFIN and kind == FileKind.POSITION_DELETES:
             continue  # deletion vectors: read and applied like position deletes
@@ -118,19 +104,16 @@ def unsupported_features(
     return features
 
 
-def check_supported(
-    table_name: str, table: Table, scanned: ScannedTable | None = None, job: MaintenanceJob | None = None
-) -> None:
-    """Raise `UnsupportedTableError` naming the table and what it uses that floe cannot handle,
-    for optimizing or, with `job`, for that maintenance job; without `scanned`, only what the
-    metadata says is checked (not the live files' formats)."""
+def check_supported(table_name: str, table: Table, scanned: ScannedTable | None = None) -> None:
+    """Raise `UnsupportedTableError` naming the table and what it uses that floe cannot handle;
+    without `scanned`, only what the metadata says is checked (not the live files' formats)."""
     if scanned is None:
-        features = unsupported_features(table.metadata, job=job)
+        features = unsupported_features(table.metadata)
     else:
-        features = unsupported_features(table.metadata, scanned.file_formats, scanned.spec_ids, job)
+        features = unsupported_features(table.metadata, scanned.file_formats, scanned.spec_ids)
     if features:
         files = scanned.files if scanned else None
-        raise UnsupportedTableError(table_name, features, files, table.metadata_location, job)
+        raise UnsupportedTableError(table_name, features, files, table.metadata_location)
 
 
 def scan_supported(table_name: str, table: Table) -> ScannedTable:

@@ -1,8 +1,9 @@
 """Write Iceberg data and delete files without committing them (see `floe.commit.row_delta`).
 
-floe's own optimizing never writes delete files; CDC-style writers do. The demo and the
-tests use these writers to produce upserts (equality delete + insert in one snapshot)
-and the position deletes that optimizing must then apply.
+CDC-style writers write delete files: the demo and the tests use these writers to produce
+upserts (equality delete + insert in one snapshot) and the position deletes that optimizing
+must then apply. Data retention writes its position deletes here too, as deletion vectors on a
+format v3 table.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
+from floe.tables.deletion_vectors import deletion_vector_data_file, write_deletion_vector
+
 POSITION_DELETE_SCHEMA = Schema(
     NestedField(2147483546, "file_path", StringType(), required=True),
     NestedField(2147483545, "pos", LongType(), required=True),
@@ -31,13 +34,13 @@ POSITION_DELETE_METRICS = {"write.metadata.metrics.default": "full"}
 """Metrics of position-delete files floe writes: full bounds, so ``file_path``'s name the data file."""
 
 
-def _delete_path(table: Table, spec_id: int, partition: Record) -> str:
+def _delete_path(table: Table, spec_id: int, partition: Record, suffix: str = ".parquet") -> str:
     metadata = table.metadata
     root = metadata.properties.get("write.data.path", f"{metadata.location.rstrip('/')}/data")
     spec = metadata.specs()[spec_id]
     partition_path = "" if spec.is_unpartitioned() else spec.partition_to_path(partition, metadata.schema())
     directory = f"{root}/{partition_path}" if partition_path else root
-    return f"{directory}/{uuid.uuid4()}-deletes.parquet"
+    return f"{directory}/{uuid.uuid4()}-deletes{suffix}"
 
 
 def _write(
@@ -124,6 +127,16 @@ def write_position_deletes(
     )
     return _write(
         table, POSITION_DELETE_SCHEMA, rows, DataFileContent.POSITION_DELETES, spec_id, partition, None
+    )
+
+
+def write_deletion_vector_file(table: Table, data_file: DataFile, positions: pa.Array) -> DataFile:
+    """A Puffin file holding the deletion vector of `data_file` (format v3): `positions`, which
+    must include those of its current vector, if it has one (a data file has one vector)."""
+    path = _delete_path(table, data_file.spec_id, data_file.partition, ".puffin")
+    written = write_deletion_vector(table.io, path, data_file.file_path, positions)
+    return deletion_vector_data_file(
+        path, data_file.file_path, written, data_file.spec_id, data_file.partition
     )
 
 
