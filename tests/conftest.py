@@ -58,8 +58,8 @@ V3_MOR = (
 
 @pytest.fixture
 def v3_table(sql_catalog: SqlCatalog, spark: SparkSession, reference: ReferenceReader) -> SqlCatalog:
-    """``db.t``: a partitioned v3 table with four appends, then a DELETE and an UPDATE that
-    write deletion vectors."""
+    """``db.t``: a partitioned v3 table with four appends, then a DELETE, an UPDATE and a MERGE
+    (updates and inserts) that write deletion vectors."""
     name = qualified_name(sql_catalog.name, "db.t")
     spark.sql(
         f"CREATE TABLE {name} (id bigint, cat string, v double) USING iceberg "
@@ -70,4 +70,9 @@ def v3_table(sql_catalog: SqlCatalog, spark: SparkSession, reference: ReferenceR
         spark.sql(f"INSERT INTO {name} SELECT id, CAST(id % 2 AS string), id * 1.0 FROM {rows}")
     spark.sql(f"DELETE FROM {name} WHERE id % 7 = 0")
     spark.sql(f"UPDATE {name} SET v = -1 WHERE id % 11 = 0")
+    spark.sql(
+        f"MERGE INTO {name} t USING (SELECT id, CAST(id % 2 AS string) AS cat, -2.0 AS v "
+        f"FROM range(0, 400, 13)) s ON t.id = s.id "
+        f"WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *"
+    )
     return sql_catalog

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from test_cdc_positions import cdc_table, deletes_of, segments
 from test_correctness import build_table, rows_at
 from test_service_http import scrape
+from v3_lineage import lineage
 
 from floe.api.models import OptimizedTable, OptimizerGroup
 from floe.local.reference_reader import ReferenceReader
@@ -214,3 +215,19 @@ def test_cdc_segments_are_converted_through_the_task_service(
     after = scan_table(table).files
     assert segments(after) == segments(start)
     assert deletes_of(after, FileKind.EQUALITY_DELETES) == []
+
+
+def test_a_v3_table_through_the_task_service(stack: Stack, v3_table: SqlCatalog, spark: SparkSession) -> None:
+    """Deletion vectors and row lineage travel in the task specs over HTTP to the optimizer
+    and back: the table settles with Spark's rows and lineage, and no vector left."""
+    before = lineage(spark, v3_table)
+    stack.engine.apply_group(_group("g1"))
+    _start_optimizer(stack, spark, "g1")
+    runtime = stack.engine.apply_table(_table(v3_table, "g1", minor={"triggerFileCount": 2}))
+
+    _tick_until(stack, lambda: "committed" in runtime.last_result and stack.engine.converged())
+
+    assert runtime.refusal == "" and runtime.state == TableState.IDLE
+    assert lineage(spark, v3_table) == before
+    files = scan_table(v3_table.load_table("db.t")).files
+    assert files.format_version == 3 and files.delete_files == ()
