@@ -1,5 +1,5 @@
-"""Shared fixtures: one Spark session with Iceberg's Java runtime, fresh pyiceberg SQL catalogs, and a
-format v3 table with deletion vectors written by Spark."""
+"""Shared fixtures: one Spark session with Iceberg's Java runtime, fresh pyiceberg SQL catalogs, a
+format v3 table with deletion vectors written by Spark, and that table made one floe refuses."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import mounted_secrets  # noqa: F401
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
+from refused_tables import commit_metadata, unknown_sort_order
 
 from floe.local.reference_jars import reference_jars
 from floe.local.reference_reader import ReferenceReader, qualified_name
@@ -76,3 +77,11 @@ def v3_table(sql_catalog: SqlCatalog, spark: SparkSession, reference: ReferenceR
         f"WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *"
     )
     return sql_catalog
+
+
+@pytest.fixture
+def refused_table(v3_table: SqlCatalog) -> SqlCatalog:
+    """The v3 table Spark wrote (deletion vectors and all), its sort order then given a transform
+    floe does not know, the way another engine would commit it."""
+    commit_metadata(v3_table, "t", unknown_sort_order)
+    return v3_table

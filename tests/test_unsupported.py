@@ -11,13 +11,10 @@ DELETE and UPDATE, so its deletes are deletion vectors in a Puffin file.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
-from uuid import uuid4
 
 import pyarrow as pa
 import pytest
@@ -39,7 +36,7 @@ from pyiceberg.types import (
     TimestampNanoType,
     UnknownType,
 )
-from sqlalchemy import text
+from refused_tables import UNKNOWN_SORT, commit_metadata, unknown_sort_order
 from test_engine import _group, _table
 
 from floe.cli import main
@@ -65,23 +62,6 @@ def _files_under(catalog: SqlCatalog, table: str) -> set[Path]:
     return {p for p in location.rglob("*") if p.is_file()}
 
 
-UNKNOWN_SORT = "sort order 1 with the unknown transform zorder[4]"
-
-
-def _unknown_sort_order(document: dict[str, Any]) -> None:
-    field = {"transform": "zorder[4]", "source-id": 1, "direction": "asc", "null-order": "nulls-first"}
-    document["sort-orders"].append({"order-id": 1, "fields": [field]})
-    document["default-sort-order-id"] = 1
-
-
-@pytest.fixture
-def refused_table(v3_table: SqlCatalog) -> SqlCatalog:
-    """The v3 table Spark wrote (deletion vectors and all), its sort order then given a transform
-    floe does not know, the way another engine would commit it."""
-    _commit_metadata(v3_table, "t", _unknown_sort_order)
-    return v3_table
-
-
 def test_the_dry_run_plans_a_v3_table_and_refuses_what_floe_cannot_handle(
     v3_table: SqlCatalog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -90,7 +70,7 @@ def test_the_dry_run_plans_a_v3_table_and_refuses_what_floe_cannot_handle(
     assert main(["optimize", "--catalog-config", str(config), "db.t", "--dry-run"]) == 0
     assert "not optimized" not in capsys.readouterr().err
 
-    _commit_metadata(v3_table, "t", _unknown_sort_order)
+    commit_metadata(v3_table, "t", unknown_sort_order)
     before = _files_under(v3_table, "db.t")
     snapshot = v3_table.load_table("db.t").current_snapshot()
     assert main(["optimize", "--catalog-config", str(config), "db.t", "--dry-run"]) == 2
@@ -151,25 +131,6 @@ def test_the_engine_shows_the_refusal_once_and_never_plans(
     assert (degraded["status"], degraded["reason"], degraded["message"]) == ("True", "Unsupported", reason)
 
 
-def _commit_metadata(catalog: SqlCatalog, name: str, edit: Callable[[dict[str, Any]], None]) -> None:
-    """Commit an edited copy of table ``db.<name>``'s metadata the way another engine commits to
-    the SQL catalog (a new metadata file, the catalog's pointer moved to it), so that pyiceberg
-    need not be able to read the result."""
-    with catalog.engine.begin() as connection:
-        current = connection.execute(
-            text("SELECT metadata_location FROM iceberg_tables WHERE table_name = :name"), {"name": name}
-        ).scalar_one()
-        # Spark writes file:/path, pyiceberg file:///path.
-        document = json.loads(Path(urlparse(current).path).read_text())
-        edit(document)
-        location = Path(urlparse(document["location"]).path) / "metadata" / f"{uuid4()}.metadata.json"
-        location.write_text(json.dumps(document))
-        connection.execute(
-            text("UPDATE iceberg_tables SET metadata_location = :new WHERE table_name = :name"),
-            {"new": location.as_uri(), "name": name},
-        )
-
-
 @pytest.fixture
 def variant_table(sql_catalog: SqlCatalog) -> SqlCatalog:
     """``db.v``: a table whose schema gained a ``variant`` column, which pyiceberg cannot parse."""
@@ -183,7 +144,7 @@ def variant_table(sql_catalog: SqlCatalog) -> SqlCatalog:
         )
         document["last-column-id"] = 2
 
-    _commit_metadata(sql_catalog, "v", add_variant)
+    commit_metadata(sql_catalog, "v", add_variant)
     return sql_catalog
 
 
@@ -217,14 +178,14 @@ def test_a_refused_table_is_taken_again_once_its_metadata_no_longer_needs_refusi
         document["default-spec-id"] = 1
         document["last-partition-id"] = 1000
 
-    _commit_metadata(sql_catalog, "t", unknown_default_spec)
+    commit_metadata(sql_catalog, "t", unknown_default_spec)
     engine, events = engine
     runtime = engine.apply_table(_table(sql_catalog, "g", minor={"triggerFileCount": 2}))
     _tick_until(engine, lambda: bool(runtime.refusal))
     assert "partition field 'id_z' (spec 1) with the unknown transform zorder[4]" in runtime.refusal
     assert runtime.data_files == 3 and runtime.state == TableState.IDLE
 
-    _commit_metadata(sql_catalog, "t", lambda document: document.update({"default-spec-id": 0}))
+    commit_metadata(sql_catalog, "t", lambda document: document.update({"default-spec-id": 0}))
     _tick_until(engine, lambda: not runtime.refusal)
     # Pending for its minor optimizing again (this engine has no optimizer to run it).
     assert runtime.state == TableState.PENDING and runtime.last_error == ""

@@ -14,7 +14,6 @@ import json
 import os
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,9 @@ from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.manifest_io import deletion_vector_location, manifest_first_row_id, snapshot_manifests
 from floe.tables.scan import scan_table
 from floe.tables.v3_metadata import allow_v3_metadata_writes
+
+JAN_1 = 1_704_067_200
+"""2024-01-01T00:00:00Z, in seconds since the epoch."""
 
 
 def _spec(**jobs: dict[str, Any]) -> MaintenanceSpec:
@@ -102,6 +104,7 @@ def test_expiry_and_orphan_cleanup_keep_live_deletion_vectors(
     assert str(orphan) in {p.removeprefix("file://") for p in cleaned.paths}, cleaned.summary
     assert {p for p in location.rglob("*.puffin")} == left, "every live deletion vector stays"
     assert lineage(spark, v3_table) == before
+    merge_keeps_lineage(spark, v3_table, before)
 
 
 def test_retention_replaces_deletion_vectors_and_keeps_lineage(
@@ -116,15 +119,14 @@ def test_retention_replaces_deletion_vectors_and_keeps_lineage(
     )
     for start in range(0, 400, 100):
         spark.sql(
-            f"INSERT INTO {name} SELECT id, CAST(id % 2 AS string), "
-            f"timestamp '2024-01-01 00:00:00' + make_interval(0, 0, 0, 0, CAST(id AS int)) "
+            f"INSERT INTO {name} SELECT id, CAST(id % 2 AS string), timestamp_seconds({JAN_1} + id * 3600) "
             f"FROM range({start}, {start + 100})"
         )
     spark.sql(f"DELETE FROM {name} WHERE id % 7 = 0")
     spark.sql(f"REFRESH TABLE {name}")
     query = f"SELECT id, _row_id, _last_updated_sequence_number FROM {name} ORDER BY id"
     before = [tuple(r) for r in spark.sql(query).collect()]
-    cutoff = datetime(2024, 1, 1, tzinfo=UTC).timestamp() + 150 * 3600
+    cutoff = JAN_1 + 150 * 3600
     spec = _spec(dataRetention={"column": "ts", "olderThan": "1d"})
 
     report = run_maintenance_job(
@@ -134,15 +136,20 @@ def test_retention_replaces_deletion_vectors_and_keeps_lineage(
     assert report.snapshot_id is not None and report.rows_deleted > 0 and report.files_removed > 0, report
     spark.sql(f"REFRESH TABLE {name}")
     after = [tuple(r) for r in spark.sql(query).collect()]
-    # Timestamps are read in the session's zone: compare by id, which orders them the same.
     assert after == [row for row in before if row[0] >= 150], "the rest keep their lineage"
     files = scan_table(sql_catalog.load_table("db.t")).files
     targets = [f.referenced_data_file for f in files.delete_files]
     assert all(f.content_offset is not None for f in files.delete_files), "deletion vectors only"
     assert len(targets) == len(set(targets)), "never two vectors for one data file"
-    # Spark deletes on top of retention's vectors.
-    spark.sql(f"DELETE FROM {name} WHERE id = 151")
-    assert [r[0] for r in spark.sql(query).collect()] == [r[0] for r in after if r[0] != 151]
+    # Spark writes on over retention's vectors: a MERGE deleting one row, updating others.
+    spark.sql(
+        f"MERGE INTO {name} t USING (SELECT id, timestamp_seconds({JAN_1} + 999 * 3600) AS ts "
+        f"FROM range(150, 160)) s ON t.id = s.id "
+        f"WHEN MATCHED AND t.id = 151 THEN DELETE WHEN MATCHED THEN UPDATE SET ts = s.ts"
+    )
+    merged = [tuple(r) for r in spark.sql(query).collect()]
+    assert [r[0] for r in merged] == [r[0] for r in after if r[0] != 151]
+    assert [r for r in merged if r[0] >= 160] == [r for r in after if r[0] >= 160]
 
 
 def test_a_dangling_deletion_vector_goes_and_its_puffin_neighbours_stay(
@@ -172,6 +179,7 @@ def test_a_dangling_deletion_vector_goes_and_its_puffin_neighbours_stay(
     left = scan_table(v3_table.load_table("db.t")).files.delete_files
     assert {f.referenced_data_file for f in left} == {location[0] for location in vectors} - {shared[0]}
     assert lineage(spark, v3_table) == before, "the other vectors in that Puffin file still delete their rows"
+    merge_keeps_lineage(spark, v3_table, before)
 
 
 def test_v3_metadata_written_by_floe_keeps_every_field_iceberg_java_wrote(v3_table: SqlCatalog) -> None:

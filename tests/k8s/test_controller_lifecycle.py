@@ -36,6 +36,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
+from refused_tables import UNKNOWN_SORT
 
 from floe.controller import kube as kube_module
 from floe.controller.main import run_kopf
@@ -49,6 +50,7 @@ from floe.service.engine import EngineEvent
 from floe.service.errors import UnknownGroup
 from floe.service.wire import RegisterRequest, RegisterResponse
 from floe.tables.runtime import TableRuntime, TableState
+from floe.tables.scan import scan_table
 from floe_optimizer.app import Optimizer
 
 from .conftest import REPO_ROOT, K8sCluster
@@ -640,25 +642,26 @@ def test_pending_table_in_a_group_without_executors_gets_an_event(
         assert _status(k8s, "ot", group, ns).get("state") == "PENDING"
 
 
-def test_a_v3_table_is_degraded_unsupported_with_one_event(
-    k8s: K8sCluster, replicas: Callable[..., Replica], v3_table: SqlCatalog
+def test_a_refused_table_is_degraded_unsupported_with_one_event(
+    k8s: K8sCluster, replicas: Callable[..., Replica], refused_table: SqlCatalog
 ) -> None:
     """A table floe cannot handle: a condition and an Event name the table and its features; no
     process starts; the Event is not repeated on later refreshes."""
-    ns = _namespace(k8s, "v3")
+    ns = _namespace(k8s, "refused")
     replicas([ns]).start()
     _apply(k8s, _group("g", ns, executors=0))
-    _apply(k8s, _table("t", ns, "g", _inline(v3_table)))
+    _apply(k8s, _table("t", ns, "g", _inline(refused_table)))
 
     def degraded() -> dict[str, Any]:
         return _condition(_status(k8s, "ot", "t", ns), "Degraded")
 
     k8s.wait_for("Degraded: Unsupported", lambda: degraded().get("reason") == "Unsupported", timeout=60)
     message = degraded()["message"]
-    assert message.startswith("table db.t is not optimized: it uses format version 3")
-    assert "deletion vectors (Puffin position deletes)" in message
+    assert message == f"table db.t is not optimized: it uses {UNKNOWN_SORT}, which floe does not support"
     status = _status(k8s, "ot", "t", ns)
-    assert status["state"] == "IDLE" and status["dataFiles"] == 10 and status.get("currentProcess") is None
+    live = scan_table(refused_table.load_table("db.t")).files
+    assert status["state"] == "IDLE" and status.get("currentProcess") is None
+    assert status["dataFiles"] == len(live.data_files), "the live files are still shown"
     time.sleep(3)  # several refreshes later
     events = [e for e in _events(k8s, ns, "t") if e["reason"] in ("Unsupported", "OptimizingStarted")]
     assert [(e["type"], e["reason"], e["message"], e.get("count", 1)) for e in events] == [
