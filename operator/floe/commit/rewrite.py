@@ -273,14 +273,15 @@ def _check_entry(entry: ManifestEntry, snapshot: Snapshot, request: RewriteReque
             f"data file {df.file_path} was removed by snapshot {snapshot.snapshot_id} ({op}) after planning"
         )
     if entry.status == ManifestEntryStatus.ADDED and df.content == DataFileContent.POSITION_DELETES:
-        # A converted file gets a new deletion vector, and a data file may have only one.
-        vector = deletion_vector_location(df) is not None
-        replaced = request.rewritten_data_paths
-        if vector:
-            replaced = replaced | request.converted_data_paths
-        target = _position_delete_targets(df, replaced)
+        vector = deletion_vector_location(df)
+        if vector is None:
+            target = _position_delete_targets(df, request.rewritten_data_paths)
+        else:
+            # A converted file gets a new deletion vector, and a data file may have only one.
+            replaced = request.rewritten_data_paths | request.converted_data_paths
+            target = vector[0] if vector[0] in replaced else None
         if target is not None:
-            what = "a deletion vector in" if vector else "position deletes"
+            what = "position deletes" if vector is None else "a deletion vector in"
             raise CommitConflict(
                 f"snapshot {snapshot.snapshot_id} ({op}) added {what} {df.file_path} "
                 f"that may target data file {target}, which this process rewrites or converts"
@@ -288,11 +289,7 @@ def _check_entry(entry: ManifestEntry, snapshot: Snapshot, request: RewriteReque
 
 
 def _position_delete_targets(delete: DataFile, rewritten: frozenset[str]) -> str | None:
-    """A rewritten path the position delete may reference: a deletion vector's own data file,
-    or one its file_path bounds allow."""
-    vector = deletion_vector_location(delete)
-    if vector is not None:
-        return vector[0] if vector[0] in rewritten else None
+    """A rewritten path the position delete may reference, judged by its file_path bounds."""
     lower_b = (delete.lower_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
     upper_b = (delete.upper_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
     if lower_b is None or upper_b is None:

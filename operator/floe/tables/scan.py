@@ -15,9 +15,8 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 
-from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
+from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles, deletion_vector_key
 from floe.tables.manifest_io import (
-    content_key,
     deletion_vector_location,
     file_first_row_id,
     manifest_entries,
@@ -83,14 +82,16 @@ class EntryConverter:
         kind = _FILE_KINDS[df.content]
         vector = deletion_vector_location(df)
         return ContentFile(
-            path=content_key(df),
+            path=df.file_path if vector is None else deletion_vector_key(df.file_path, vector[1]),
             kind=kind,
             partition=self.partition_key(df.spec_id, df.partition),
             record_count=df.record_count,
             size_bytes=df.file_size_in_bytes,
             data_sequence_number=entry.sequence_number or 0,
             equality_ids=tuple(df.equality_ids or ()) if kind == FileKind.EQUALITY_DELETES else (),
-            referenced_data_file=referenced_data_file(df) if kind == FileKind.POSITION_DELETES else None,
+            referenced_data_file=(vector[0] if vector else referenced_data_file(df))
+            if kind == FileKind.POSITION_DELETES
+            else None,
             content_offset=vector[1] if vector else None,
             content_size=vector[2] if vector else None,
             first_row_id=file_first_row_id(df) if kind == FileKind.DATA else None,
@@ -98,11 +99,7 @@ class EntryConverter:
 
 
 def referenced_data_file(data_file: DataFile) -> str | None:
-    """The single data file a position delete file targets: a deletion vector's own, or the one
-    its bounds prove."""
-    vector = deletion_vector_location(data_file)
-    if vector is not None:
-        return vector[0]
+    """The single data file a position delete file targets, when its bounds prove it."""
     lower = (data_file.lower_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
     upper = (data_file.upper_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
     if lower is not None and lower == upper:
