@@ -8,8 +8,14 @@
 #   driver ARGS...   python -m floe_optimizer.driver ARGS (the operator's driver pods run that
 #                    command directly; this is the same thing by name)
 #   optimizer ARGS.. floe-optimizer ARGS, the optimizer application outside the operator
+#   class-archive    make the executor JVM's class archive (run once, at image build)
 #   anything else    run as given
 set -euo pipefail
+shopt -s inherit_errexit # a failure in $(...) stops the script too
+
+# Spark's classes, parsed and verified at image build (`class-archive`): an executor JVM maps them
+# instead of loading each from its jar, which is most of its start (floe_optimizer.class_archive).
+CLASS_ARCHIVE="${FLOE_CLASS_ARCHIVE:-/opt/floe/spark-classes.jsa}"
 
 # A UID without a passwd entry (e.g. OpenShift's random ones) makes Hadoop's login in Spark fail;
 # nss_wrapper gives it one, as Spark's images do.
@@ -30,18 +36,43 @@ fake_passwd_entry() {
     done
 }
 
-# The executor JVM's class path: Spark's configuration directory, its jars, extra entries and the
-# working directory (SPARK-43540).
+# Spark's jars, each named and sorted: the class archive is valid only for a class path that starts
+# with the one it was made with, and a directory lists its files in an order of its filesystem's
+# (the image unpacked on a node is not the filesystem it was built on).
+spark_jars() {
+    local LC_ALL=C
+    local jars=("${SPARK_HOME:?SPARK_HOME is not set}"/jars/*.jar)
+    if [[ ! -e "${jars[0]}" ]]; then
+        echo "entrypoint.sh: no jars in $SPARK_HOME/jars" >&2
+        return 66
+    fi
+    local IFS=:
+    printf '%s' "${jars[*]}"
+}
+
+# The executor JVM's class path: Spark's jars (first, for the class archive; the configuration
+# directory's files are none of theirs), its configuration directory, extra entries and the working
+# directory (SPARK-43540).
 spark_classpath() {
-    local classpath="${SPARK_CONF_DIR:-${SPARK_HOME:?SPARK_HOME is not set}/conf}"
-    classpath+=":${SPARK_HOME:?SPARK_HOME is not set}/jars/*"
+    local classpath
+    classpath="$(spark_jars)"
+    classpath+=":${SPARK_CONF_DIR:-$SPARK_HOME/conf}"
     [[ -n "${SPARK_EXTRA_CLASSPATH:-}" ]] && classpath+=":$SPARK_EXTRA_CLASSPATH"
     [[ -n "${SPARK_DIST_CLASSPATH:-}" ]] && classpath+=":$SPARK_DIST_CLASSPATH"
     printf '%s:%s' "$classpath" "$PWD"
 }
 
+# What an executor JVM starts with, before Spark's options (which win where they set the same
+# flag). floe's tasks do their work in the Python workers; the JVM moves task specs, results and
+# the workers' bytes, which the client compiler does well, while the server compiler's threads
+# would take a 1-core pod's CPU from its start, which is on a waking group's path to its first
+# task: C1 only starts it about a second sooner. Log4j's JMX beans serve a JMX console Spark does
+# not use.
+EXECUTOR_JAVA_OPTS=(-XX:TieredStopAtLevel=1 -Dlog4j2.disable.jmx=true)
+
 run_executor() {
-    local name java_opts=() java="java"
+    local name java_opts=("${EXECUTOR_JAVA_OPTS[@]}") java="java"
+    [[ -r "$CLASS_ARCHIVE" ]] && java_opts+=("-XX:SharedArchiveFile=$CLASS_ARCHIVE")
     # Spark passes the executor's JVM options as SPARK_JAVA_OPT_0, SPARK_JAVA_OPT_1, ...: keep
     # their numeric order (the Java module options come first and must stay first).
     while read -r name; do
@@ -57,9 +88,11 @@ run_executor() {
         fi
     done
     fake_passwd_entry
+    local classpath
+    classpath="$(spark_classpath)"
     exec "$java" "${java_opts[@]}" \
         -Xms"$SPARK_EXECUTOR_MEMORY" -Xmx"$SPARK_EXECUTOR_MEMORY" \
-        -cp "$(spark_classpath)" \
+        -cp "$classpath" \
         org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
         --driver-url "$SPARK_DRIVER_URL" \
         --executor-id "$SPARK_EXECUTOR_ID" \
@@ -84,8 +117,12 @@ case "${1:-}" in
         fake_passwd_entry
         exec floe-optimizer "$@"
         ;;
+    class-archive)
+        classpath="$(spark_jars)"
+        FLOE_SPARK_JARS="$classpath" exec python -m floe_optimizer.class_archive "$CLASS_ARCHIVE"
+        ;;
     "")
-        echo "usage: entrypoint.sh executor | driver ARGS... | optimizer ARGS... | COMMAND..." >&2
+        echo "usage: entrypoint.sh executor | driver ARGS... | optimizer ARGS... | class-archive | COMMAND..." >&2
         exit 64
         ;;
     *)

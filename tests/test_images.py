@@ -66,6 +66,19 @@ def fake_bin(tmp_path: Path) -> Path:
     return bin_dir
 
 
+# In the order of their bytes ("C" collation), which is neither the directory's nor a locale's.
+FAKE_JARS = ("B-core.jar", "a_b.jar", "a-c.jar", "z.jar")
+
+
+def _spark_home(tmp_path: Path) -> Path:
+    """A Spark home whose jars/ has `FAKE_JARS` (and a file that is no jar)."""
+    home = tmp_path / "spark-home"
+    (home / "jars").mkdir(parents=True, exist_ok=True)
+    for name in (*reversed(FAKE_JARS), "README.txt"):
+        (home / "jars" / name).write_text("")
+    return home
+
+
 def _run(
     fake_bin: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
@@ -75,7 +88,8 @@ def _run(
         "PATH": f"{fake_bin}:/usr/bin:/bin",
         "HOME": str(tmp_path),
         "RECORD": str(record),
-        "SPARK_HOME": "/opt/spark-home",
+        "SPARK_HOME": str(_spark_home(tmp_path)),
+        "FLOE_CLASS_ARCHIVE": str(tmp_path / "no-archive.jsa"),
     }
     result = subprocess.run(
         ["bash", str(ENTRYPOINT), *args],
@@ -95,13 +109,17 @@ def test_executor_runs_spark_executor_backend(fake_bin: Path, tmp_path: Path) ->
     result, argv = _run(fake_bin, tmp_path, "executor", env={**EXECUTOR_ENV, **opts})
     assert result.returncode == 0, result.stderr
     assert argv[0] == "java"  # JAVA_HOME unset: the java on PATH
+    # floe's defaults first: Spark's options win where they set the same flag.
+    assert argv[1:3] == ["-XX:TieredStopAtLevel=1", "-Dlog4j2.disable.jmx=true"]
     # SPARK_JAVA_OPT_N in numeric order (10 and 11 after 9), before the heap flags.
-    assert argv[1:13] == [f"-Dopt.{i}=v{i}" for i in range(12)]
-    assert argv[13:15] == ["-Xms512m", "-Xmx512m"]
-    assert argv[15] == "-cp"
-    assert argv[16] == f"/opt/spark/conf:/opt/spark-home/jars/*:{tmp_path}"
-    assert argv[17] == "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
-    flags = dict(zip(argv[18::2], argv[19::2], strict=True))
+    assert argv[3:15] == [f"-Dopt.{i}=v{i}" for i in range(12)]
+    assert argv[15:17] == ["-Xms512m", "-Xmx512m"]
+    assert argv[17] == "-cp"
+    # Spark's jars first, sorted by bytes: the class archive's class path, whatever the directory lists.
+    jars = ":".join(str(tmp_path / "spark-home" / "jars" / name) for name in sorted(FAKE_JARS))
+    assert argv[18] == f"{jars}:/opt/spark/conf:{tmp_path}"
+    assert argv[19] == "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
+    flags = dict(zip(argv[20::2], argv[21::2], strict=True))
     assert flags == {
         "--driver-url": EXECUTOR_ENV["SPARK_DRIVER_URL"],
         "--executor-id": "3",
@@ -121,8 +139,44 @@ def test_executor_uses_java_home_and_spark_home_conf(fake_bin: Path, tmp_path: P
     env |= {"JAVA_HOME": str(java_home), "SPARK_EXTRA_CLASSPATH": "/extra/*"}
     result, argv = _run(fake_bin, tmp_path, "executor", env=env)
     assert result.returncode == 0, result.stderr
-    classpath = argv[argv.index("-cp") + 1]
-    assert classpath == f"/opt/spark-home/conf:/opt/spark-home/jars/*:/extra/*:{tmp_path}"
+    spark_home = tmp_path / "spark-home"
+    jars = ":".join(str(spark_home / "jars" / name) for name in sorted(FAKE_JARS))
+    assert argv[argv.index("-cp") + 1] == f"{jars}:{spark_home}/conf:/extra/*:{tmp_path}"
+
+
+def test_executor_maps_the_class_archive_when_the_image_has_one(fake_bin: Path, tmp_path: Path) -> None:
+    result, argv = _run(fake_bin, tmp_path, "executor", env=EXECUTOR_ENV)
+    assert result.returncode == 0, result.stderr
+    assert not [a for a in argv if a.startswith("-XX:SharedArchiveFile")]
+
+    archive = tmp_path / "spark-classes.jsa"
+    archive.write_bytes(b"archive")
+    env = {**EXECUTOR_ENV, "FLOE_CLASS_ARCHIVE": str(archive)}
+    result, argv = _run(fake_bin, tmp_path, "executor", env=env)
+    assert result.returncode == 0, result.stderr
+    assert argv[3] == f"-XX:SharedArchiveFile={archive}"  # before Spark's options too
+
+
+def test_executor_without_jars_fails_clearly(fake_bin: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty-home"
+    (empty / "jars").mkdir(parents=True)
+    result, argv = _run(fake_bin, tmp_path, "executor", env={**EXECUTOR_ENV, "SPARK_HOME": str(empty)})
+    assert result.returncode == 66
+    assert f"no jars in {empty}/jars" in result.stderr
+    assert argv == []
+
+
+def test_class_archive_runs_the_archiving_module_with_the_executors_jars(
+    fake_bin: Path, tmp_path: Path
+) -> None:
+    archive = tmp_path / "spark-classes.jsa"
+    env = {"FLOE_CLASS_ARCHIVE": str(archive)}
+    # The fake python records its argv only; the class path goes in the environment.
+    (fake_bin / "python").write_text('#!/bin/sh\nprintf "%s\\n" python "$@" "$FLOE_SPARK_JARS" > "$RECORD"\n')
+    result, argv = _run(fake_bin, tmp_path, "class-archive", env=env)
+    assert result.returncode == 0, result.stderr
+    jars = ":".join(str(tmp_path / "spark-home" / "jars" / name) for name in sorted(FAKE_JARS))
+    assert argv == ["python", "-m", "floe_optimizer.class_archive", str(archive), jars]
 
 
 def test_executor_without_spark_environment_fails_clearly(fake_bin: Path, tmp_path: Path) -> None:
@@ -156,6 +210,23 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _run_real(
+    mode: str, env: dict[str, str], cwd: Path, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """The entrypoint in `mode` with real java and python (JAVA_HOME passed on when set)."""
+    if os.environ.get("JAVA_HOME"):
+        env = {**env, "JAVA_HOME": os.environ["JAVA_HOME"]}
+    return subprocess.run(
+        ["bash", str(ENTRYPOINT), mode],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
 @pytest.mark.skipif(shutil.which("java") is None, reason="java is not on PATH")
 def test_executor_command_starts_sparks_executor_backend(tmp_path: Path) -> None:
     """The real KubernetesExecutorBackend of pyspark's Spark accepts the command and dials the driver."""
@@ -174,22 +245,73 @@ def test_executor_command_starts_sparks_executor_backend(tmp_path: Path) -> None
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_JAVA_OPT_0": f"-Dspark.driver.port={port}",
     }
-    if os.environ.get("JAVA_HOME"):
-        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
-    result = subprocess.run(
-        ["bash", str(ENTRYPOINT), "executor"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = _run_real("executor", env, tmp_path, 120)
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert "KubernetesExecutorBackend: Started daemon" in output, output[-3000:]
     assert f"Failed to connect to /127.0.0.1:{port}" in output, output[-3000:]
     assert "Usage:" not in output and "ClassNotFoundException" not in output
+
+
+def test_the_archiving_module_without_a_class_path_says_how_to_run_it(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "FLOE_SPARK_JARS"}
+    result = subprocess.run(
+        [sys.executable, "-m", "floe_optimizer.class_archive", str(tmp_path / "a.jsa")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 64
+    assert "usage: FLOE_SPARK_JARS=JAR:JAR... python -m floe_optimizer.class_archive ARCHIVE" in result.stderr
+    assert not (tmp_path / "a.jsa").exists()
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="java is not on PATH")
+def test_the_executor_jvm_loads_sparks_classes_from_the_class_archive(tmp_path: Path) -> None:
+    """``class-archive`` makes the archive with pyspark's Spark, as the image build does, and the
+    executor command maps it: its backend's classes come from the archive, not from their jars."""
+    import pyspark
+
+    archive = tmp_path / "spark-classes.jsa"
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HOME": str(tmp_path),
+        "SPARK_HOME": str(Path(pyspark.__file__).parent),
+        "FLOE_CLASS_ARCHIVE": str(archive),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    made = _run_real("class-archive", env, tmp_path, 300)
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
+    assert archive.stat().st_size > 10 * 2**20, made.stdout
+
+    port = _closed_port()
+    loads = tmp_path / "class-loads.txt"
+    conf = tmp_path / "conf"
+    conf.mkdir()  # a configuration directory with a file, after the jars, as Spark mounts one
+    (conf / "spark.properties").write_text("spark.app.name=x\n")
+    executor_env = {
+        **env,
+        **EXECUTOR_ENV,
+        "SPARK_CONF_DIR": str(conf),
+        "SPARK_DRIVER_URL": f"spark://CoarseGrainedScheduler@127.0.0.1:{port}",
+        "SPARK_EXECUTOR_POD_IP": "127.0.0.1",
+        "SPARK_JAVA_OPT_0": f"-Dspark.driver.port={port}",
+        "SPARK_JAVA_OPT_1": f"-Xlog:class+load=info:file={loads}",
+    }
+    ran = _run_real("executor", executor_env, tmp_path, 120)
+    assert "KubernetesExecutorBackend: Started daemon" in ran.stdout + ran.stderr, ran.stderr[-3000:]
+    sources = {
+        line.split()[1]: line.partition(" source: ")[2]
+        for line in loads.read_text().splitlines()
+        if " source: " in line
+    }
+    backend = "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
+    assert sources[backend] == "shared objects file (top)", sources[backend]
+    from_jars = [name for name, source in sources.items() if source.endswith(".jar")]
+    from_archive = [name for name, source in sources.items() if source.startswith("shared objects file")]
+    assert len(from_archive) > 4 * len(from_jars), (len(from_archive), len(from_jars))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -335,6 +335,19 @@ def test_table_is_compacted_by_executor_pods(
         r"Executor: Finished task .* \(TID \d+\)\. \d+ bytes result sent to driver", executor_log
     )
     assert finished and "PythonRunner" in executor_log, executor_log[-3000:]
+    # Its JVM mapped the image's class archive: one made for another class path is dropped in
+    # silence, and the pod would start as slowly as without it.
+    mapped = kubectl(
+        "exec",
+        "-n",
+        NAMESPACE,
+        executors[0]["metadata"]["name"],
+        "--",
+        "sh",
+        "-c",
+        "grep -l /opt/floe/spark-classes.jsa /proc/[0-9]*/maps || true",
+    )
+    assert mapped.strip(), "the executor JVM does not map /opt/floe/spark-classes.jsa"
     driver = _driver(kubectl)
     assert driver is not None
     driver_log = kubectl("logs", "-n", NAMESPACE, driver["metadata"]["name"])
