@@ -108,6 +108,11 @@ class ModeResult:
     most_executors: int
     handed_out_s: dict[str, float] = field(default_factory=dict)
     """By process id, when the optimizer handed its first task to Spark (where known)."""
+    began_s: dict[str, float] = field(default_factory=dict)
+    """By process id, when its first task began on an executor (where known)."""
+    pod_starts_s: list[float] = field(default_factory=list)
+    """Of each executor pod created while measuring, from its creation to its container running
+    (where known: executor pods)."""
 
     @property
     def latencies(self) -> list[float]:
@@ -389,38 +394,56 @@ def report(results: dict[str, ModeResult], args: argparse.Namespace, command: st
 
 
 def _breakdown(results: dict[str, ModeResult]) -> list[str]:
-    """Where each group's latency goes, for the bursts whose first task's handout is known: up
-    to it (the table refresh finding the burst, planning, a thread polling the task) and from it
-    to the commit (an executor to run it on, the task, the commit)."""
+    """Where each group's latency goes, for the bursts whose first task's handout and start are
+    known: up to the handout (the table refresh finding the burst, planning, a thread polling the
+    task), from it to the task's start on an executor (an executor to run it on: one waking, with
+    its Python worker), and from there to the commit (the task and the commit)."""
     rows = []
     for result in results.values():
-        known = [b for b in result.bursts if b.process_id in result.handed_out_s]
+        known = [
+            b for b in result.bursts if {b.process_id} <= result.handed_out_s.keys() & result.began_s.keys()
+        ]
         if not known:
             continue
-        waited = [result.handed_out_s[b.process_id] - b.triggered_s for b in known]
-        ran = [b.committed_s - result.handed_out_s[b.process_id] for b in known]
+        handed = [result.handed_out_s[b.process_id] for b in known]
+        began = [result.began_s[b.process_id] for b in known]
+        stages = (
+            [h - b.triggered_s for h, b in zip(handed, known, strict=True)],
+            [b - h for b, h in zip(began, handed, strict=True)],
+            [b.committed_s - start for b, start in zip(known, began, strict=True)],
+        )
         rows.append(
             [
                 result.mode,
                 f"{len(known)} of {len(result.bursts)}",
-                f"{statistics.median(waited):.1f} / {_p95(waited):.1f}",
-                f"{statistics.median(ran):.1f} / {_p95(ran):.1f}",
+                *(f"{statistics.median(stage):.1f} / {_p95(stage):.1f}" for stage in stages),
             ]
         )
     if not rows:
         return []
-    return [
+    lines = [
         markdown_table(
             [
                 "group",
                 "bursts",
                 "trigger → first task handed to Spark, median / p95 s",
-                "handed out → commit, median / p95 s",
+                "handed out → began on an executor, median / p95 s",
+                "began → commit, median / p95 s",
             ],
             rows,
         ),
         "",
     ]
+    for result in results.values():
+        if result.pod_starts_s:
+            starts = result.pod_starts_s
+            lines += [
+                f"{result.mode}: {len(starts)} executor pods created while measuring, from creation to "
+                f"their container running median {statistics.median(starts):.1f} s, p95 "
+                f"{_p95(starts):.1f} s (Kubernetes' timestamps, whole seconds).",
+                "",
+            ]
+    return lines
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

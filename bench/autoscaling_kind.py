@@ -10,7 +10,8 @@ Spark executor pods the group's driver asks for.
 Measured per group: executor-seconds (executor pods that exist, sampled every second from the
 first measured burst to the end of the last round: a pod starting is paid for) and
 trigger-to-commit latency (from a table's last file of a burst to floe's snapshot of it), split
-at the time the group's driver handed the process's first task to Spark (from its log).
+where the group's driver handed the process's first task to Spark and where that task began on an
+executor (from the driver's log); and how long executor pods took to start (their timestamps).
 Targets (issue 14): >= 50 % fewer executor-seconds, median latency <= 1.2x the static group's.
 
 The cluster, images, chart and catalog are those of ``tests/e2e`` (its fixtures, made or found
@@ -57,6 +58,11 @@ MODES = ("static", "autoscaled")
 HANDOUT = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \[[^\]]*\] floe_optimizer\.app: "
     r"thread \d+: running task (\S+)-t\d{4} of ",
+    re.MULTILINE,
+)
+ENDED = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \[[^\]]*\] floe_optimizer\.app: "
+    r"thread \d+: task (\S+)-t\d{4} ended in ([\d.]+) s \(began on an executor after ([\d.]+) s\)",
     re.MULTILINE,
 )
 
@@ -119,14 +125,18 @@ def release(helm: Any, kubectl: Any, e2e_tools: Any) -> Iterator[None]:
 
 
 class PodClock:
-    """Executor-seconds of a group: its executor pods that exist, sampled every second."""
+    """Executor-seconds of a group: its executor pods that exist, sampled every second; and how
+    long each pod created while measuring took from its creation to its container running."""
 
     def __init__(self, kubectl: Any, group: str) -> None:
         self._kubectl = kubectl
         self._selector = f"floe.dev/group={group},floe.dev/role=executor"
         self._lock = threading.Lock()
         self._seconds = 0.0
+        self._measuring_since = time.time()
         self.most = 0
+        self.starts: dict[str, float] = {}
+        """By pod name: from its creation to its container running, in seconds."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="pod-clock", daemon=True)
 
@@ -135,7 +145,8 @@ class PodClock:
 
     def reset(self) -> None:
         with self._lock:
-            self._seconds, self.most = 0.0, 0
+            self._seconds, self.most, self._measuring_since = 0.0, 0, time.time()
+            self.starts.clear()
 
     def stop(self) -> float:
         self._stop.set()
@@ -151,7 +162,24 @@ class PodClock:
             with self._lock:
                 self._seconds += held * (now - last)
                 self.most = max(self.most, held)
+                for pod in pods:
+                    self._note_start(pod)
             last = now
+
+    def _note_start(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        created = _timestamp(pod["metadata"]["creationTimestamp"])
+        running = [
+            status["state"]["running"]["startedAt"]
+            for status in pod.get("status", {}).get("containerStatuses") or []
+            if "running" in status.get("state", {})
+        ]
+        if name not in self.starts and running and created >= self._measuring_since:
+            self.starts[name] = _timestamp(running[0]) - created
+
+
+def _timestamp(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def _manifests(mode: str, args: argparse.Namespace, identifiers: list[str]) -> list[dict[str, Any]]:
@@ -195,17 +223,26 @@ def _ready(kubectl: Any, mode: str, args: argparse.Namespace) -> bool:
     return running and status.get("desiredExecutors") == 0 and status.get("readyExecutors", 0) == 0
 
 
-def handed_out(kubectl: Any, mode: str) -> dict[str, float]:
-    """By process id, when the group's driver handed the process's first task to Spark (its log's
-    time, UTC)."""
+def first_tasks(kubectl: Any, mode: str) -> tuple[dict[str, float], dict[str, float]]:
+    """By process id, when the group's driver handed the process's first task to Spark, and when
+    its first task began on an executor (from the driver's log, UTC)."""
     selector = f"floe.dev/group={mode},floe.dev/role=driver"
-    first: dict[str, float] = {}
+    handed: dict[str, float] = {}
+    began: dict[str, float] = {}
     for pod in kubectl.json("get", "pods", "-n", NAMESPACE, "-l", selector)["items"]:
         log = kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"])
         for stamp, process in HANDOUT.findall(log):
-            at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC).timestamp()
-            first[process] = min(at, first.get(process, at))
-    return first
+            at = _log_time(stamp)
+            handed[process] = min(at, handed.get(process, at))
+        for stamp, process, took, waited in ENDED.findall(log):
+            # The task ended `took` seconds after its handout, and began `waited` after it.
+            at = _log_time(stamp) - float(took) + float(waited)
+            began[process] = min(at, began.get(process, at))
+    return handed, began
+
+
+def _log_time(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC).timestamp()
 
 
 def run_mode(mode: str, args: argparse.Namespace, kubectl: Any, catalog: Any) -> ModeResult:
@@ -222,14 +259,15 @@ def run_mode(mode: str, args: argparse.Namespace, kubectl: Any, catalog: Any) ->
         bursts, wall = run_rounds(mode, tables, args, clock.reset)
     finally:
         executor_seconds = clock.stop()
-    handouts = handed_out(kubectl, mode)
+    handouts, began = first_tasks(kubectl, mode)
     events = kubectl.events(NAMESPACE, "OptimizerGroup", mode)
     changes = sum(int(e.get("count") or 1) for e in events if e["reason"] in ("ScaledUp", "ScaledDown"))
     for manifest in reversed(manifests):
         kind = manifest["kind"].lower()
         name = manifest["metadata"]["name"]
         kubectl("delete", kind, name, "-n", NAMESPACE, "--wait=true", "--timeout=180s")
-    return ModeResult(mode, executor_seconds, wall, bursts, changes, clock.most, handouts)
+    starts = list(clock.starts.values())
+    return ModeResult(mode, executor_seconds, wall, bursts, changes, clock.most, handouts, began, starts)
 
 
 def test_bursty_pattern_on_kind(release: None, kubectl: Any, data_stack: Any) -> None:
