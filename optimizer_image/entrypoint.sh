@@ -70,6 +70,16 @@ spark_classpath() {
 # not use.
 EXECUTOR_JAVA_OPTS=(-XX:TieredStopAtLevel=1 -Dlog4j2.disable.jmx=true)
 
+# Spark's Python daemon, started now beside the JVM rather than when the first task comes: the
+# driver names floe_optimizer.python_daemon as Spark's daemon module, which hands the JVM's pipes
+# over to this one. Its hash seed is the one Spark gives Python workers (it refuses a handover
+# from a Spark with another, and Spark then starts its own).
+start_python_daemon() {
+    local scratch="${SPARK_LOCAL_DIRS:-${TMPDIR:-/tmp}}"
+    export FLOE_PYTHON_DAEMON_SOCKET="${scratch%%,*}/floe-python-daemon.sock"
+    PYTHONHASHSEED=0 python -m floe_optimizer.python_daemon serve "$FLOE_PYTHON_DAEMON_SOCKET" </dev/null &
+}
+
 run_executor() {
     local name java_opts=("${EXECUTOR_JAVA_OPTS[@]}") java="java"
     [[ -r "$CLASS_ARCHIVE" ]] && java_opts+=("-XX:SharedArchiveFile=$CLASS_ARCHIVE")
@@ -88,6 +98,7 @@ run_executor() {
         fi
     done
     fake_passwd_entry
+    start_python_daemon
     local classpath
     classpath="$(spark_classpath)"
     exec "$java" "${java_opts[@]}" \

@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -61,9 +62,23 @@ def fake_bin(tmp_path: Path) -> Path:
     bin_dir.mkdir()
     for name in ("java", "python", "floe-optimizer", "echo-args"):
         script = bin_dir / name
-        script.write_text(f'#!/bin/sh\nprintf "%s\\n" "{name}" "$@" > "$RECORD"\n')
+        # The Python daemon an executor starts beside its JVM records apart from the JVM.
+        record = '"$RECORD.daemon"' if name == "python" else '"$RECORD"'
+        select = (
+            f'out="$RECORD"; [ "$3" = serve ] && out={record}\n' if name == "python" else 'out="$RECORD"\n'
+        )
+        script.write_text(f'#!/bin/sh\n{select}printf "%s\\n" "{name}" "$@" > "$out"\n')
         script.chmod(0o755)
     return bin_dir
+
+
+def _daemon_argv(tmp_path: Path) -> list[str]:
+    """What the executor's background Python daemon was started with (it may finish after the JVM)."""
+    record = tmp_path / "argv.daemon"
+    deadline = time.monotonic() + 10
+    while not record.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return record.read_text().splitlines() if record.exists() else []
 
 
 # In the order of their bytes ("C" collation), which is neither the directory's nor a locale's.
@@ -119,6 +134,13 @@ def test_executor_runs_spark_executor_backend(fake_bin: Path, tmp_path: Path) ->
     jars = ":".join(str(tmp_path / "spark-home" / "jars" / name) for name in sorted(FAKE_JARS))
     assert argv[18] == f"{jars}:/opt/spark/conf:{tmp_path}"
     assert argv[19] == "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
+    assert _daemon_argv(tmp_path) == [
+        "python",
+        "-m",
+        "floe_optimizer.python_daemon",
+        "serve",
+        "/tmp/floe-python-daemon.sock",  # no SPARK_LOCAL_DIRS given here
+    ]
     flags = dict(zip(argv[20::2], argv[21::2], strict=True))
     assert flags == {
         "--driver-url": EXECUTOR_ENV["SPARK_DRIVER_URL"],

@@ -43,6 +43,7 @@ from floe.service.client import (
 )
 from floe_optimizer.app import Optimizer
 from floe_optimizer.lifecycle import configure_logging, exit_code, serve_until_signalled, stop_spark
+from floe_optimizer.python_daemon import DAEMON_MODULE, DAEMON_MODULE_PROPERTY
 
 log = logging.getLogger("floe.driver")
 
@@ -302,6 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for item in args.conf:
         key, _, value = item.partition("=")
         properties[key] = value
+    # The executors of this image start their Python daemon beside the JVM (python_daemon).
+    properties.setdefault(DAEMON_MODULE_PROPERTY, DAEMON_MODULE)
     spark = start_session(args.master, properties)
     log.info(
         "Spark %s started (master %s, app %s)", spark.version, args.master, spark.sparkContext.applicationId
