@@ -400,9 +400,8 @@ def _breakdown(results: dict[str, ModeResult]) -> list[str]:
     its Python worker), and from there to the commit (the task and the commit)."""
     rows = []
     for result in results.values():
-        known = [
-            b for b in result.bursts if {b.process_id} <= result.handed_out_s.keys() & result.began_s.keys()
-        ]
+        split = result.handed_out_s.keys() & result.began_s.keys()
+        known = [b for b in result.bursts if b.process_id in split]
         if not known:
             continue
         handed = [result.handed_out_s[b.process_id] for b in known]

@@ -168,13 +168,15 @@ class PodClock:
 
     def _note_start(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
+        if name in self.starts:
+            return
         created = _timestamp(pod["metadata"]["creationTimestamp"])
         running = [
             status["state"]["running"]["startedAt"]
             for status in pod.get("status", {}).get("containerStatuses") or []
             if "running" in status.get("state", {})
         ]
-        if name not in self.starts and running and created >= self._measuring_since:
+        if running and created >= self._measuring_since:
             self.starts[name] = _timestamp(running[0]) - created
 
 
