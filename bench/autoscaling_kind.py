@@ -41,7 +41,7 @@ ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT / "tests"), str(BENCH)]  # tests/e2e's fixtures, and bench's own modules
 
 import e2e.conftest as e2e  # noqa: E402
-from autoscaling import SCHEMA, ModeResult, check_jitter, group_spec, report, run_rounds  # noqa: E402
+from autoscaling import PLANNED, SCHEMA, ModeResult, check_jitter, group_spec, report, run_rounds  # noqa: E402
 from harness.cli import benchmark_parser  # noqa: E402
 from harness.report import emit  # noqa: E402
 
@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--jitter",
         type=float,
         default=10.0,
-        help="each round's bursts land at a random offset up to this: the operator's table refresh",
+        help="each table's burst lands at a random offset of its own up to this: the table refresh",
     )
     parser.add_argument("--max-executors", type=int, default=2)
     parser.add_argument("--cores", type=int, default=1, help="cores (task threads) per executor")
@@ -243,6 +243,27 @@ def first_tasks(kubectl: Any, mode: str) -> tuple[dict[str, float], dict[str, fl
     return handed, began
 
 
+def planned_times(kubectl: Any) -> dict[str, float]:
+    """By process id, when the operator planned it: its log line, as Kubernetes timestamped it."""
+    log = kubectl(
+        "logs", "-n", e2e.RELEASE_NAMESPACE, "-l", "app.kubernetes.io/name=floe", "--timestamps", "--tail=-1"
+    )
+    planned: dict[str, float] = {}
+    for line in log.splitlines():
+        stamp, _, text = line.partition(" ")
+        if found := PLANNED.search(text):
+            planned.setdefault(found.group(1), rfc3339_time(stamp))
+    return planned
+
+
+def rfc3339_time(stamp: str) -> float:
+    """Seconds since the epoch of a timestamp as ``kubectl logs --timestamps`` writes it (UTC, up
+    to nanoseconds, trailing zeros dropped)."""
+    whole, _, fraction = stamp.removesuffix("Z").partition(".")
+    at = datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
+    return at + float(f"0.{fraction or '0'}")
+
+
 def _log_time(stamp: str) -> float:
     return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC).timestamp()
 
@@ -262,6 +283,7 @@ def run_mode(mode: str, args: argparse.Namespace, kubectl: Any, catalog: Any) ->
     finally:
         executor_seconds = clock.stop()
     handouts, began = first_tasks(kubectl, mode)
+    planned = planned_times(kubectl)
     events = kubectl.events(NAMESPACE, "OptimizerGroup", mode)
     changes = sum(int(e.get("count") or 1) for e in events if e["reason"] in ("ScaledUp", "ScaledDown"))
     for manifest in reversed(manifests):
@@ -269,7 +291,9 @@ def run_mode(mode: str, args: argparse.Namespace, kubectl: Any, catalog: Any) ->
         name = manifest["metadata"]["name"]
         kubectl("delete", kind, name, "-n", NAMESPACE, "--wait=true", "--timeout=180s")
     starts = list(clock.starts.values())
-    return ModeResult(mode, executor_seconds, wall, bursts, changes, clock.most, handouts, began, starts)
+    return ModeResult(
+        mode, executor_seconds, wall, bursts, changes, clock.most, handouts, began, starts, planned
+    )
 
 
 def test_bursty_pattern_on_kind(release: None, kubectl: Any, data_stack: Any) -> None:

@@ -98,9 +98,11 @@ run_executor() {
         fi
     done
     fake_passwd_entry
-    start_python_daemon
+    # The class path first: without Spark's jars the executor cannot start, and a daemon started
+    # before that check would outlive the failed start until it saw its parent gone.
     local classpath
     classpath="$(spark_classpath)"
+    start_python_daemon
     exec "$java" "${java_opts[@]}" \
         -Xms"$SPARK_EXECUTOR_MEMORY" -Xmx"$SPARK_EXECUTOR_MEMORY" \
         -cp "$classpath" \

@@ -1,11 +1,15 @@
-"""The autoscaling benchmarks: a bad --jitter is refused, and the latency breakdown splits right."""
+"""The autoscaling benchmarks: a bad --jitter is refused, bursts land at their own offsets, and the
+latency breakdown splits right."""
 
 from __future__ import annotations
 
 import importlib
+import itertools
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -61,3 +65,86 @@ def test_the_latency_breakdown_splits_at_the_handout_and_at_the_start_on_an_exec
     ]
     assert rows == [["autoscaled", "2 of 2", "5.5 / 6.0", "4.5 / 6.0", "2.0 / 2.0"]]
     assert "autoscaled: 3 executor pods created while measuring" in text and "median 2.0 s" in text
+
+
+def test_with_planning_times_the_split_starts_at_the_refresh_and_the_waits_can_be_pooled(
+    autoscaling: ModuleType,
+) -> None:
+    def two_bursts(mode: str, marks: list[tuple[float, float, float, float]]) -> Any:
+        """A group's two bursts, at 100 and 200 s; per burst: planned, handed out, began, committed."""
+        ids = [f"{mode[0]}{i}" for i in range(len(marks))]
+        return autoscaling.ModeResult(
+            mode,
+            1.0,
+            1.0,
+            [autoscaling.Burst(f"t{i}", 100.0 * (i + 1), m[3], ids[i]) for i, m in enumerate(marks)],
+            0,
+            1,
+            planned_s={p: m[0] for p, m in zip(ids, marks, strict=True)},
+            handed_out_s={p: m[1] for p, m in zip(ids, marks, strict=True)},
+            began_s={p: m[2] for p, m in zip(ids, marks, strict=True)},
+        )
+
+    static = two_bursts("static", [(101.0, 101.5, 101.5, 104.0), (206.0, 206.5, 206.5, 209.0)])
+    auto = two_bursts("autoscaled", [(103.0, 103.5, 105.0, 108.0), (208.0, 208.5, 210.0, 212.0)])
+    results = {"static": static, "autoscaled": auto}
+    text = "\n".join(autoscaling._breakdown(results))
+    assert "trigger → planned, median / p95 s" in text
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith(("| autoscaled", "| static"))
+    ]
+    assert rows == [
+        ["static", "2 of 2", "3.5 / 6.0", "0.5 / 0.5", "0.0 / 0.0", "2.5 / 2.5"],
+        ["autoscaled", "2 of 2", "5.5 / 8.0", "0.5 / 0.5", "1.5 / 1.5", "2.5 / 3.0"],
+    ]
+    # Waits of both groups: 1, 6, 3, 8 s; after planning: static 3, 3 s; autoscaled 5, 4 s.
+    pooled = autoscaling.refresh_pooled_medians(results)
+    assert pooled == {"static": 7.5, "autoscaled": 9.0}
+    # Without every group's planning times, nothing is pooled and the split starts at the handout.
+    results["static"] = autoscaling.ModeResult("static", 1.0, 1.0, static.bursts, 0, 1)
+    assert autoscaling.refresh_pooled_medians(results) is None
+    assert "trigger → planned" not in "\n".join(autoscaling._breakdown(results))
+
+
+def test_each_table_of_a_round_lands_at_its_own_offset(
+    autoscaling: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    landed: list[tuple[str, float]] = []
+
+    class Table:
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        def name(self) -> tuple[str, str]:
+            return ("db", self._name)
+
+    def burst(table: Table, files: int, rows: int, round_index: int) -> None:
+        landed.append((table.name()[-1], time.monotonic()))
+
+    monkeypatch.setattr(autoscaling, "_burst", burst)
+    monkeypatch.setattr(autoscaling, "_floe_commit_after", lambda table, after_ms: (time.time(), "p"))
+    args = autoscaling.parse_args(
+        [
+            "--tables",
+            "3",
+            "--rounds",
+            "1",
+            "--warmup-rounds",
+            "0",
+            "--period",
+            "0.6",
+            "--jitter",
+            "0.6",
+            "--seed",
+            "7",
+        ]
+    )
+    started = time.monotonic()
+    bursts, _ = autoscaling.run_rounds("static", [Table(f"t{i}") for i in range(3)], args, lambda: None)
+    offsets = sorted(at - started for _, at in landed)
+    assert sorted(b.table for b in bursts) == ["t0", "t1", "t2"]
+    # Seed 7's offsets: 0.09, 0.19 and 0.39 s into the round.
+    assert all(later - earlier > 0.05 for earlier, later in itertools.pairwise(offsets))
+    assert offsets[-1] < 0.6

@@ -186,6 +186,7 @@ def test_executor_without_jars_fails_clearly(fake_bin: Path, tmp_path: Path) -> 
     assert result.returncode == 66
     assert f"no jars in {empty}/jars" in result.stderr
     assert argv == []
+    assert not (tmp_path / "argv.daemon").exists()  # the class path is checked before it starts
 
 
 def test_class_archive_runs_the_archiving_module_with_the_executors_jars(
