@@ -85,6 +85,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-executors", type=int, default=2)
     parser.add_argument("--cores", type=int, default=1, help="cores (task threads) per executor")
     parser.add_argument("--scale-down-delay", type=float, default=30.0)
+    parser.add_argument(
+        "--startup-cpu-limit",
+        default="2",
+        help="both groups' executorStartupCpuLimit ('' for none: executor pods start at their cores)",
+    )
     parser.add_argument("--round-timeout", type=float, default=600.0)
     parser.add_argument("--keep-cluster", action="store_true", help="keep the kind cluster afterwards")
     return check_jitter(parser, parser.parse_args(argv))
@@ -187,6 +192,8 @@ def _timestamp(text: str) -> float:
 def _manifests(mode: str, args: argparse.Namespace, identifiers: list[str]) -> list[dict[str, Any]]:
     # Small CPU requests: both groups' pods fit one 2-core node beside the control plane.
     spec = {**group_spec(mode, args), "executorCpuRequest": "200m"}
+    if args.startup_cpu_limit:
+        spec["executorStartupCpuLimit"] = args.startup_cpu_limit
     group = {
         "apiVersion": "floe.dev/v1alpha1",
         "kind": "OptimizerGroup",
@@ -314,8 +321,9 @@ def test_bursty_pattern_on_kind(release: None, kubectl: Any, data_stack: Any) ->
     results = {mode: run_mode(mode, args, kubectl, catalog) for mode in MODES}
     setting = (
         "On kind: one node (2 cores), floe installed by its chart, the operator refreshing tables "
-        "every 10 s and deciding every 1 s, executor pods of 200m CPU request and 1 GiB, tables in "
-        "the REST catalog on S3 (moto) written from the host."
+        "every 10 s and deciding every 1 s, executor pods of 200m CPU request and 1 GiB"
+        + (f", starting with a CPU limit of {args.startup_cpu_limit}" if args.startup_cpu_limit else "")
+        + ", tables in the REST catalog on S3 (moto) written from the host."
     )
     emit(report(results, args, command, setting), Path(args.markdown) if args.markdown else None)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -419,3 +420,40 @@ def test_integral_floats_are_integers_as_kubectl_sends_them() -> None:
     assert OptimizerGroup.model_validate(_group_with(executors=3.0)).spec.executors == 3
     with pytest.raises(ValueError, match=r"spec\.executors"):
         OptimizerGroup.model_validate(_group_with(executors=1e21))  # kubectl sends a float: not an integer
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            "executorCpuRequest: 250m, executorStartupCpuLimit: '2'",
+            "executorStartupCpuLimit must be above executorCores (2)",
+        ),
+        (
+            "executorStartupCpuLimit: '4'",
+            "executorStartupCpuLimit needs executorCpuRequest below executorCores",
+        ),
+        ("executorCpuRequest: '2', executorStartupCpuLimit: '4'", "a pod whose CPU request equals its limit"),
+        (
+            "executorCpuRequest: 250m, executorStartupCpuLimit: lots",
+            "spec.executorStartupCpuLimit: String should match",
+        ),
+    ],
+)
+def test_bad_startup_cpu_limit_says_why(tmp_path: Path, settings: str, message: str) -> None:
+    # GOOD's group has executorCores: 2.
+    path = tmp_path / "g.yaml"
+    path.write_text(GOOD.replace("policy: balanced", f"policy: balanced, {settings}"))
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        load_manifests(path)
+
+
+def test_startup_cpu_limit_above_the_cores_of_a_burstable_pod(tmp_path: Path) -> None:
+    path = tmp_path / "g.yaml"
+    path.write_text(
+        GOOD.replace(
+            "policy: balanced", "policy: balanced, executorCpuRequest: 500m, executorStartupCpuLimit: 2500m"
+        )
+    )
+    group = next(m for m in load_manifests(path) if m.kind == "OptimizerGroup")
+    assert group.spec.executor_startup_cpu_limit == "2500m"

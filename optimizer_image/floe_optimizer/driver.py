@@ -44,6 +44,7 @@ from floe.service.client import (
 from floe_optimizer.app import Optimizer
 from floe_optimizer.lifecycle import configure_logging, exit_code, serve_until_signalled, stop_spark
 from floe_optimizer.python_daemon import DAEMON_MODULE, DAEMON_MODULE_PROPERTY
+from floe_optimizer.startup_cpu import StartupCpuSettler, startup_limit_above
 
 log = logging.getLogger("floe.driver")
 
@@ -138,8 +139,7 @@ class ExecutorScaler:
         utils = jvm.org.apache.spark.api.python.PythonUtils
         if not jsc.master().startswith("k8s://"):
             return  # local mode: the executor count is fixed by the master URL
-        ids = jsc.getExecutorIds()
-        registered = [str(ids.apply(i)) for i in range(ids.size())]
+        registered = registered_executors(sc)
         excess = sorted(registered, key=_executor_order)[executors:]
         if excess:
             jsc.killExecutors(utils.toSeq(_java_list(jvm, excess)))
@@ -154,17 +154,8 @@ class ExecutorScaler:
         Spark sees the deletion and, being at its total, does not replace it.
         """
         sc = self.spark.sparkContext
-        conf = sc.getConf()
-        namespace = conf.get("spark.kubernetes.namespace", "default")
-        try:
-            from kubernetes import client, config
-        except ImportError:
-            return
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
-        core = client.CoreV1Api()
+        namespace = spark_namespace(sc)
+        core = kubernetes_core_api()
         selector = f"spark-app-selector={sc.applicationId},{EXECUTOR_ROLE}"
         listed = core.api_client.sanitize_for_serialization(
             core.list_namespaced_pod(namespace, label_selector=selector).items
@@ -243,6 +234,29 @@ class DesiredExecutors:
                 self._stop.wait(COUNT_RETRY_S)
 
 
+def kubernetes_core_api() -> Any:
+    """The core API of the cluster the driver runs in (its ServiceAccount), else of ``$KUBECONFIG``."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
+    return client.CoreV1Api()
+
+
+def spark_namespace(sc: SparkContext) -> str:
+    """The namespace Spark creates the executor pods in."""
+    return str(sc.getConf().get("spark.kubernetes.namespace", "default"))
+
+
+def registered_executors(sc: SparkContext) -> list[str]:
+    """The ids of the executors registered with the driver now."""
+    # One call across the gateway, not one per executor: the driver asks every tick.
+    listed = str(sc._jsc.sc().getExecutorIds().mkString(","))
+    return listed.split(",") if listed else []
+
+
 def _executor_order(executor_id: str) -> int:
     return int(executor_id) if executor_id.isdigit() else 0
 
@@ -266,6 +280,17 @@ def start_session(master: str, properties: dict[str, str]) -> SparkSession:
     conf = SparkConf(loadDefaults=False).setMaster(master).setAll(list(properties.items()))
     SparkContext(conf=conf, gateway=launch_gateway(launch))  # type: ignore[no-untyped-call]
     return SparkSession.builder.getOrCreate()
+
+
+def startup_cpu_settler(
+    spark: SparkSession, properties: dict[str, str], executor_cores: int
+) -> StartupCpuSettler | None:
+    """The resizer of executor pods that start with a CPU limit above ``executor_cores``, when
+    they do (on Kubernetes only)."""
+    sc = spark.sparkContext
+    if not str(sc.master).startswith("k8s://") or not startup_limit_above(properties, executor_cores):
+        return None
+    return StartupCpuSettler(kubernetes_core_api(), spark_namespace(sc), sc.applicationId, executor_cores)
 
 
 def read_executors(path: Path, default: int) -> int:
@@ -330,9 +355,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     desired.start()
     next_check = 0.0
+    settler = startup_cpu_settler(spark, properties, args.executor_cores)
 
     def follow_desired_count() -> None:
         nonlocal next_check
+        if settler is not None:
+            try:
+                settler.settle(registered_executors(spark.sparkContext))
+            except Exception:
+                log.exception("resizing executor pods to their CPU limit failed; retrying")
         if time.monotonic() < next_check and not desired.changed.is_set():
             return
         desired.changed.clear()

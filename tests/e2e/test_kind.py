@@ -295,6 +295,7 @@ def test_table_is_compacted_by_executor_pods(
                     "executors": 1,
                     "executorCores": 1,
                     "executorCpuRequest": "200m",
+                    "executorStartupCpuLimit": "2",
                     "executorMemory": "1536Mi",
                     "heartbeatTimeout": "20s",
                 },
@@ -348,9 +349,24 @@ def test_table_is_compacted_by_executor_pods(
         "grep -l /opt/floe/spark-classes.jsa /proc/[0-9]*/maps || true",
     )
     assert mapped.strip(), "the executor JVM does not map /opt/floe/spark-classes.jsa"
+    # It started with the group's startup CPU limit, and the driver resized it to its one core
+    # once it registered: in the pod, in the kubelet's status and in the container's cgroup.
+    executor = executors[0]["metadata"]["name"]
+    wait_for(
+        "the executor pod resized to 1 CPU",
+        lambda: _cpu_limits(kubectl, executor) == ("1", "1"),
+        timeout_s=60,
+        explain=lambda: str(_cpu_limits(kubectl, executor)),
+    )
+    quota = kubectl(
+        "exec", "-n", NAMESPACE, executor, "--", "sh", "-c",
+        "cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+    )  # fmt: skip
+    assert quota.split()[0] == "100000", quota  # 1 CPU of the default 100 ms period
     driver = _driver(kubectl)
     assert driver is not None
     driver_log = kubectl("logs", "-n", NAMESPACE, driver["metadata"]["name"])
+    assert f"executor pod {executor} resized to its CPU limit of 1" in driver_log
     handed = re.findall(r"running task e2e\.orders-\S+ of analytics/orders", driver_log)
     assert 0 < len(handed) <= len(finished), (handed, finished)
 
@@ -358,6 +374,14 @@ def test_table_is_compacted_by_executor_pods(
     assert re.search(
         rf"\borders\s+{GROUP}\s+{re.escape(TABLE)}\s+IDLE\b.*\s{data_after}\s+0\s", table_line[1]
     ), table_line
+
+
+def _cpu_limits(kubectl: Kubectl, pod: str) -> tuple[str, str]:
+    """The CPU limit of the pod's first container: in its spec, and as the kubelet applied it."""
+    found = kubectl.json("get", "pod", pod, "-n", NAMESPACE)
+    spec = found["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+    statuses = found["status"].get("containerStatuses") or [{}]
+    return spec, statuses[0].get("resources", {}).get("limits", {}).get("cpu", "")
 
 
 def test_orphan_cleanup_lists_on_the_executor_pods(release: None, kubectl: Kubectl) -> None:

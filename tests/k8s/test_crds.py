@@ -172,6 +172,17 @@ def test_run_examples_apply(crds: K8sCluster, namespace: str) -> None:
         model.model_validate(document)  # what the server stores, pydantic reads
 
 
+def test_a_startup_cpu_limit_above_the_cores_of_a_burstable_pod_is_accepted(
+    crds: K8sCluster, namespace: str
+) -> None:
+    for name, limit in (("boost-whole", "2"), ("boost-milli", "1500m")):
+        manifest = group(name, executorCpuRequest="250m", executorStartupCpuLimit=limit)
+        applied = apply(crds, manifest, namespace)
+        assert applied.returncode == 0, applied.stderr
+        spec = OptimizerGroup.model_validate(get(crds, "og", name, namespace)).spec
+        assert spec.executor_startup_cpu_limit == limit
+
+
 def test_server_defaults_equal_the_model_defaults(crds: K8sCluster, namespace: str) -> None:
     bare_group = {"apiVersion": API_VERSION, "kind": "OptimizerGroup", "metadata": {"name": "bare"}}
     assert apply(crds, bare_group, namespace).returncode == 0
@@ -325,6 +336,21 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], list[str]]] = [
             "spec.autoscaling.minExecutors",
             "autoscaling.minExecutors must not exceed autoscaling.maxExecutors",
         ],
+    ),
+    (
+        "cel-startup-cpu-not-above-cores",
+        group(executorCores=2, executorCpuRequest="500m", executorStartupCpuLimit="2000m"),
+        ["spec.executorStartupCpuLimit", "executorStartupCpuLimit must be above executorCores"],
+    ),
+    (
+        "cel-startup-cpu-guaranteed-pod",
+        group(executorStartupCpuLimit="2"),
+        ["spec.executorCpuRequest", "executorStartupCpuLimit needs executorCpuRequest below executorCores"],
+    ),
+    (
+        "cel-startup-cpu-request-at-cores",
+        group(executorCpuRequest="1", executorStartupCpuLimit="1.5"),
+        ["spec.executorCpuRequest", "which Kubernetes refuses"],
     ),
     (
         "cel-autoscaling-negative-delay",

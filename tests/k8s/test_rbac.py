@@ -86,8 +86,10 @@ DISCOVERY: set[Grant] = grants("customresourcedefinitions.apiextensions.k8s.io",
 )
 """The operator everywhere, with rbac.discovery (the default): read-only, no data."""
 
-DRIVER: set[Grant] = grants("pods", "get list watch create delete deletecollection") | grants(
-    "configmaps", "create deletecollection"
+DRIVER: set[Grant] = (
+    grants("pods", "get list watch create delete deletecollection")
+    | grants("pods/resize", "patch")
+    | grants("configmaps", "create deletecollection")
 )
 """The drivers' ServiceAccount in its namespace (charts/floe/templates/driver-rbac.yaml)."""
 

@@ -81,6 +81,8 @@ from floe.api.models import (
     MIN_ORPHAN_AGE_S,
     SET_OWN_FIELDS,
     SPARK_MIN_EXECUTOR_MEMORY,
+    STARTUP_CPU_ABOVE_CORES,
+    STARTUP_CPU_NEEDS_BURSTABLE,
     ObjectMeta,
     OptimizedTable,
     OptimizedTableSet,
@@ -183,6 +185,14 @@ def cel_bytes(expr: str) -> str:
     )
 
 
+def cel_cores(expr: str) -> str:
+    """CEL for the cores (a double) of the CPU quantity string ``expr`` (``250m`` or ``2``), as
+    ``units.cpu_cores``."""
+    return (
+        f"({expr}.endsWith('m') ? double({expr}.substring(0, {expr}.size() - 1)) / 1000.0 : double({expr}))"
+    )
+
+
 @dataclass(frozen=True)
 class Rule:
     """One ``x-kubernetes-validations`` entry, on the schema at ``path`` (property names from the root)."""
@@ -255,6 +265,29 @@ RULES: dict[str, tuple[Rule, ...]] = {
             field_path=".autoscaling",
             why="spec.executors is a fixed count (what kubectl scale and an HPA write) and autoscaling sizes "
             "the executors itself: with both, one would undo the other's every change",
+        ),
+        Rule(
+            path=("spec",),
+            rule=(
+                "!has(self.executorStartupCpuLimit) || "
+                f"{cel_cores('self.executorStartupCpuLimit')} > double(self.executorCores)"
+            ),
+            message=STARTUP_CPU_ABOVE_CORES,
+            field_path=".executorStartupCpuLimit",
+            why="the pod is resized down to executorCores once its executor registers: a startup limit at or "
+            "below it gives the start no more CPU than the task gets",
+        ),
+        Rule(
+            path=("spec",),
+            rule=(
+                "!has(self.executorStartupCpuLimit) || (has(self.executorCpuRequest) && "
+                f"{cel_cores('self.executorCpuRequest')} < double(self.executorCores))"
+            ),
+            message=STARTUP_CPU_NEEDS_BURSTABLE,
+            field_path=".executorCpuRequest",
+            why="a pod whose CPU request equals its limit (and whose memory request equals its limit, as "
+            "Spark sets them) is Guaranteed: started with a higher CPU limit it is Burstable, and the "
+            "API server refuses a resize that would change its QoS class",
         ),
         Rule(
             path=("spec", "autoscaling"),

@@ -32,13 +32,19 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
 from floe.api.table_properties import integer_property
-from floe.api.units import MAX_UNIT_LENGTH, Duration, Quantity, format_duration, whole_number
+from floe.api.units import MAX_UNIT_LENGTH, Duration, Quantity, cpu_cores, format_duration, whole_number
 from floe.planning.config import MiB, OptimizingConfig
 
 DEFAULT_TARGET_SIZE = 128 * MiB
 TARGET_FILE_SIZE_PROPERTY = "write.target-file-size-bytes"
 
 MANUAL_OR_AUTOSCALED = "set spec.executors (a fixed count) or spec.autoscaling, not both"
+STARTUP_CPU_ABOVE_CORES = "executorStartupCpuLimit must be above executorCores"
+STARTUP_CPU_NEEDS_BURSTABLE = (
+    "executorStartupCpuLimit needs executorCpuRequest below executorCores: a pod whose CPU request "
+    "equals its limit once resized would change its QoS class, which Kubernetes refuses"
+)
+CPU_QUANTITY = r"^([0-9]+m|[0-9]+(\.[0-9]+)?)$"
 
 API_GROUP = "floe.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -323,9 +329,19 @@ class OptimizerGroupSpec(_Model):
     executor_cpu_request: str | None = Field(
         default=None,
         max_length=MAX_UNIT_LENGTH,
-        pattern=r"^([0-9]+m|[0-9]+(\.[0-9]+)?)$",
+        pattern=CPU_QUANTITY,
         description="CPU an executor pod requests, a Kubernetes quantity such as 250m (default: "
-        "executorCores); its limit stays executorCores, so small nodes can run executors that burst",
+        "executorCores); its limit is executorCores (executorStartupCpuLimit while it starts), so small "
+        "nodes can run executors that burst",
+    )
+    executor_startup_cpu_limit: str | None = Field(
+        default=None,
+        max_length=MAX_UNIT_LENGTH,
+        pattern=CPU_QUANTITY,
+        description="CPU limit of an executor pod while it starts, a quantity above executorCores such as "
+        "2: once the executor registers with its driver, the driver resizes the pod in place to "
+        "executorCores (Kubernetes 1.33 or later). A waking executor then starts on the node's idle CPU. "
+        "Needs executorCpuRequest below executorCores, since a pod's QoS class cannot change",
     )
     image: str | None = Field(
         default=None,
@@ -382,6 +398,17 @@ class OptimizerGroupSpec(_Model):
     def _manual_or_autoscaled(self) -> OptimizerGroupSpec:
         if self.executors is not None and self.autoscaling is not None:
             raise ValueError(MANUAL_OR_AUTOSCALED)
+        return self
+
+    @model_validator(mode="after")
+    def _startup_cpu_resizable(self) -> OptimizerGroupSpec:
+        # The same checks as the CRD's CEL rules.
+        if self.executor_startup_cpu_limit is None:
+            return self
+        if cpu_cores(self.executor_startup_cpu_limit) <= self.executor_cores:
+            raise ValueError(f"{STARTUP_CPU_ABOVE_CORES} ({self.executor_cores})")
+        if self.executor_cpu_request is None or cpu_cores(self.executor_cpu_request) >= self.executor_cores:
+            raise ValueError(STARTUP_CPU_NEEDS_BURSTABLE)
         return self
 
     @property

@@ -78,6 +78,11 @@ def parse_quantity(value: Any) -> int:
     return int(float(number) * _QUANTITY_FACTORS[unit])
 
 
+def cpu_cores(value: str) -> float:
+    """Cores of a CPU quantity of the CRD's form: ``250m`` is 0.25, ``2`` is 2.0."""
+    return float(value[:-1]) / 1000 if value.endswith("m") else float(value)
+
+
 def format_quantity(num_bytes: int) -> str:
     """Shortest exact binary form: 134217728 -> ``128Mi``."""
     for unit in ("Ti", "Gi", "Mi", "Ki"):

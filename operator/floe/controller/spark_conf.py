@@ -85,7 +85,9 @@ def spark_properties(
         "spark.executor.instances": str(spec.initial_executors),
         "spark.executor.cores": str(spec.executor_cores),
         "spark.kubernetes.executor.request.cores": spec.executor_cpu_request or str(spec.executor_cores),
-        "spark.kubernetes.executor.limit.cores": str(spec.executor_cores),
+        # A startup limit above the cores: the driver resizes each pod to the cores once its
+        # executor registers (floe_optimizer.startup_cpu).
+        "spark.kubernetes.executor.limit.cores": spec.executor_startup_cpu_limit or str(spec.executor_cores),
         "spark.executor.memory": f"{memory.heap // MiB}m",
         "spark.executor.memoryOverhead": f"{memory.overhead // MiB}m",
         "spark.dynamicAllocation.enabled": "false",
