@@ -53,7 +53,8 @@ SCALE_CHECK_S = 2.0
 COUNT_WAIT_S = 20.0
 """How long one request for the executor count waits for a change."""
 COUNT_RETRY_S = 5.0
-"""Pause after a failed request for the count (the service restarting, or too old to answer)."""
+"""Pause after a failed request for the count (the service restarting, or too old to answer), and
+after a failed resize of executor pods (the API server unreachable)."""
 EXECUTOR_ROLE = "spark-role=executor"
 EXECUTOR_INSTANCES = "spark.executor.instances"
 
@@ -356,14 +357,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     desired.start()
     next_check = 0.0
     settler = startup_cpu_settler(spark, properties, args.executor_cores)
+    settle_after = 0.0
 
     def follow_desired_count() -> None:
-        nonlocal next_check
-        if settler is not None:
+        nonlocal next_check, settle_after
+        if settler is not None and time.monotonic() >= settle_after:
             try:
                 settler.settle(registered_executors(spark.sparkContext))
             except Exception:
-                log.exception("resizing executor pods to their CPU limit failed; retrying")
+                log.exception(
+                    "resizing executor pods to their CPU limit failed; retrying in %g s", COUNT_RETRY_S
+                )
+                settle_after = time.monotonic() + COUNT_RETRY_S
         if time.monotonic() < next_check and not desired.changed.is_set():
             return
         desired.changed.clear()
