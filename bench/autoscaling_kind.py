@@ -186,7 +186,9 @@ class PodClock:
 
 
 def _timestamp(text: str) -> float:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    """Seconds since the epoch of a Kubernetes timestamp: an object's (whole seconds) or a log
+    line's from ``kubectl logs --timestamps`` (nanoseconds, read to the microsecond)."""
+    return datetime.fromisoformat(text).timestamp()
 
 
 def _manifests(mode: str, args: argparse.Namespace, identifiers: list[str]) -> list[dict[str, Any]]:
@@ -259,16 +261,8 @@ def planned_times(kubectl: Any) -> dict[str, float]:
     for line in log.splitlines():
         stamp, _, text = line.partition(" ")
         if found := PLANNED.search(text):
-            planned.setdefault(found.group(1), rfc3339_time(stamp))
+            planned.setdefault(found.group(1), _timestamp(stamp))
     return planned
-
-
-def rfc3339_time(stamp: str) -> float:
-    """Seconds since the epoch of a timestamp as ``kubectl logs --timestamps`` writes it (UTC, up
-    to nanoseconds, trailing zeros dropped)."""
-    whole, _, fraction = stamp.removesuffix("Z").partition(".")
-    at = datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
-    return at + float(f"0.{fraction or '0'}")
 
 
 def _log_time(stamp: str) -> float:

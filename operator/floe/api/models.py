@@ -32,7 +32,14 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
 from floe.api.table_properties import integer_property
-from floe.api.units import MAX_UNIT_LENGTH, Duration, Quantity, cpu_cores, format_duration, whole_number
+from floe.api.units import (
+    CpuQuantity,
+    Duration,
+    Quantity,
+    cpu_cores,
+    format_duration,
+    whole_number,
+)
 from floe.planning.config import MiB, OptimizingConfig
 
 DEFAULT_TARGET_SIZE = 128 * MiB
@@ -44,7 +51,6 @@ STARTUP_CPU_NEEDS_BURSTABLE = (
     "executorStartupCpuLimit needs executorCpuRequest below executorCores: a pod whose CPU request "
     "equals its limit once resized would change its QoS class, which Kubernetes refuses"
 )
-CPU_QUANTITY = r"^([0-9]+m|[0-9]+(\.[0-9]+)?)$"
 
 API_GROUP = "floe.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -326,18 +332,14 @@ class OptimizerGroupSpec(_Model):
         default=1, ge=1, le=MAX_EXECUTOR_CORES, description="task threads per executor"
     )
     executor_memory: Quantity = Field(default=2048 * MiB, description="memory limit of an executor pod")
-    executor_cpu_request: str | None = Field(
+    executor_cpu_request: CpuQuantity | None = Field(
         default=None,
-        max_length=MAX_UNIT_LENGTH,
-        pattern=CPU_QUANTITY,
         description="CPU an executor pod requests, a Kubernetes quantity such as 250m (default: "
         "executorCores); its limit is executorCores (executorStartupCpuLimit while it starts), so small "
         "nodes can run executors that burst",
     )
-    executor_startup_cpu_limit: str | None = Field(
+    executor_startup_cpu_limit: CpuQuantity | None = Field(
         default=None,
-        max_length=MAX_UNIT_LENGTH,
-        pattern=CPU_QUANTITY,
         description="CPU limit of an executor pod while it starts, a quantity above executorCores such as "
         "2: once the executor registers with its driver, the driver resizes the pod in place to "
         "executorCores (Kubernetes 1.33 or later). A waking executor then starts on the node's idle CPU. "

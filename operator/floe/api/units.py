@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+from pydantic import BeforeValidator, PlainSerializer, StringConstraints, WithJsonSchema
 
 _QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|K|M|G|T)?")
 _QUANTITY_FACTORS = {
@@ -79,7 +79,7 @@ def parse_quantity(value: Any) -> int:
 
 
 def cpu_cores(value: str) -> float:
-    """Cores of a CPU quantity of the CRD's form: ``250m`` is 0.25, ``2`` is 2.0."""
+    """Cores of a `CpuQuantity`: ``250m`` is 0.25, ``2`` is 2.0."""
     return float(value[:-1]) / 1000 if value.endswith("m") else float(value)
 
 
@@ -151,6 +151,11 @@ Quantity = Annotated[
     ),
 ]
 """Bytes; accepts ``128Mi``-style strings or integers, serialises back to the string form."""
+
+CpuQuantity = Annotated[
+    str, StringConstraints(max_length=MAX_UNIT_LENGTH, pattern=r"^([0-9]+m|[0-9]+(\.[0-9]+)?)$")
+]
+"""CPU as Kubernetes writes it, whole or milli cores (``2``, ``0.5``, ``250m``); `cpu_cores` reads it."""
 
 Duration = Annotated[
     float,
