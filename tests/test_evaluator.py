@@ -131,7 +131,7 @@ def test_pos_deletes_on_an_undersized_segment_do_not_trigger_minor() -> None:
     assert evaluate_one([data("small-seg", 500)], [pos("p1"), pos("p2")]).optimizing_type is None
 
 
-def test_minor_converts_undersized_segments_as_segments_and_major_rewrites_them() -> None:
+def test_minor_converts_undersized_segments_as_segments_and_major_packs_them() -> None:
     files = [*fragments(12), data("small-seg", 500), data("seg", 900), data("clean", 900)]
     deletes = [
         pos("p1", ref="small-seg"),
@@ -144,7 +144,9 @@ def test_minor_converts_undersized_segments_as_segments_and_major_rewrites_them(
     assert sorted(paths(e.rewrite_files)) == sorted(f.path for f in fragments(12))
     assert paths(e.convert_files) == ["clean", "seg", "small-seg"]
     major = evaluate_one(files, deletes, forced=OptimizingType.MAJOR)
-    assert "small-seg" in paths(major.rewrite_files)
+    assert "small-seg" not in paths(major.rewrite_files)
+    assert paths(major.packed_files) == ["small-seg"]
+    assert major.packed_convert_paths == {"small-seg"}
     assert paths(major.convert_files) == ["clean", "seg"]
 
 
@@ -202,7 +204,7 @@ def test_major_by_undersized_segments_adding_up_to_target() -> None:
     e = evaluate_one([data("u1", 400), data("u2", 400), data("u3", 400), data("seg", 900)])
     assert e.optimizing_type == OptimizingType.MAJOR
     assert "3 undersized segments, 1200 B >= target 1000 B" in e.reason
-    assert paths(e.rewrite_files) == ["u1", "u2", "u3"]
+    assert e.rewrite_files == () and paths(e.packed_files) == ["u1", "u2", "u3"]
 
 
 def test_no_major_when_the_two_smallest_undersized_do_not_fit_one_target() -> None:
@@ -238,7 +240,8 @@ def test_major_also_does_the_minor_work() -> None:
     files = [*fragments(12), data("u1", 400), data("dup", 900), data("clean", 900)]
     e = evaluate_one(files, [pos("p", records=50, ref="dup")])
     assert e.optimizing_type == OptimizingType.MAJOR
-    assert sorted(paths(e.rewrite_files)) == sorted([f.path for f in fragments(12)] + ["dup", "u1"])
+    assert sorted(paths(e.rewrite_files)) == sorted([f.path for f in fragments(12)] + ["dup"])
+    assert paths(e.packed_files) == ["u1"]
 
 
 def test_major_converts_the_segments_it_does_not_rewrite() -> None:
@@ -301,7 +304,7 @@ def test_forced_types_ignore_triggers() -> None:
     assert len(minor.rewrite_files) == 2
     major = evaluate_one(files, forced=OptimizingType.MAJOR)
     assert major.optimizing_type == OptimizingType.MAJOR
-    assert len(major.rewrite_files) == 3
+    assert (len(major.rewrite_files), len(major.packed_files)) == (2, 1)
     full = evaluate_one(files, forced=OptimizingType.FULL)
     assert full.optimizing_type == OptimizingType.FULL
     assert len(full.rewrite_files) == 4

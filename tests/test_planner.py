@@ -95,9 +95,42 @@ def test_single_file_bins_without_deletes_are_dropped() -> None:
 
 
 def test_single_file_bin_with_deletes_is_kept() -> None:
-    p = plan([data("a", 700), data("b", 700), data("c", 300)], [pos("p", ref="b")])
+    # "b" passed the duplicate ratio (20 of its 100 rows deleted): major rewrites it alone.
+    over_ratio = ContentFile("p", FileKind.POSITION_DELETES, P, 20, 10, 2, referenced_data_file="b")
+    p = plan([data("a", 700), data("b", 700), data("c", 300)], [over_ratio])
     assert task_paths(p) == [["a", "c"], ["b"]]
     assert [[d.path for d in t.delete_files] for t in p.tasks] == [[], ["p"]]
+
+
+def test_a_lone_undersized_segment_is_not_rewritten_for_deletes_below_the_ratio() -> None:
+    # As in Amoro: rewriting "b" alone would leave it undersized, to be rewritten at every
+    # major. Its one position-delete file stays; nothing reads "b" in this process.
+    p = plan([data("a", 700), data("b", 700), data("c", 300)], [pos("p", ref="b")])
+    assert p.optimizing_type == OptimizingType.MAJOR
+    assert task_paths(p) == [["a", "c"]]
+    assert p.tasks[0].delete_files == ()
+
+
+def test_a_lone_undersized_segment_whose_deletes_need_it_is_converted() -> None:
+    p = plan(
+        [data("a", 700), data("b", 700), data("c", 300)],
+        [pos("p1", ref="b"), pos("p2", ref="b"), eq("e", seq=2)],
+    )
+    assert [(t.kind, [f.path for f in t.data_files]) for t in p.tasks] == [
+        (REWRITE, ["a", "c"]),
+        (POSITIONS, ["b"]),
+    ]
+    assert [d.path for d in p.tasks[1].delete_files] == ["e", "p1", "p2"]
+
+
+def test_undersized_segments_too_large_to_pair_are_left_as_they_are() -> None:
+    # Each 600 B segment fills more than half a bin: only the 300 B one finds a partner.
+    # Rewriting the others one by one, each would come out about as undersized as it went in.
+    files = [data(f"u{i}", 600) for i in range(5)] + [data("small", 300)]
+    deletes = [pos(f"p{i}", ref=f"u{i}") for i in range(5)]
+    p = plan(files, deletes)
+    assert p.optimizing_type == OptimizingType.MAJOR
+    assert task_paths(p) == [["u0", "small"]]
 
 
 def test_deletes_attach_only_to_tasks_whose_files_they_apply_to() -> None:

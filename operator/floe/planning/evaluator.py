@@ -12,10 +12,12 @@ Where DESIGN.md is silent, floe decides:
 - Minor keeps segments, undersized or not: one with equality deletes or more than one
   position-delete file is converted (its deletes become one position-delete file), as in
   Amoro. Undersized segments are rewritten by major, which packs them into target-sized
-  files.
+  files; as in Amoro, one that bin-packing leaves alone in its bin is not rewritten (it
+  would come out undersized again, and be rewritten at every major) but converted if its
+  deletes need it.
 - A stronger type does the weaker types' work too: major rewrites what minor would,
-  plus every undersized segment and the segments over the duplicate ratio, and converts
-  the other segments minor would convert; full leaves no delete file behind.
+  plus the segments over the duplicate ratio and the undersized segments it can pack,
+  and converts the other segments minor would convert; full leaves no delete file behind.
 - Deletes a positions task merged into a data file's position-delete file (those with a
   sequence number up to that file's, `pending_deletes`) no longer count for it: they stay
   in the table only while another file still needs them, and must not make the segment be
@@ -32,6 +34,7 @@ Where DESIGN.md is silent, floe decides:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from floe.planning.config import OptimizingConfig
@@ -76,10 +79,15 @@ def evaluate_partition(
     partition_deletes = delete_index.deletes_for_all(files)
 
     def evaluation(
-        kind: OptimizingType | None, reason: str, rewrite: set[str], convert: set[str]
+        kind: OptimizingType | None,
+        reason: str,
+        rewrite: set[str],
+        convert: set[str],
+        packed: AbstractSet[str] = frozenset(),
     ) -> PartitionEvaluation:
         rewrite_files = tuple(f for f in files if f.path in rewrite)
         convert_files = tuple(f for f in files if f.path in convert)
+        packed_files = tuple(f for f in files if f.path in packed)
         return PartitionEvaluation(
             partition=partition,
             fragments=fragments,
@@ -90,9 +98,11 @@ def evaluate_partition(
             reason=reason,
             rewrite_files=rewrite_files,
             convert_files=convert_files,
+            packed_files=packed_files,
+            packed_convert_paths=frozenset(packed & minor_convert),
             cost=partition_cost(
-                rewrite_files,
-                delete_index.deletes_for_all(rewrite_files),
+                rewrite_files + packed_files,
+                delete_index.deletes_for_all(rewrite_files + packed_files),
                 config,
                 convert_files,
                 delete_index.deletes_for_all(convert_files),
@@ -114,7 +124,8 @@ def evaluate_partition(
     }
     minor_rewrite = {f.path for f in fragments}
     minor_convert = {f.path for f in undersized + segments if needs_positions(f)}
-    major_rewrite = minor_rewrite | {f.path for f in undersized} | duplicated
+    major_rewrite = minor_rewrite | duplicated
+    major_packed = {f.path for f in undersized} - duplicated
     if config.full_rewrite_all_files:
         full_rewrite = {f.path for f in files}
     else:
@@ -147,15 +158,21 @@ def evaluate_partition(
         return evaluation(None, "no trigger", set(), set())
 
     if kind == OptimizingType.FULL:
-        rewrite, convert = full_rewrite, set()
+        rewrite, convert, packed = full_rewrite, set(), set()
         gain = bool(partition_deletes) or len(fragments) + len(undersized) >= 2
     else:
         rewrite = major_rewrite if kind == OptimizingType.MAJOR else minor_rewrite
-        convert = minor_convert - rewrite
-        gain = bool(convert) or len(rewrite) >= 2 or any(deletes_of[path] for path in rewrite)
+        packed = major_packed if kind == OptimizingType.MAJOR else set()
+        convert = minor_convert - rewrite - packed
+        gain = (
+            bool(convert)
+            or len(rewrite | packed) >= 2
+            or any(deletes_of[path] for path in rewrite)
+            or bool(packed & minor_convert)
+        )
     if not gain:
         return evaluation(None, f"{reason}, but nothing to gain", set(), set())
-    return evaluation(kind, reason, rewrite, convert)
+    return evaluation(kind, reason, rewrite, convert, packed)
 
 
 def evaluate_table(

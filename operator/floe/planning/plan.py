@@ -44,11 +44,18 @@ class PartitionEvaluation:
     cost: float
     convert_files: tuple[ContentFile, ...] = ()
     """Segments kept, whose deletes become one position-delete file each (minor optimizing)."""
+    packed_files: tuple[ContentFile, ...] = ()
+    """Undersized segments major rewrites only where bin-packing puts them with another file,
+    as in Amoro: rewritten alone, one would come out undersized again."""
+    packed_convert_paths: frozenset[str] = frozenset()
+    """The packed files to convert instead when one is alone in its bin (their deletes need it)."""
 
     @property
     def needs_optimizing(self) -> bool:
         """True when a trigger fired and there is something to rewrite or convert."""
-        return self.optimizing_type is not None and bool(self.rewrite_files or self.convert_files)
+        return self.optimizing_type is not None and bool(
+            self.rewrite_files or self.convert_files or self.packed_files
+        )
 
 
 @dataclass(frozen=True)

@@ -75,25 +75,32 @@ all its segments, so fewer, larger bins cost less."""
 def pack_partition(
     evaluation: PartitionEvaluation, delete_index: DeleteIndex, bin_size: int
 ) -> list[PlannedTask]:
-    """Bin-pack a partition's rewrite files, and its convert files, into tasks, first-fit
-    decreasing by size.
+    """Bin-pack a partition's rewrite and packed files, and its convert files, into tasks,
+    first-fit decreasing by size.
 
     Rewrite bins hold at most `bin_size` bytes of data files; a file larger than that gets a
     bin of its own. Delete bytes do not count towards the bin: the output size follows the
     data. A bin with a single data file and no delete applying to it is dropped, since
-    rewriting it would change nothing. Convert files go to positions tasks, whose bins hold
-    `POSITIONS_BIN_FACTOR` times as much. Each task carries the delete files that apply to
-    any of its data files.
+    rewriting it would change nothing; so is a bin holding a single packed file, which is
+    converted instead when its deletes need it. Convert files go to positions tasks, whose
+    bins hold `POSITIONS_BIN_FACTOR` times as much. Each task carries the delete files that
+    apply to any of its data files.
     """
     tasks = []
-    for data_files in _first_fit(evaluation.rewrite_files, bin_size):
+    packed = {f.path for f in evaluation.packed_files}
+    convert_files = list(evaluation.convert_files)
+    for data_files in _first_fit(evaluation.rewrite_files + evaluation.packed_files, bin_size):
         deletes = delete_index.deletes_for_all(data_files)
+        if len(data_files) == 1 and data_files[0].path in packed:
+            if data_files[0].path in evaluation.packed_convert_paths:
+                convert_files.append(data_files[0])
+            continue
         if len(data_files) == 1 and not deletes:
             continue
         tasks.append(
             PlannedTask(partition=evaluation.partition, data_files=tuple(data_files), delete_files=deletes)
         )
-    for data_files in _first_fit(evaluation.convert_files, bin_size * POSITIONS_BIN_FACTOR):
+    for data_files in _first_fit(convert_files, bin_size * POSITIONS_BIN_FACTOR):
         tasks.append(
             PlannedTask(
                 partition=evaluation.partition,
