@@ -12,9 +12,10 @@ same rows fully compacted (a CTAS copy, no deletes, read with the same query). B
 must read the same rows after every round. Output: a markdown section and a PNG per metric
 in ``bench/plots/``.
 
-One "hour" is ``--rounds-per-hour`` rounds. Minor optimizing fires by its file-count trigger
-or, since rounds take seconds rather than minutes, by a minor interval compressed to
-``--minor-interval-s`` of wall time.
+One "hour" is ``--rounds-per-hour`` rounds. Rounds start every ``--round-period-s`` of wall
+time, and the minor interval is compressed to ``--minor-interval-rounds`` of them (by default
+an hour, Amoro's default), so minor optimizing fires by its file-count trigger or after that
+many rounds, whatever a round's own work takes.
 
 Run: ``nice -n 10 .venv/bin/python bench/cdc_write_amplification.py``.
 """
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from harness import MiB
 from harness.cli import BENCH_DIR, benchmark_parser
 from harness.machine import load_average
@@ -81,10 +83,31 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--rounds-per-hour", type=int, default=4)
     parser.add_argument("--target-mib", type=float, default=8.0, help="target file size, MiB")
-    parser.add_argument("--minor-interval-s", type=float, default=20.0, help="compressed minor interval")
+    parser.add_argument(
+        "--round-period-s",
+        type=float,
+        default=15.0,
+        help="wall time from one round's upserts to the next's (longer than a round's work)",
+    )
+    parser.add_argument(
+        "--minor-interval-rounds",
+        type=int,
+        help="minor interval, in rounds (default: an hour); 0: whenever a table has more than one "
+        "fragment or equality-delete file",
+    )
+    parser.add_argument(
+        "--duplicate-ratio",
+        type=float,
+        default=0.1,
+        help="self-optimizing.major.trigger.duplicate-ratio (Amoro's default: 0.1)",
+    )
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--report-only", action="store_true", help="report the last run left in --dir")
     args = parser.parse_args()
+    if args.minor_interval_rounds is None:
+        args.minor_interval_rounds = args.rounds_per_hour
+    if args.minor_interval_rounds < 0 or args.round_period_s <= 0:
+        parser.error("--minor-interval-rounds must be 0 or more and --round-period-s positive")
     if args.step:
         run_requested_step(args, {"side": run_side})
         return
@@ -97,11 +120,35 @@ def main() -> None:
         if missing:
             parser.error(f"--report-only: no results of {' and '.join(missing)} in {args.dir / 'logs'}")
         results = {side: json.loads((args.dir / "logs" / f"{side}.json").read_text()) for side in SIDES}
+        run = _recorded_run(args)
     else:
         results = {side: _run_side(args, side) for side in SIDES}
+        run = _record_run(args)
     _check_same_rows(results)
     _plot(results)
-    emit(_section(args, results), args.markdown)
+    emit(_section(args, results, run), args.markdown)
+
+
+_RUN_RECORD = "run.json"
+
+
+def _record_run(args: argparse.Namespace) -> dict[str, str]:
+    """Keep the run's command, settings and load beside its results, for `--report-only`."""
+    settings = {k: v for k, v in vars(args).items() if k in (*_SIDE_FLAGS, "before", "rounds_per_hour")}
+    run = {"command": command_line(), "load_average": load_average(), "settings": settings}
+    (args.dir / "logs" / _RUN_RECORD).write_text(json.dumps(run, indent=1))
+    return run
+
+
+def _recorded_run(args: argparse.Namespace) -> dict[str, Any]:
+    """The recorded run's command and load; its settings replace `args`' for the report."""
+    path = args.dir / "logs" / _RUN_RECORD
+    if not path.is_file():
+        raise SystemExit(f"--report-only: {path} is missing (the run did not finish)")
+    run: dict[str, Any] = json.loads(path.read_text())
+    for key, value in run["settings"].items():
+        setattr(args, key, value)
+    return run
 
 
 def _run_side(args: argparse.Namespace, side: str) -> dict[str, Any]:
@@ -112,7 +159,17 @@ def _run_side(args: argparse.Namespace, side: str) -> dict[str, Any]:
         return run_step(SCRIPT, flags, args.dir, side)
 
 
-_SIDE_FLAGS = ("seed", "base_rows", "base_files", "upserts", "rounds", "target_mib", "minor_interval_s")
+_SIDE_FLAGS = (
+    "seed",
+    "base_rows",
+    "base_files",
+    "upserts",
+    "rounds",
+    "target_mib",
+    "round_period_s",
+    "minor_interval_rounds",
+    "duplicate_ratio",
+)
 
 
 def _revision_source(revision: str, work_dir: Path) -> Path:
@@ -162,7 +219,10 @@ def run_side(args: argparse.Namespace) -> dict[str, Any]:
 
     target = int(args.target_mib * MiB)
     config = OptimizingConfig(
-        target_size=target, max_task_size_bytes=target, minor_trigger_interval_s=args.minor_interval_s
+        target_size=target,
+        max_task_size_bytes=target,
+        minor_trigger_interval_s=_minor_interval_s(args.minor_interval_rounds, args.round_period_s),
+        major_duplicate_ratio=args.duplicate_ratio,
     )
     args.dir.mkdir(parents=True, exist_ok=True)
     properties = sql_catalog_properties(args.dir / "catalog.db", args.dir / "warehouse")
@@ -176,13 +236,18 @@ def run_side(args: argparse.Namespace) -> dict[str, Any]:
         orders = _Orders(args.seed)
         per_file = args.base_rows // args.base_files
         for _ in range(args.base_files):
-            table.append(conform(table, orders.new(per_file)))
+            _append_as_spark_writes(reader, table, conform(table, orders.new(per_file)), args.dir)
         # The rounds start from the table as floe keeps it: what it writes first is not counted.
         while optimize_once(table, TABLE, config, spark=lambda: spark).commit is not None:
             pass
         table.refresh()
         base = live_files(table)
+        first_round = time.monotonic()
         for number in range(1, args.rounds + 1):
+            # Rounds keep a fixed pace, so the minor interval (in wall time) spans whole rounds.
+            late_s = time.monotonic() - (first_round + (number - 1) * args.round_period_s)
+            if late_s < 0:
+                time.sleep(-late_s)
             ingested = _upsert(table, orders.upsert(args.upserts))
             started = time.monotonic()
             result = optimize_once(table, TABLE, config, spark=lambda: spark)
@@ -197,6 +262,7 @@ def run_side(args: argparse.Namespace) -> dict[str, Any]:
                     "written_bytes": written,
                     "optimizing": kind,
                     "optimize_s": optimize_s,
+                    "late_s": max(late_s, 0.0),
                     **live_files(table),
                     **_full_reads(
                         reader,
@@ -208,6 +274,14 @@ def run_side(args: argparse.Namespace) -> dict[str, Any]:
             )
             print(rounds[-1], flush=True)
     return {"floe": str(Path(floe.__file__).parent), "base": base, "rounds": rounds}
+
+
+def _minor_interval_s(rounds: int, period_s: float) -> float:
+    """The minor interval that fires every `rounds` rounds of `period_s` (0: no interval).
+
+    Half a period short of the rounds, so the jitter of a round's start cannot move it by one.
+    """
+    return (rounds - 0.5) * period_s if rounds > 0 else 0.0
 
 
 class _Orders:
@@ -244,6 +318,24 @@ class _Orders:
         )
 
 
+def _append_as_spark_writes(reader: Any, table: Table, rows: pa.Table, scratch: Path) -> None:
+    """Append `rows` as one data file written by Iceberg's Java writer.
+
+    CDC tables are written by Flink, Spark or Iceberg Java, whose Parquet layout (parquet-mr's
+    encodings) is also the compacted copy's: a base written with pyarrow's defaults (dictionary
+    pages on every column) reads 2-3x slower in Spark, and the scan ratio would measure that
+    rather than the deletes.
+    """
+    from floe.local.reference_reader import qualified_name
+
+    staged = scratch / "base-rows.parquet"
+    pq.write_table(rows, staged)
+    name = qualified_name("cdc", TABLE)
+    reader.spark.read.parquet(str(staged)).coalesce(1).writeTo(name).append()
+    staged.unlink()
+    table.refresh()
+
+
 def _upsert(table: Table, rows: pa.Table) -> int:
     """Commit `rows` as a CDC upsert (equality deletes on the key plus the rows); its bytes."""
     from floe.commit.row_delta import commit_row_delta
@@ -263,28 +355,35 @@ def _added_bytes(table: Table, snapshot_id: int) -> int:
 
 
 def _full_reads(reader: Any, name: str, compacted: str, target: int) -> dict[str, Any]:
-    """The fastest of three full reads of the table and of a compacted copy of its rows (files of
-    the target size, no deletes)."""
+    """The fastest of five full reads of the table and of a compacted copy of its rows (files of
+    the target size, no deletes).
+
+    The two reads alternate, so both meet the same machine: reads of under a second vary by a
+    third from one to the next on this shared machine.
+    """
     reader.sql(
         f"CREATE OR REPLACE TABLE {compacted} USING iceberg "
         f"TBLPROPERTIES ('write.target-file-size-bytes' = '{target}') AS SELECT * FROM {name}"
     )
-    table_s, rows = _fastest_read(reader, name)
-    compacted_s, compacted_rows = _fastest_read(reader, compacted)
-    if rows != compacted_rows:
-        raise AssertionError(f"the compacted copy reads {compacted_rows}, the table {rows}")
-    return {"scan_s": table_s, "compacted_scan_s": compacted_s, "rows": rows[0], "rows_hash": rows[1]}
+    fastest = {name: float("inf"), compacted: float("inf")}
+    rows: dict[str, tuple[int, int]] = {}
+    for _ in range(_READS):
+        for table in (name, compacted):
+            started = time.monotonic()
+            count, digest = reader.sql(FULL_READ.format(table=table))[0]
+            fastest[table] = min(fastest[table], time.monotonic() - started)
+            rows[table] = (int(count), int(digest))
+    if rows[name] != rows[compacted]:
+        raise AssertionError(f"the compacted copy reads {rows[compacted]}, the table {rows[name]}")
+    return {
+        "scan_s": fastest[name],
+        "compacted_scan_s": fastest[compacted],
+        "rows": rows[name][0],
+        "rows_hash": rows[name][1],
+    }
 
 
-def _fastest_read(reader: Any, name: str) -> tuple[float, tuple[int, int]]:
-    best = float("inf")
-    result: tuple[int, int] = (0, 0)
-    for _ in range(3):
-        started = time.monotonic()
-        count, digest = reader.sql(FULL_READ.format(table=name))[0]
-        best = min(best, time.monotonic() - started)
-        result = (int(count), int(digest))
-    return best, result
+_READS = 5
 
 
 # -- the report -----------------------------------------------------------------------------
@@ -338,7 +437,7 @@ def _plot(results: dict[str, dict[str, Any]]) -> None:
         figure.savefig(plots / f"cdc_{metric}.png", dpi=100)
 
 
-def _section(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> str:
+def _section(args: argparse.Namespace, results: dict[str, dict[str, Any]], run: dict[str, Any]) -> str:
     series = {side: _series(results[side]["rounds"]) for side in SIDES}
     base = results["after"]["base"]
     rounds = {side: results[side]["rounds"] for side in SIDES}
@@ -376,24 +475,43 @@ def _section(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> st
         [
             "## 5. CDC write amplification",
             "",
-            f"Command: `nice -n 10 {command_line()}`. Load average at the end: {load_average()}.",
+            f"Command: `nice -n 10 {run['command']}`. Load average at the end: {run['load_average']}.",
             "",
             f"Base: {base['data_files']} data files, {base['data_bytes'] / MiB:.0f} MiB, "
             f"{base['records']:,} rows; {args.rounds} rounds of {args.upserts:,} upserts "
             f"({args.rounds_per_hour} rounds = 1 hour: the base is {hours:.0f}x an hour of upserts); "
-            f"{ingested:.1f} MiB ingested in all. Target file size {args.target_mib:g} MiB, minor "
-            f"interval {args.minor_interval_s:g} s. Before: floe at `{args.before}`; after: this checkout.",
+            f"{ingested:.1f} MiB ingested in all, a round every {args.round_period_s:g} s "
+            f"({_late_rounds(rounds)}). Base rows written by Iceberg's Java writer (Spark), as the "
+            f"compacted copy's. Target file size {args.target_mib:g} MiB, minor interval "
+            f"{_interval_words(args.minor_interval_rounds)}, duplicate ratio {args.duplicate_ratio:g}. "
+            f"Before: floe at `{args.before}`; after: this checkout.",
             "",
             markdown_table(summary, [_summary_row(side, rounds[side], series[side]) for side in SIDES]),
             "",
             markdown_table(headers, samples),
             "",
             "WA = bytes written by optimizing / bytes ingested (data + equality-delete files), cumulative. "
-            "scan ratio = the fastest of three full reads (`count(*)`, `sum(hash(*))`) of the table by "
+            "scan ratio = the fastest of five full reads (`count(*)`, `sum(hash(*))`) of the table by "
             "Iceberg's Java reader / the same of a CTAS copy of its rows in files of the target size. Both "
             "sides read the same rows after every round. Plots: `bench/plots/cdc_*.png`.",
         ]
     )
+
+
+def _late_rounds(rounds: dict[str, list[dict[str, Any]]]) -> str:
+    """How many rounds of each side started late, their previous round's work outlasting the period."""
+    words = []
+    for side in SIDES:
+        late = [r["late_s"] for r in rounds[side] if r.get("late_s", 0.0) > 0.5]
+        count = f"{len(late)} rounds late, at most {max(late):.1f} s" if late else "no round late"
+        words.append(f"{side}: {count}")
+    return "; ".join(words)
+
+
+def _interval_words(rounds: int) -> str:
+    if rounds == 0:
+        return "0 (whenever there is more than one fragment or equality-delete file)"
+    return f"{rounds} round{'s' if rounds > 1 else ''}"
 
 
 def _summary_row(side: str, rounds: list[dict[str, Any]], series: dict[str, list[float]]) -> list[str]:
