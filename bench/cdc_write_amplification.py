@@ -69,7 +69,8 @@ FULL_READ = "SELECT count(*), sum(hash(*)) FROM {table}"
 TARGETS = {"write_amplification": 3.0, "scan_ratio": 1.5}
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The benchmark's flags, each checked, with the minor interval defaulting to an hour."""
     parser = benchmark_parser(__doc__ or "", "cdc", seed="row and key generator seed", steps=["side"])
     parser.add_argument("--before", default=BEFORE, help="git revision of floe before the change")
     parser.add_argument("--base-rows", type=int, default=2_400_000, help="rows before the first upsert")
@@ -103,22 +104,31 @@ def main() -> None:
     )
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--report-only", action="store_true", help="report the last run left in --dir")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.minor_interval_rounds is None:
         args.minor_interval_rounds = args.rounds_per_hour
-    if args.minor_interval_rounds < 0 or args.round_period_s <= 0:
-        parser.error("--minor-interval-rounds must be 0 or more and --round-period-s positive")
-    if args.step:
-        run_requested_step(args, {"side": run_side})
-        return
+    if args.minor_interval_rounds < 0:
+        parser.error(f"--minor-interval-rounds must be 0 or more, not {args.minor_interval_rounds}")
+    if args.round_period_s <= 0:
+        parser.error(f"--round-period-s must be positive, not {args.round_period_s:g}")
     hourly = args.upserts * args.rounds_per_hour
-    if args.base_rows < 20 * hourly:
+    # A side's own process gets only the side's flags (not --rounds-per-hour): the parent checked.
+    if not args.step and args.base_rows < 20 * hourly:
         parser.error(f"--base-rows must be at least 20x an hour of upserts ({20 * hourly})")
-    args.dir.mkdir(parents=True, exist_ok=True)
     if args.report_only:
         missing = [side for side in SIDES if not (args.dir / "logs" / f"{side}.json").is_file()]
         if missing:
             parser.error(f"--report-only: no results of {' and '.join(missing)} in {args.dir / 'logs'}")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.step:
+        run_requested_step(args, {"side": run_side})
+        return
+    args.dir.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
         results = {side: json.loads((args.dir / "logs" / f"{side}.json").read_text()) for side in SIDES}
         run = _recorded_run(args)
     else:

@@ -3,26 +3,18 @@ latency breakdown splits right."""
 
 from __future__ import annotations
 
-import importlib
 import itertools
-import sys
 import time
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from bench_scripts import import_bench_script
 
 
 @pytest.fixture(scope="module")
 def autoscaling() -> ModuleType:
-    sys.path.insert(0, str(BENCH))  # the benchmark imports its own `harness` package
-    try:
-        return importlib.import_module("autoscaling")
-    finally:
-        sys.path.remove(str(BENCH))
+    return import_bench_script("autoscaling")
 
 
 @pytest.mark.parametrize("jitter", ["-1", "91"])
