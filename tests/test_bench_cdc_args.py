@@ -53,3 +53,16 @@ def test_a_side_process_is_not_held_to_the_hourly_base_check(cdc: ModuleType) ->
     # The parent passes a side only the side's flags; --rounds-per-hour stays at its default there.
     args = cdc.parse_args(["--step", "side", "--side", "after", "--base-rows", "1000"])
     assert (args.step, args.base_rows) == ("side", 1000)
+
+
+def test_a_step_without_a_result_file_is_refused_before_it_runs(cdc: ModuleType) -> None:
+    args = cdc.parse_args(["--step", "side", "--side", "after"])
+    ran: list[str] = []
+
+    def side(_: object) -> dict[str, str]:
+        ran.append("side")
+        return {}
+
+    with pytest.raises(SystemExit, match="--step side needs --result FILE"):
+        cdc.run_requested_step(args, {"side": side})
+    assert ran == []

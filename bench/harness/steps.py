@@ -30,7 +30,12 @@ def add_step_arguments(parser: argparse.ArgumentParser, steps: Sequence[str]) ->
 
 
 def run_requested_step(args: argparse.Namespace, steps: Mapping[str, Step]) -> None:
-    """In a child: run the step ``--step`` names and write its result for ``run_step`` to read."""
+    """In a child: run the step ``--step`` names and write its result for ``run_step`` to read.
+
+    Without ``--result`` (a step run by hand) it refuses before the step's work, not after it.
+    """
+    if args.result is None:
+        raise SystemExit(f"--step {args.step} needs --result FILE, where its result is written")
     write_result(args.result, steps[args.step](args))
 
 
