@@ -361,6 +361,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def follow_desired_count() -> None:
         nonlocal next_check, settle_after
+        # Scaling first: resizing may list pods, and a new count's pods should not wait for that.
+        if time.monotonic() >= next_check or desired.changed.is_set():
+            desired.changed.clear()
+            next_check = time.monotonic() + SCALE_CHECK_S
+            try:
+                scaler.scale(desired.current())
+            except Exception:
+                log.exception("scaling failed; retrying")
+                scaler.executors = None
         if settler is not None and time.monotonic() >= settle_after:
             try:
                 settler.settle(registered_executors(spark.sparkContext))
@@ -369,17 +378,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "resizing executor pods to their CPU limit failed; retrying in %g s", COUNT_RETRY_S
                 )
                 settle_after = time.monotonic() + COUNT_RETRY_S
-        if time.monotonic() < next_check and not desired.changed.is_set():
-            return
-        desired.changed.clear()
-        next_check = time.monotonic() + SCALE_CHECK_S
-        try:
-            scaler.scale(desired.current())
-        except Exception:
-            log.exception("scaling failed; retrying")
-            scaler.executors = None
 
-    signum = serve_until_signalled(follow_desired_count)
+    # A decision wakes the loop: the executor pods it asks for are on a waking group's path.
+    signum = serve_until_signalled(follow_desired_count, wake=desired.changed)
     desired.stop()
     scaler.stop()
     stop_spark(spark)

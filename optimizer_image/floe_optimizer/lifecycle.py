@@ -24,9 +24,9 @@ def configure_logging(level: int | str) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def serve_until_signalled(tick: Callable[[], None] | None = None) -> int:
-    """Block until SIGTERM or SIGINT, calling ``tick`` every `CHECK_S` seconds meanwhile; return
-    the signal's number.
+def serve_until_signalled(tick: Callable[[], None] | None = None, wake: threading.Event | None = None) -> int:
+    """Block until SIGTERM or SIGINT, calling ``tick`` every `CHECK_S` seconds meanwhile, and at
+    once when ``wake`` is set (``tick`` clears it); return the signal's number.
 
     Call it once Spark runs: creating the SparkContext replaces the SIGINT handler.
     """
@@ -40,12 +40,16 @@ def serve_until_signalled(tick: Callable[[], None] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, request_shutdown)
     signal.signal(signal.SIGINT, request_shutdown)
-    # Sleeping rather than shutdown.wait(): the handler runs on this thread, and a signal
-    # arriving while Event.wait briefly holds its lock would deadlock the handler's set().
+    # Never shutdown.wait(): the handler runs on this thread, and a signal arriving while
+    # Event.wait briefly holds that event's lock would deadlock the handler's set(). Waiting on
+    # `wake`, another event, is safe.
     while not shutdown.is_set():
         if tick is not None:
             tick()
-        time.sleep(CHECK_S)
+        if wake is None:
+            time.sleep(CHECK_S)
+        else:
+            wake.wait(CHECK_S)
     return received[0]
 
 
