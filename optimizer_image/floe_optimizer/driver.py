@@ -179,9 +179,9 @@ class DesiredExecutors:
     else the scale file's.
 
     A thread long-polls the service (``GET /v1/executors``) and `changed` is set when an
-    answer differs from the last, so the main loop scales within its tick of a decision. While
-    the service has no count (the operator restarted and has not decided yet) or cannot be
-    reached, the scale file, re-read every `SCALE_CHECK_S`, stands in.
+    answer differs from the last; the main loop waits on it, so it scales as a decision arrives.
+    While the service has no count (the operator restarted and has not decided yet) or cannot
+    be reached, the scale file, re-read every `SCALE_CHECK_S`, stands in.
     """
 
     def __init__(self, client: TaskServiceClient, group: str, scale_file: Path, default: int) -> None:
