@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from collections.abc import Callable
 from types import FrameType
 
@@ -42,14 +41,12 @@ def serve_until_signalled(tick: Callable[[], None] | None = None, wake: threadin
     signal.signal(signal.SIGINT, request_shutdown)
     # Never shutdown.wait(): the handler runs on this thread, and a signal arriving while
     # Event.wait briefly holds that event's lock would deadlock the handler's set(). Waiting on
-    # `wake`, another event, is safe.
+    # another event (`wake`, or one never set) is safe.
+    pause = wake if wake is not None else threading.Event()  # never set: a plain pause
     while not shutdown.is_set():
         if tick is not None:
             tick()
-        if wake is None:
-            time.sleep(CHECK_S)
-        else:
-            wake.wait(CHECK_S)
+        pause.wait(CHECK_S)
     return received[0]
 
 
