@@ -20,6 +20,7 @@ from pyiceberg.table.snapshots import Operation
 
 from floe.commit.retry import on_fresh_head
 from floe.commit.snapshot import SnapshotDraft
+from floe.planning.files import partition_identity
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.manifest_io import manifest_entries
 
@@ -127,7 +128,8 @@ def _rewrite(
 
 
 def _partition_order(entry: ManifestEntry) -> tuple[tuple[bool, Any], ...]:
-    """Sort key of an entry's partition; nulls sort last, values of one field share a type."""
+    """Sort key of an entry's partition; nulls sort last, values of one field share a type, and
+    floats sort as Iceberg Java orders them (a NaN would leave Python's sort unordered)."""
     partition = entry.data_file.partition
-    values = [partition[i] for i in range(len(partition))]
+    values = partition_identity(tuple(partition[i] for i in range(len(partition))))
     return tuple((value is None, value if value is not None else 0) for value in values)

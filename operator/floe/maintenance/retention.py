@@ -31,6 +31,7 @@ from pyiceberg.types import DateType, NestedField, PrimitiveType, TimestampType,
 from floe.commit.retry import on_fresh_head
 from floe.commit.rewrite import removable_delete_paths
 from floe.commit.snapshot import SnapshotDraft, delete_quietly
+from floe.planning.files import partition_identity
 from floe.tables.deletion_vectors import read_deletion_vector
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.manifest_io import ROW_LINEAGE_VERSION, content_key, deletion_vector_location
@@ -198,7 +199,8 @@ class _Plan:
         for path, positions in self.positions.items():
             data_file = self.straddling[path]
             partition = data_file.partition
-            key = (data_file.spec_id, tuple(partition[i] for i in range(len(partition))))
+            # As Iceberg Java tells partitions apart: NaNs one partition, 0.0 and -0.0 two.
+            key = (data_file.spec_id, partition_identity(tuple(partition[i] for i in range(len(partition)))))
             records[key] = partition
             groups.setdefault(key, []).extend((path, p) for p in positions)
         for key, group in groups.items():

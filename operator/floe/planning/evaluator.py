@@ -293,6 +293,7 @@ def _count(deletes: Iterable[ContentFile], kind: FileKind) -> int:
 
 
 def _partition_order(partition: PartitionKey) -> tuple[Any, ...]:
-    """A total order over partition keys: nulls first, values of mixed types grouped by type name."""
-    values = tuple((v is not None, type(v).__name__, 0 if v is None else v) for v in partition.values)
+    """A total order over partition keys: nulls first, values of mixed types grouped by type name,
+    floats as Iceberg Java orders them (by `PartitionKey.identity`: NaN last, -0.0 before 0.0)."""
+    values = tuple((v is not None, type(v).__name__, 0 if v is None else v) for v in partition.identity)
     return (partition.spec_id, values)

@@ -6,11 +6,16 @@ into these values, and everything downstream works on them.
 
 from __future__ import annotations
 
+import math
+import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
+
+_CANONICAL_NAN_BITS = 0x7FF8_0000_0000_0000
+_MAGNITUDE_BITS = 0x7FFF_FFFF_FFFF_FFFF
 
 
 class FileKind(IntEnum):
@@ -21,17 +26,42 @@ class FileKind(IntEnum):
     EQUALITY_DELETES = 2
 
 
+def float_identity(value: float) -> int:
+    """A float as the int Iceberg Java compares it by (``Double.compare``): its bits, every NaN
+    one value above infinity, -0.0 below 0.0, ordered as the floats are.
+
+    A float partition value is stored as a 32- or 64-bit float; both widen to a Python float
+    without losing a sign or a NaN, so the identity of the widened value serves either.
+    """
+    bits = _CANONICAL_NAN_BITS if math.isnan(value) else struct.unpack(">q", struct.pack(">d", value))[0]
+    # Negative floats order the other way round from their bits read as a signed int.
+    return bits ^ _MAGNITUDE_BITS if bits < 0 else bits
+
+
+def partition_identity(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A partition tuple as Iceberg Java compares partitions (``Comparators``): floats by
+    `float_identity`, so that two NaNs are one partition and 0.0 and -0.0 are two, where
+    Python's ``==`` says the opposite; other values as they are (a field of a spec has one type).
+    """
+    return tuple(float_identity(v) if isinstance(v, float) else v for v in values)
+
+
 @dataclass(frozen=True)
 class PartitionKey:
     """A partition of one partition spec: spec id plus the partition tuple.
 
     `global_scope` marks the unpartitioned spec, whose equality deletes apply to every
-    partition of every spec (Iceberg's "global" deletes).
+    partition of every spec (Iceberg's "global" deletes). Keys are equal and hash by
+    `identity` (`partition_identity` of the values), never by the printable `values`.
     """
 
     spec_id: int
-    values: tuple[Any, ...]
+    values: tuple[Any, ...] = field(compare=False)
     global_scope: bool = False
+    identity: tuple[Any, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "identity", partition_identity(self.values))
 
     def describe(self, field_names: tuple[str, ...] = ()) -> str:
         """Human-readable form such as ``day=19723/bucket=3`` or ``<unpartitioned>``."""

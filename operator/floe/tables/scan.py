@@ -15,7 +15,14 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 
-from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles, deletion_vector_key
+from floe.planning.files import (
+    ContentFile,
+    FileKind,
+    PartitionKey,
+    TableFiles,
+    deletion_vector_key,
+    partition_identity,
+)
 from floe.tables.manifest_io import (
     deletion_vector_location,
     file_first_row_id,
@@ -70,10 +77,12 @@ class EntryConverter:
     def partition_key(self, spec_id: int, partition: Record) -> PartitionKey:
         """Hashable key of a file's partition."""
         values = tuple(partition[i] for i in range(len(partition)))
-        key = self._keys.get((spec_id, values))
+        # By identity, not values: Python's == would merge 0.0 with -0.0 and split NaNs.
+        cache_key = (spec_id, partition_identity(values))
+        key = self._keys.get(cache_key)
         if key is None:
             key = PartitionKey(spec_id=spec_id, values=values, global_scope=self._unpartitioned[spec_id])
-            self._keys[(spec_id, values)] = key
+            self._keys[cache_key] = key
         return key
 
     def content_file(self, entry: ManifestEntry) -> ContentFile:
