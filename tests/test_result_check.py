@@ -49,6 +49,7 @@ from floe.optimizer.result_check import (
 from floe.optimizer.rewrite import run_rewrite_task, run_task
 from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
 from floe.planning.plan import POSITIONS
+from floe.tables.deletion_vectors import write_deletion_vector
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),
@@ -85,7 +86,7 @@ def _data_file(tmp_path: Path, name: str, ids: range, seq: int) -> InputDataFile
             "dt": [datetime.date(2024, 1, 1)] * n,
             "bin": [b"x"] * n,
             "fx": [b"abcd"] * n,
-            "f": [1.5] * n,
+            "f": [None if i % 10 == 5 else 1.5 for i in ids],
             "bo": [True] * n,
             "tm": [datetime.time(1, 2, 3)] * n,
         },
@@ -282,6 +283,23 @@ def test_more_nans_than_values_are_refused(rewritten: tuple[RewriteTaskSpec, Rew
     assert refused.check == "metrics" and "98 NaN values claimed for field 17" in str(refused)
 
 
+def test_more_nans_than_non_null_values_are_refused(
+    rewritten: tuple[RewriteTaskSpec, RewriteTaskResult],
+) -> None:
+    spec, result = rewritten
+    written = result.files[0]
+    values, nulls = written.value_counts[17], written.null_value_counts[17]
+    assert (values, nulls) == (2 * ROWS - 3, 10)
+    # As many NaNs as values would tell Iceberg Java's metrics evaluators the column holds no
+    # number, and a filter on it would skip the file; the nulls are not NaNs.
+    nans = {**written.nan_value_counts, 17: values - nulls + 1}
+    refused = _refusal(
+        spec, result.model_copy(update={"files": [written.model_copy(update={"nan_value_counts": nans})]})
+    )
+    assert refused.check == "metrics"
+    assert "88 NaN values claimed for field 17, which holds 87 non-null values" in str(refused)
+
+
 def _replace_file(result: RewriteTaskResult, table: pa.Table) -> RewriteTaskResult:
     """Overwrite the result's file with `table`, and make the claims match the new file."""
     written = result.files[0]
@@ -407,3 +425,60 @@ def test_a_position_file_naming_another_data_file_in_its_bounds_is_refused(
     forged = result.files[0].model_copy(update={"referenced_data_file": b})
     refused = _refusal(spec, result.model_copy(update={"files": [forged]}))
     assert f"names other data files than {b}" in str(refused)
+
+
+def _deletion_vector(tmp_path: Path, data: InputDataFile, positions: list[int], seq: int) -> InputDeleteFile:
+    path = tmp_path / f"dv-{seq}-{len(positions)}.puffin"
+    written = write_deletion_vector(PyArrowFileIO(), str(path), data.path, pa.array(positions, pa.int64()))
+    return InputDeleteFile(
+        path=str(path),
+        kind=1,
+        record_count=len(positions),
+        size_bytes=written.file_size,
+        data_sequence_number=seq,
+        content_offset=written.offset,
+        content_size_in_bytes=written.length,
+        referenced_data_file=data.path,
+    )
+
+
+@pytest.mark.parametrize("format_version", [2, 3])
+def test_new_position_deletes_must_keep_every_position_they_replace(
+    tmp_path: Path, format_version: int
+) -> None:
+    """A positions task's file for "a" leaves out position 7, which a delete it replaces holds: the
+    accounting adds up (2 positions written, 2 reported deleted, at most 3 removable), the file is
+    what the result says, and only reading the replaced deletes shows the row would come back."""
+    a = _data_file(tmp_path, "a.parquet", range(0, ROWS), seq=1)
+    b = _data_file(tmp_path, "b.parquet", range(ROWS, 2 * ROWS), seq=3)
+    if format_version == 2:
+        first, second = (
+            _position_deletes(tmp_path, a, [0, 1], seq=1),
+            _position_deletes(tmp_path, a, [7], seq=2),
+        )
+        replaced, short = [first, second], [first]
+    else:
+        replaced = [_deletion_vector(tmp_path, a, [0, 1, 7], seq=2)]
+        short = [_deletion_vector(tmp_path, a, [0, 1], seq=2)]
+    update = {"kind": POSITIONS, "format_version": format_version}
+    spec = _spec(tmp_path, [a, b], replaced).model_copy(update=update)
+    # The result of a task that was given fewer deletes than the spec names, as if it lost one.
+    forged = run_task(_spec(tmp_path, [a, b], short).model_copy(update=update))
+    assert (forged.rows_deleted, len(forged.files)) == (2, 1)
+
+    refused = _refusal(spec, forged)
+    assert refused.check == "positions"
+    assert f"the new position deletes of {a.path} leave out 1 of the 3 positions" in str(refused)
+    assert "(position 7 first)" in str(refused)
+
+    # A result without any file for "a" leaves all three out.
+    refused = _refusal(spec, forged.model_copy(update={"files": [], "rows_deleted": 0}))
+    assert refused.check == "positions"
+    assert f"wrote no position deletes for {a.path}, of which its delete files delete 3 rows" in str(refused)
+
+    # Stale positions, beyond the file's rows, delete nothing and need not be kept.
+    stale = _position_deletes(tmp_path, a, [ROWS + 1], seq=5)
+    honest = run_task(spec.model_copy(update={"file_name_prefix": f"{PREFIX}-h"}))
+    check_result(
+        spec.model_copy(update={"delete_files": [*spec.delete_files, stale]}), honest, PyArrowFileIO()
+    )

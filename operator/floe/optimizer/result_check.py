@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import (
@@ -54,13 +55,15 @@ POSITION_DELETES = 1
 EQUALITY_DELETES = 2
 POS_FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
+_FILE_PATH = "file_path"
+_POS = "pos"
 
 
 class ResultCheckFailed(ValueError):
     """A task result failed a check; nothing of it may be committed.
 
     ``check`` is one of ``rows``, ``location``, ``missing``, ``size``, ``footer``,
-    ``schema`` and ``metrics``.
+    ``schema``, ``metrics`` and ``positions``.
     """
 
     def __init__(self, check: str, message: str) -> None:
@@ -73,8 +76,8 @@ def check_result(spec: RewriteTaskSpec, result: RewriteTaskResult, io: FileIO) -
     check_locations(spec, result)
     if spec.kind == POSITIONS and spec.format_version >= ROW_LINEAGE_VERSION:
         check_position_accounting(spec, result)
-        for written in result.files:
-            check_stored_vector(spec, written, io)
+        kept = {f.referenced_data_file or "": check_stored_vector(spec, f, io) for f in result.files}
+        check_replaced_positions(spec, kept, io)
         return
     if spec.kind == POSITIONS:
         check_position_accounting(spec, result)
@@ -86,6 +89,8 @@ def check_result(spec: RewriteTaskSpec, result: RewriteTaskResult, io: FileIO) -
                 compute_statistics_plan(POSITION_DELETE_SCHEMA, POSITION_DELETE_METRICS),
             )
         check_position_targets(spec, result)
+        kept = {f.referenced_data_file or "": _stored_positions(f, io) for f in result.files}
+        check_replaced_positions(spec, kept, io)
         return
     check_row_accounting(spec, result)
     table_schema = Schema.model_validate_json(spec.table_schema_json)
@@ -133,10 +138,10 @@ def check_position_accounting(spec: RewriteTaskSpec, result: RewriteTaskResult) 
         )
 
 
-def check_stored_vector(spec: RewriteTaskSpec, written: WrittenFile, io: FileIO) -> None:
+def check_stored_vector(spec: RewriteTaskSpec, written: WrittenFile, io: FileIO) -> pa.Array:
     """A positions task's deletion vector (format v3) is what `written` says: a Puffin file of
     the claimed size whose footer names its data file, holding at the claimed offset and length
-    a well-formed vector of `record_count` positions, all within its data file."""
+    a well-formed vector of `record_count` positions, all within its data file. Returns them."""
     if written.content_offset is None or written.content_size_in_bytes is None:
         raise ResultCheckFailed("rows", f"{written.path} is not a deletion vector: it has no blob location")
     _check_size(written, io)
@@ -163,6 +168,83 @@ def check_stored_vector(spec: RewriteTaskSpec, written: WrittenFile, io: FileIO)
             f"{written.path} deletes rows {positions[0]}..{positions[-1]} of {target}, "
             f"which holds {records[target]}",
         )
+    return positions
+
+
+def check_replaced_positions(spec: RewriteTaskSpec, kept: Mapping[str, pa.Array], io: FileIO) -> None:
+    """Each data file's new position deletes (`kept`: the positions written for each data file)
+    hold every position that the task's position-delete files and deletion vectors delete from
+    it: the commit replaces those, so a position left out is a deleted row come back. The rows
+    of equality deletes cannot be checked without reading the data; these are read here (a
+    vector is one blob, a position-delete file is filtered to the task's data files)."""
+    for path, replaced in _replaced_positions(spec, io).items():
+        written = kept.get(path)
+        if written is None:
+            raise ResultCheckFailed(
+                "positions",
+                f"task {spec.task_id} wrote no position deletes for {path}, "
+                f"of which its delete files delete {len(replaced)} rows",
+            )
+        missing = replaced.filter(pc.invert(pc.is_in(replaced, value_set=written)))
+        if len(missing):
+            raise ResultCheckFailed(
+                "positions",
+                f"the new position deletes of {path} leave out {len(missing)} of the {len(replaced)} "
+                f"positions the deletes they replace remove (position {missing[0]} first)",
+            )
+
+
+def _replaced_positions(spec: RewriteTaskSpec, io: FileIO) -> dict[str, pa.Array]:
+    """The distinct positions the task's position deletes remove from each of its data files, by
+    the sequence-number rule (a delete applies to data not newer than itself); positions beyond a
+    file's rows delete nothing and are left out, as the task leaves them out."""
+    found: dict[str, list[pa.Array]] = {}
+    for delete in spec.delete_files:
+        if delete.kind != POSITION_DELETES:
+            continue
+        targets = {f.path for f in spec.data_files if f.data_sequence_number <= delete.data_sequence_number}
+        vector = delete.referenced_data_file
+        try:
+            if vector is not None and delete.content_offset is not None and delete.content_size_in_bytes:
+                if vector in targets:
+                    positions = read_deletion_vector(
+                        io, delete.path, delete.content_offset, delete.content_size_in_bytes
+                    )
+                    found.setdefault(vector, []).append(positions)
+            elif targets:
+                for path, positions in _positions_naming(io, delete.path, targets):
+                    found.setdefault(path, []).append(positions)
+        except (DeletionVectorError, pa.ArrowInvalid) as exc:
+            raise ResultCheckFailed(
+                "positions", f"the replaced delete file {delete.path} cannot be read: {exc}"
+            ) from None
+    records = {f.path: f.record_count for f in spec.data_files}
+    replaced = {}
+    for path, arrays in found.items():
+        positions = pc.unique(pa.concat_arrays([a.cast(pa.int64()) for a in arrays]))
+        positions = positions.filter(pc.less(positions, records[path]))
+        if len(positions):
+            replaced[path] = positions
+    return replaced
+
+
+def _positions_naming(io: FileIO, path: str, targets: set[str]) -> Iterator[tuple[str, pa.Array]]:
+    """(data file, positions) for each of `targets` that position-delete file `path` names; row
+    groups whose ``file_path`` statistics exclude every target are not read."""
+    with io.new_input(path).open(seekable=True) as stream:
+        rows = pq.read_table(
+            stream, columns=[_FILE_PATH, _POS], filters=[(_FILE_PATH, "in", sorted(targets))]
+        )
+    grouped = rows.group_by(_FILE_PATH).aggregate([(_POS, "list")])
+    lists = grouped.column(f"{_POS}_list").combine_chunks()
+    for i, target in enumerate(grouped.column(_FILE_PATH).to_pylist()):
+        yield target, lists[i].values
+
+
+def _stored_positions(written: WrittenFile, io: FileIO) -> pa.Array:
+    """The positions a position-delete file the task wrote deletes (it names one data file)."""
+    with io.new_input(written.path).open(seekable=True) as stream:
+        return pq.read_table(stream, columns=[_POS]).column(_POS).combine_chunks()
 
 
 def check_position_targets(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
@@ -307,10 +389,15 @@ def check_stored_file(
         if claimed != value:
             raise ResultCheckFailed("metrics", f"{written.path}: {_difference(name, claimed, value)}")
     for field_id, nans in written.nan_value_counts.items():
-        # NaN counts are not in the footer; they cannot exceed the column's values.
-        if not 0 <= nans <= stats.value_counts.get(field_id, 0):
+        # NaN counts are not in the footer; they cannot exceed the column's non-null values
+        # (value counts include nulls). Iceberg Java's metrics evaluators skip a file on them:
+        # one whose NaN count equals its value count holds no number.
+        values = stats.value_counts.get(field_id, 0) - stats.null_value_counts.get(field_id, 0)
+        if not 0 <= nans <= values:
             raise ResultCheckFailed(
-                "metrics", f"{written.path}: {nans} NaN values claimed for field {field_id}"
+                "metrics",
+                f"{written.path}: {nans} NaN values claimed for field {field_id}, "
+                f"which holds {values} non-null values",
             )
 
 

@@ -150,7 +150,10 @@ ROUTES: tuple[Route, ...] = (
         "counts, the rows written the rows read minus the rows deleted, and every file must lie in the "
         "task's `output_dir`, be named with its `file_name_prefix`, exist with the claimed size, and "
         "carry in its Parquet footer the claimed row count, the table's field ids and types and the "
-        "claimed column metrics. A result that fails is refused with 422 `result_refused`: unlike "
+        "claimed column metrics (NaN counts no more than the non-null values). A positions task's "
+        "new position deletes (or deletion vector) of a data file must hold every position of the "
+        "position deletes and deletion vectors of that file it replaces. A result that fails is "
+        "refused with 422 `result_refused`: unlike "
         "other refusals, the attempt is then recorded as failed (using one of the task's retries) and "
         "the files it wrote are deleted.",
         CompleteResponse,
