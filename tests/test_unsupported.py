@@ -85,6 +85,43 @@ def test_the_dry_run_plans_a_v3_table_and_refuses_what_floe_cannot_handle(
     assert v3_table.load_table("db.t").current_snapshot() == snapshot
 
 
+def _encrypted(document: dict[str, Any]) -> None:
+    """A metadata edit: an encryption key, and the current snapshot's manifest list encrypted with it."""
+    document["encryption-keys"] = [
+        {"key-id": "k1", "encrypted-key-metadata": "AAECAw==", "encrypted-by-id": "kms"}
+    ]
+    current = document["current-snapshot-id"]
+    next(s for s in document["snapshots"] if s["snapshot-id"] == current)["key-id"] = "k1"
+
+
+def test_a_v3_table_with_encryption_keys_is_refused_by_planning_and_maintenance(
+    v3_table: SqlCatalog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pyiceberg drops encryption keys from the metadata it rewrites, and floe would write
+    unencrypted manifests: every job refuses such a table by name, writing nothing."""
+    config = str(_config(tmp_path, v3_table))
+    commit_metadata(v3_table, "t", _encrypted)
+    before = _files_under(v3_table, "db.t")
+    snapshot = v3_table.load_table("db.t").current_snapshot()
+
+    for job in (
+        ["--dry-run"],
+        ["--type", "full"],
+        ["--type", "manifests", "--manifest-trigger", "2"],
+        ["--type", "dangling-deletes"],
+        ["--type", "retention", "--column", "v", "--older-than", "1d"],
+    ):
+        assert main(["optimize", "--catalog-config", config, "db.t", *job]) == 2, job
+        err = " ".join(capsys.readouterr().err.split())
+        assert (
+            "table db.t is not optimized: it uses encryption keys (encryption-keys) and snapshots "
+            "encrypted with a key (key-id), which floe does not support"
+        ) in err, (job, err)
+        assert "Traceback" not in err
+    assert _files_under(v3_table, "db.t") == before
+    assert v3_table.load_table("db.t").current_snapshot() == snapshot
+
+
 @pytest.fixture
 def engine() -> Iterator[tuple[OptimizingEngine, list[EngineEvent]]]:
     """An engine (no optimizer) with group ``g``, and the Events it posts."""

@@ -5,19 +5,25 @@ too, with one sentence naming the table and the features, so no task is started 
 retry is spent on an error floe could have foreseen. What is refused: format versions other
 than 1, 2 and 3, data and delete files that are neither Parquet nor (for position deletes)
 v3 deletion vectors (ORC, Avro), column types the rewrite cannot carry (v3's ``variant``,
-``geometry``, ``geography``, ``unknown``, nanosecond timestamps), and partition or sort
-transforms floe does not know.
+``geometry``, ``geography``, ``unknown``, nanosecond timestamps), partition or sort
+transforms floe does not know, and v3 tables with encryption keys (floe writes unencrypted
+manifests, and pyiceberg drops the keys when it rewrites the metadata).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import FileFormat
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.serializers import Compressor
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.transforms import UnknownTransform
@@ -48,6 +54,9 @@ _FILE_KIND_NAMES = {
 # How pyiceberg says it could not read a schema type it does not know (``variant``, or a
 # ``geometry(...)`` with parameters): the type is quoted in the message.
 _UNREADABLE_TYPE = re.compile(r"Unsupported field type: '([^']+)'|Could not parse (\S+) into a")
+_ENCRYPTION_VERSION = 3
+"""The first format version whose metadata holds encryption keys."""
+_ENCRYPTION_CACHE_SIZE = 4096
 
 
 class UnsupportedTableError(RuntimeError):
@@ -104,6 +113,53 @@ def unsupported_features(
     return features
 
 
+class _EncryptionFeatures:
+    """What the metadata file at each location says about encryption, read once per location
+    (metadata files never change) and for the most recent locations only."""
+
+    def __init__(self) -> None:
+        self._known: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, table: Table) -> tuple[str, ...]:
+        """The encryption features of `table`'s current metadata file (none before format v3,
+        whose metadata has no such fields, nor without a known metadata file)."""
+        location = table.metadata_location
+        if table.metadata.format_version < _ENCRYPTION_VERSION or not location:
+            return ()
+        with self._lock:
+            known = self._known.get(location)
+            if known is not None:
+                self._known.move_to_end(location)
+                return known
+        found = _encryption_features(table.io, location)
+        with self._lock:
+            self._known[location] = found
+            while len(self._known) > _ENCRYPTION_CACHE_SIZE:
+                self._known.popitem(last=False)
+        return found
+
+
+_encryption = _EncryptionFeatures()
+
+
+def _encryption_features(io: FileIO, location: str) -> tuple[str, ...]:
+    """The encryption fields of a metadata file: top-level ``encryption-keys`` and snapshots'
+    ``key-id`` (as Iceberg Java's TableMetadataParser and SnapshotParser name them). pyiceberg's
+    model does not keep them, so the file's JSON is read as it is."""
+    with (
+        io.new_input(location).open() as stream,
+        Compressor.get_compressor(location).stream_decompressor(stream) as content,
+    ):
+        document = json.loads(content.read())
+    features = []
+    if document.get("encryption-keys"):
+        features.append("encryption keys (encryption-keys)")
+    if any(s.get("key-id") is not None for s in document.get("snapshots") or ()):
+        features.append("snapshots encrypted with a key (key-id)")
+    return tuple(features)
+
+
 def check_supported(table_name: str, table: Table, scanned: ScannedTable | None = None) -> None:
     """Raise `UnsupportedTableError` naming the table and what it uses that floe cannot handle;
     without `scanned`, only what the metadata says is checked (not the live files' formats)."""
@@ -111,6 +167,7 @@ def check_supported(table_name: str, table: Table, scanned: ScannedTable | None 
         features = unsupported_features(table.metadata)
     else:
         features = unsupported_features(table.metadata, scanned.file_formats, scanned.spec_ids)
+    features.extend(_encryption.of(table))
     if features:
         files = scanned.files if scanned else None
         raise UnsupportedTableError(table_name, features, files, table.metadata_location)
@@ -122,7 +179,7 @@ def scan_supported(table_name: str, table: Table) -> ScannedTable:
     try:
         scanned = scan_table(table)
     except Exception:
-        refused = unsupported_features(table.metadata)
+        refused = [*unsupported_features(table.metadata), *_encryption.of(table)]
         if refused:
             # The manifests of an unsupported format may not even be readable: the metadata
             # already says why the table is refused.
