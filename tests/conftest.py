@@ -57,6 +57,27 @@ V3_MOR = (
 )
 
 
+JAN_1 = 1_704_067_200
+"""2024-01-01T00:00:00Z, in seconds since the epoch."""
+
+
+def timestamped_spark_table(spark: SparkSession, catalog: SqlCatalog, properties: str) -> str:
+    """Create ``db.t`` with Spark (`properties` its TBLPROPERTIES) and return its Spark name: rows
+    0-399 in four inserts, two files each (partitioned by ``cat`` = id % 2), row ``id``'s ``ts``
+    `JAN_1` plus ``id`` hours."""
+    name = qualified_name(catalog.name, "db.t")
+    spark.sql(
+        f"CREATE TABLE {name} (id bigint, cat string, ts timestamp) USING iceberg "
+        f"PARTITIONED BY (cat) TBLPROPERTIES ({properties})"
+    )
+    for start in range(0, 400, 100):
+        spark.sql(
+            f"INSERT INTO {name} SELECT id, CAST(id % 2 AS string), timestamp_seconds({JAN_1} + id * 3600) "
+            f"FROM range({start}, {start + 100})"
+        )
+    return name
+
+
 @pytest.fixture
 def v3_table(sql_catalog: SqlCatalog, spark: SparkSession, reference: ReferenceReader) -> SqlCatalog:
     """``db.t``: a partitioned v3 table with four appends, then a DELETE, an UPDATE and a MERGE

@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.manifest import DataFile
+from pyiceberg.typedef import Record
 
+from floe.commit.deletion_vectors import DuplicateDeletionVectors, check_one_vector_per_data_file
 from floe.optimizer.task_spec import InputDeleteFile, RewriteTaskSpec
 from floe.tables.deletion_vectors import (
     DeletionVectorError,
+    WrittenVector,
     deletion_vector_blob,
+    deletion_vector_data_file,
     deletion_vector_positions,
     puffin_blob_properties,
     read_deletion_vector,
@@ -34,6 +40,23 @@ def test_a_written_vector_reads_back_with_its_footer(tmp_path: Path) -> None:
     assert puffin_blob_properties(io, path) == [
         {"referenced-data-file": "s3://b/data/f.parquet", "cardinality": "5"}
     ]
+
+
+def test_a_snapshot_with_two_vectors_for_one_data_file_is_refused_before_its_commit() -> None:
+    written = WrittenVector(file_size=100, offset=4, length=40, cardinality=2)
+
+    def vector(puffin: str, data_file: str, offset: int = 4) -> DataFile:
+        return deletion_vector_data_file(puffin, data_file, replace(written, offset=offset), 0, Record())
+
+    # Vectors of two data files in one Puffin file, and one vector listed twice, are fine.
+    one_each = [vector("a.puffin", "f1.parquet"), vector("a.puffin", "f2.parquet", offset=44)]
+    check_one_vector_per_data_file("db.t", [*one_each, one_each[0]])
+    with pytest.raises(DuplicateDeletionVectors) as refused:
+        check_one_vector_per_data_file("db.t", [*one_each, vector("b.puffin", "f1.parquet")])
+    assert str(refused.value) == (
+        "table db.t: the new snapshot would hold two deletion vectors for data file f1.parquet "
+        "(a.puffin#4 and b.puffin#4); nothing was committed"
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+from conftest import JAN_1
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
@@ -29,8 +30,6 @@ from floe.planning.plan import OptimizingType
 from floe.tables.scan import scan_table
 from floe.tables.writer import write_equality_deletes
 
-JAN_1 = 1_704_067_200
-"""2024-01-01T00:00:00Z: row ``id`` has ``ts`` = this + (id % 100) hours."""
 PARTITIONS = {value: f"CAST('{value}' AS DOUBLE)" for value in ("NaN", "0.0", "-0.0", "1.5")}
 """Each partition's value, and the Spark SQL that makes it."""
 ROWS_PER_FILE = 20
@@ -57,8 +56,9 @@ def _equality_delete(table: Table, ids: list[int], partition: float) -> None:
 
 @pytest.fixture
 def float_table(sql_catalog: SqlCatalog, spark: SparkSession, reference: ReferenceReader) -> Table:
-    """``db.t`` partitioned by a double ``v``, each partition two files of 20 rows; position and
-    equality deletes in the NaN and -0.0 partitions, and one in -0.0 naming a row of 0.0."""
+    """``db.t`` partitioned by a double ``v``, each partition two files of 20 rows (``ts`` of row
+    ``id`` is `JAN_1` + id % 100 hours); position and equality deletes in the NaN and -0.0
+    partitions, and one in -0.0 naming a row of 0.0."""
     name = qualified_name(sql_catalog.name, "db.t")
     spark.sql(
         f"CREATE TABLE {name} (id bigint, v double, ts timestamp) USING iceberg PARTITIONED BY (v) "

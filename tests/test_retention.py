@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from conftest import JAN_1, V3_MOR, timestamped_spark_table
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform
 from pyiceberg.types import DateType, LongType, NestedField, TimestampType
+from pyspark.sql import SparkSession
 
 from floe.local.reference_reader import ReferenceReader, arrow_rows, qualified_name
+from floe.maintenance import retention
 from floe.maintenance.retention import expire_rows
 from floe.tables.maintenance_job import MaintenanceJob
+from floe.tables.manifest_io import manifest_entries, snapshot_manifests
+from floe.tables.scan import scan_table
 from floe.tables.writer import conform
 
 SCHEMA = Schema(
@@ -209,3 +216,81 @@ def test_retention_racing_a_writer_loses_none_of_its_rows(
     assert committed, "the writer never committed"
     assert ids == sorted(kept_ids | set(committed)), f"{conflicts} conflicts; {report.summary}"
     assert (report.files_removed, report.files_with_row_deletes) == (4, 1), report
+
+
+SPARK_CUTOFF = JAN_1 + 150 * 3600
+"""In `timestamped_spark_table`: rows 0-99 expire with their files, 100-149 inside the files of
+rows 100-199, which straddle the cutoff."""
+
+
+def _between_planning_and_commit(
+    monkeypatch: pytest.MonkeyPatch, spark: SparkSession, *changes: str
+) -> list[int]:
+    """Have Spark run `changes` once retention has planned, before its first commit (which then
+    conflicts); returns a list that grows by one each time retention writes its deletes."""
+    writes: list[int] = []
+    write_deletes = retention._write_deletes
+
+    def write_after_spark(table: Table, plan: Any) -> list[DataFile]:
+        if not writes:
+            for change in changes:
+                spark.sql(change)
+        writes.append(len(writes))
+        return write_deletes(table, plan)
+
+    monkeypatch.setattr(retention, "_write_deletes", write_after_spark)
+    return writes
+
+
+def test_a_vector_spark_adds_to_a_straddling_file_meanwhile_is_merged_not_doubled(
+    sql_catalog: SqlCatalog, spark: SparkSession, reference: ReferenceReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's merge-on-read DELETE gives a straddling file its first deletion vector while retention
+    runs: retention plans again, its vector holding Spark's positions too, never a second vector."""
+    name = timestamped_spark_table(spark, sql_catalog, V3_MOR)
+    writes = _between_planning_and_commit(monkeypatch, spark, f"DELETE FROM {name} WHERE id IN (170, 171)")
+
+    report = expire_rows(
+        sql_catalog.load_table("db.t"), column="ts", older_than_s=86_400, now_s=SPARK_CUTOFF + 86_400
+    )
+
+    assert report.snapshot_id is not None and report.files_with_row_deletes == 2, report
+    ids = sorted(row[0] for row in reference.sql(f"SELECT id FROM {name}"))
+    assert ids == [i for i in range(150, 400) if i not in (170, 171)]
+    vectors = [f.referenced_data_file for f in scan_table(sql_catalog.load_table("db.t")).files.delete_files]
+    assert len(vectors) == len(set(vectors)) == 2, "one deletion vector per data file"
+    assert len(writes) == 2, "planned again once Spark's vector was seen"
+
+
+def test_a_table_upgraded_to_v3_during_retention_gets_deletion_vectors(
+    sql_catalog: SqlCatalog, spark: SparkSession, reference: ReferenceReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planned on v2 (Parquet position deletes), committed after the table went to v3, where the
+    spec forbids new Parquet position deletes: retention plans again and writes deletion vectors."""
+    v2 = "'format-version' = '2', 'write.delete.mode' = 'merge-on-read'"
+    name = timestamped_spark_table(spark, sql_catalog, v2)
+    upgrade = f"ALTER TABLE {name} SET TBLPROPERTIES ('format-version' = '3')"
+    # The upgrade alone moves no branch: a writer's append makes the first commit conflict.
+    append = f"INSERT INTO {name} VALUES (1000, '0', timestamp_seconds({JAN_1} + 1000 * 3600))"
+    writes = _between_planning_and_commit(monkeypatch, spark, upgrade, append)
+
+    report = expire_rows(
+        sql_catalog.load_table("db.t"), column="ts", older_than_s=86_400, now_s=SPARK_CUTOFF + 86_400
+    )
+
+    assert report.snapshot_id is not None and report.files_with_row_deletes == 2, report
+    table = sql_catalog.load_table("db.t")
+    assert table.metadata.format_version == 3
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.snapshot_id == report.snapshot_id
+    added = [
+        e.data_file
+        for m in snapshot_manifests(snapshot, table.io, 3)
+        if m.added_snapshot_id == snapshot.snapshot_id
+        for e in manifest_entries(m, table.io, 3)
+        if e.snapshot_id == snapshot.snapshot_id and e.data_file.content == DataFileContent.POSITION_DELETES
+    ]
+    assert added and all(f.file_format == FileFormat.PUFFIN for f in added), [f.file_path for f in added]
+    ids = sorted(row[0] for row in reference.sql(f"SELECT id FROM {name}"))
+    assert ids == [*range(150, 400), 1000]
+    assert len(writes) == 2, "planned again on v3"

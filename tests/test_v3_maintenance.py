@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from conftest import V3_MOR
+from conftest import JAN_1, V3_MOR, timestamped_spark_table
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table.metadata import TableMetadataUtil
@@ -33,9 +33,6 @@ from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.manifest_io import deletion_vector_location, manifest_first_row_id, snapshot_manifests
 from floe.tables.scan import scan_table
 from floe.tables.v3_metadata import allow_v3_metadata_writes
-
-JAN_1 = 1_704_067_200
-"""2024-01-01T00:00:00Z, in seconds since the epoch."""
 
 
 def _spec(**jobs: dict[str, Any]) -> MaintenanceSpec:
@@ -112,16 +109,7 @@ def test_retention_replaces_deletion_vectors_and_keeps_lineage(
 ) -> None:
     """Rows older than the retention go: files wholly before the cutoff with their vectors, and
     in files that straddle it, a new vector holding the expired rows and the vector's own."""
-    name = qualified_name(sql_catalog.name, "db.t")
-    spark.sql(
-        f"CREATE TABLE {name} (id bigint, cat string, ts timestamp) USING iceberg "
-        f"PARTITIONED BY (cat) TBLPROPERTIES ({V3_MOR})"
-    )
-    for start in range(0, 400, 100):
-        spark.sql(
-            f"INSERT INTO {name} SELECT id, CAST(id % 2 AS string), timestamp_seconds({JAN_1} + id * 3600) "
-            f"FROM range({start}, {start + 100})"
-        )
+    name = timestamped_spark_table(spark, sql_catalog, V3_MOR)
     spark.sql(f"DELETE FROM {name} WHERE id % 7 = 0")
     spark.sql(f"REFRESH TABLE {name}")
     query = f"SELECT id, _row_id, _last_updated_sequence_number FROM {name} ORDER BY id"

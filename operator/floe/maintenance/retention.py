@@ -12,7 +12,7 @@ only if main has not moved since planning; otherwise the work is planned again.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
@@ -28,6 +28,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.types import DateType, NestedField, PrimitiveType, TimestampType, TimestamptzType
 
+from floe.commit.deletion_vectors import DuplicateDeletionVectors, check_one_vector_per_data_file
 from floe.commit.retry import on_fresh_head
 from floe.commit.rewrite import removable_delete_paths
 from floe.commit.snapshot import SnapshotDraft, delete_quietly
@@ -105,12 +106,15 @@ def expire_rows(
         raise RetentionAbandoned(
             f"retention on {column}: main moved during each of {max_attempts} attempts"
         ) from None
+    except DuplicateDeletionVectors:
+        _delete_all(table, written)
+        raise
 
 
 def _write_deletes(table: Table, plan: _Plan) -> list[DataFile]:
     """The delete files of the plan's expired positions: a position-delete file per partition, or
     on a v3 table a deletion vector per data file, holding its earlier vector's positions too."""
-    if table.metadata.format_version < ROW_LINEAGE_VERSION:
+    if plan.format_version < ROW_LINEAGE_VERSION:
         return [
             write_position_deletes(table, positions, spec_id, partition)
             for (spec_id, partition), positions in plan.positions_by_partition()
@@ -158,6 +162,8 @@ def _cutoff(field: NestedField, cutoff_s: float) -> int:
 class _Plan:
     column: str
     cutoff_text: str
+    format_version: int
+    """The table's when planned: it decides whether position deletes or deletion vectors are written."""
     head: list[tuple[ManifestFile, list[ManifestEntry]]]
     """The manifests of the snapshot planned on, each with its live entries."""
     dropped: list[DataFile]
@@ -175,12 +181,16 @@ class _Plan:
         return not self.dropped and not self.positions
 
     def rebase(self, draft: SnapshotDraft) -> bool:
-        """Move the plan onto `draft`'s head if every file it drops or deletes rows of is still live.
+        """Move the plan onto `draft`'s head if every file it drops or deletes rows of is still live,
+        the format version is the same and, on v3, no straddling file got a new deletion vector.
 
         Files added meanwhile are left for the next run; delete files the plan removes cannot
         apply to them (equality deletes only reach older sequence numbers, position deletes
         name their files).
         """
+        # A plan made on v2 writes Parquet position deletes, which v3 forbids.
+        if draft.metadata.format_version != self.format_version:
+            return False
         # Only the manifests the concurrent commits wrote are read, which keeps a retry short
         # enough to land between the commits of a busy writer.
         entries = draft.head_entries(known={m.manifest_path: listed for m, listed in self.head})
@@ -188,6 +198,13 @@ class _Plan:
         removed = (*self.dropped, *self.removed_deletes, *self.replaced_vectors)
         needed = {content_key(f) for f in removed} | set(self.straddling)
         if not needed <= live:
+            return False
+        # A straddling file's new vector replaces the one it had when planned: a vector added
+        # meanwhile would stay beside it (two for one data file, as Iceberg Java's
+        # MergingSnapshotProducer.validateAddedDVs refuses), so its positions are planned in.
+        if self.format_version >= ROW_LINEAGE_VERSION and _vectors_of(entries, self.straddling) != {
+            content_key(f) for f in self.replaced_vectors
+        }:
             return False
         self.head = entries
         return True
@@ -233,6 +250,7 @@ def _plan(table: Table, field: NestedField, cutoff: int, draft: SnapshotDraft) -
     plan = _Plan(
         column=field.name,
         cutoff_text=_cutoff_text(field, cutoff),
+        format_version=draft.metadata.format_version,
         head=draft.head_entries(),
         dropped=[],
         removed_deletes=[],
@@ -279,6 +297,16 @@ def _plan(table: Table, field: NestedField, cutoff: int, draft: SnapshotDraft) -
         )
         plan.removed_deletes = [e.data_file for e in live if content_key(e.data_file) in removable]
     return plan
+
+
+def _vectors_of(entries: list[tuple[ManifestFile, list[ManifestEntry]]], paths: Collection[str]) -> set[str]:
+    """The live deletion vectors (by `content_key`) of the data files at `paths`."""
+    return {
+        content_key(e.data_file)
+        for _, listed in entries
+        for e in listed
+        if (vector := deletion_vector_location(e.data_file)) is not None and vector[0] in paths
+    }
 
 
 def _by_bounds(data_file: DataFile, field: NestedField, cutoff: int) -> str:
@@ -371,6 +399,8 @@ def _commit(draft: SnapshotDraft, plan: _Plan, written: list[DataFile]) -> int:
     """One ``delete`` snapshot: dropped files out, position deletes in (new sequence number); on
     v3 the straddling files' earlier deletion vectors out, replaced by the new ones."""
     removed = {content_key(f) for f in (*plan.dropped, *plan.removed_deletes, *plan.replaced_vectors)}
+    kept = (e.data_file for _, listed in plan.head for e in listed if content_key(e.data_file) not in removed)
+    check_one_vector_per_data_file(".".join(draft.table.name()), [*kept, *written])
     carried, removed_files = draft.carry_over(plan.head, removed)
     added = [
         ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=draft.snapshot_id, data_file=f)
