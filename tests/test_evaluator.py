@@ -362,6 +362,18 @@ def test_partitions_come_in_key_order_with_nulls_first() -> None:
     assert [e.partition for e in evaluations] == [keys[1], keys[2], keys[0], keys[3]]
 
 
+def test_float_partitions_are_told_apart_and_ordered_as_iceberg_java_does() -> None:
+    # Distinct NaN objects, as each manifest entry decodes its own: one partition.
+    nan_a, nan_b = PartitionKey(0, (float("nan"),)), PartitionKey(0, (float("-nan"),))
+    zero, negative_zero = PartitionKey(0, (0.0,)), PartitionKey(0, (-0.0,))
+    assert nan_a == nan_b and hash(nan_a) == hash(nan_b)
+    assert zero != negative_zero and len({zero, negative_zero}) == 2
+    keys = [nan_a, PartitionKey(0, (1.5,)), zero, PartitionKey(0, (float("-inf"),)), negative_zero]
+    evaluations = evaluate_all([data(f"f{i}", 900, partition=k) for i, k in enumerate(keys)])
+    # Double.compare's order: -inf, -0.0, 0.0, 1.5, NaN.
+    assert [e.partition for e in evaluations] == [keys[3], negative_zero, zero, keys[1], nan_a]
+
+
 def test_cost_follows_the_design_formula() -> None:
     files = [data("f1", 100), data("f2", 50), data("u1", 400), data("u2", 600)]
     deletes = [pos("p", records=30, ref="f1"), eq("e")]
