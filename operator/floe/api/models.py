@@ -791,6 +791,12 @@ class MaintenanceJobStatus(_Model):
     last_result: Message | None = Field(default=None, description="outcome of the last run")
     files_reclaimed: int = Field(default=0, description="files the last run removed")
     bytes_reclaimed: int = Field(default=0, description="bytes the last run removed")
+    refused: str | None = Field(
+        default=None,
+        max_length=MAX_REASON_LENGTH,
+        description="why floe refused the last run (GcDisabled, LocationShared, LocationNotOwned); "
+        "unset when it ran",
+    )
 
 
 SettingPath = Annotated[str, StringConstraints(max_length=MAX_LABEL_LENGTH)]
