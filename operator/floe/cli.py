@@ -23,6 +23,7 @@ from floe.optimizer.process import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_table, open_catalog
 from floe.tables.credentials import RedactingFilter, Redactor
+from floe.tables.maintenance_job import MaintenanceRefused
 from floe.tables.support import UnsupportedTableError
 
 if TYPE_CHECKING:
@@ -144,8 +145,15 @@ def _maintenance_spec(args: argparse.Namespace) -> dict[str, Any]:
     if args.min_snapshots is not None:
         retention["minSnapshots"] = args.min_snapshots
     maintenance: dict[str, Any] = {"snapshotRetention": retention}
+    orphans: dict[str, Any] = {}
     if args.type == "orphans" and args.older_than is not None:
-        maintenance["orphanFiles"] = {"olderThan": args.older_than}
+        orphans["olderThan"] = args.older_than
+    if args.location:
+        if args.type != "orphans":
+            raise UsageError("--location applies to --type orphans only")
+        orphans["locations"] = args.location
+    if orphans:
+        maintenance["orphanFiles"] = orphans
     if args.manifest_trigger is not None:
         maintenance["manifests"] = {"triggerSmallManifests": args.manifest_trigger}
     if args.type == "retention":
@@ -295,6 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--max-age", help="expire: snapshots older than this expire (default 5d)")
     opt.add_argument("--min-snapshots", type=int, help="expire: newest snapshots always kept (default 1)")
     opt.add_argument("--older-than", help="orphans: minimum file age (default 3d); retention: row age")
+    opt.add_argument(
+        "--location",
+        action="append",
+        default=[],
+        help="orphans: also list this place the table writes to outside its location (its "
+        "write.data.path or write.metadata.path, or inside one); repeatable",
+    )
     opt.add_argument("--column", help="retention: the timestamp or date column rows are aged by")
     opt.add_argument("--manifest-trigger", type=int, help="manifests: small manifests that trigger (100)")
     opt.add_argument(
@@ -416,7 +431,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # SIGINT taken by Spark's handler before floe's came back
         _console(stderr=True).print("interrupted by SIGINT", highlight=False)
         return 130
-    except (TableAccessError, ManifestError, UsageError, UnsupportedTableError, InvalidTableProperty) as exc:
+    except (
+        TableAccessError,
+        ManifestError,
+        UsageError,
+        UnsupportedTableError,
+        InvalidTableProperty,
+        MaintenanceRefused,
+    ) as exc:
         _console(stderr=True).print(f"[red]error:[/red] {escape(_REDACT(str(exc)))}", highlight=False)
         return 2
     except (CommitConflict, CommitAbandoned, ProcessFailed) as exc:

@@ -546,8 +546,15 @@ class SnapshotRetentionSpec(_Model):
 MIN_ORPHAN_AGE_S = 3600.0
 
 
+MAX_ORPHAN_LOCATIONS = 16
+MAX_LOCATION_LENGTH = 2048
+#: A storage location (``s3://bucket/key``, ``/dir``): no control characters.
+LOCATION = r"^[^\p{Cc}]+$"
+Location = Annotated[str, StringConstraints(min_length=1, max_length=MAX_LOCATION_LENGTH, pattern=LOCATION)]
+
+
 class OrphanFilesSpec(_Model):
-    """Orphan-file cleanup: files under the table location that no metadata references."""
+    """Orphan-file cleanup: files under the table location (and `locations`) that no metadata references."""
 
     enabled: bool = Field(default=True, description="false: never remove orphan files")
     older_than: Duration = Field(
@@ -555,6 +562,13 @@ class OrphanFilesSpec(_Model):
         description="only files older than this are removed (at least 1h, so files being written are safe)",
     )
     interval: Duration = Field(default=86400.0, description="how often orphan cleanup runs")
+    locations: list[Location] = Field(
+        default_factory=list,
+        max_length=MAX_ORPHAN_LOCATIONS,
+        description="places outside the table location to list too, each the table's write.data.path, "
+        "write.metadata.path (or an older write path) or inside one; refused when another table of the "
+        "catalog writes there",
+    )
 
     @model_validator(mode="after")
     def _safe_age(self) -> OrphanFilesSpec:
@@ -777,6 +791,12 @@ class MaintenanceJobStatus(_Model):
     last_result: Message | None = Field(default=None, description="outcome of the last run")
     files_reclaimed: int = Field(default=0, description="files the last run removed")
     bytes_reclaimed: int = Field(default=0, description="bytes the last run removed")
+    refused: str | None = Field(
+        default=None,
+        max_length=MAX_REASON_LENGTH,
+        description="why floe refused the last run (GcDisabled, LocationShared, LocationNotOwned); "
+        "unset when it ran",
+    )
 
 
 SettingPath = Annotated[str, StringConstraints(max_length=MAX_LABEL_LENGTH)]

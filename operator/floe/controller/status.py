@@ -53,6 +53,7 @@ BUSY = {
 
 Status = dict[str, Any]
 CATALOG_READY = "CatalogReady"
+MAINTENANCE_ALLOWED = "MaintenanceAllowed"
 PATCH_CONCURRENCY = 4
 """Status patches of one flush in flight at once: each waits ~10 ms on the API server, so a
 burst of a few hundred takes a second rather than several."""
@@ -153,8 +154,20 @@ def table_status(
             ),
             condition("Degraded", bool(error), degraded_reason(runtime), error),
             catalog_condition(runtime, problem, redact),
+            maintenance_condition(runtime, redact),
         ],
     }
+
+
+def maintenance_condition(runtime: TableRuntime, redact: Callable[[str], str]) -> dict[str, str]:
+    """``MaintenanceAllowed``: False while a maintenance job's last run was refused (reason
+    ``GcDisabled``, ``LocationShared`` or ``LocationNotOwned``, of the first such job; the message
+    names every refused job and why), True otherwise."""
+    refused = [(job, run) for job, run in sorted(runtime.maintenance_runs.items()) if run.refused]
+    if not refused:
+        return condition(MAINTENANCE_ALLOWED, True, "Allowed", "no maintenance job was refused")
+    message = "; ".join(f"{job} {redact(run.result)}" for job, run in refused)
+    return condition(MAINTENANCE_ALLOWED, False, refused[0][1].refused, message)
 
 
 def _status_inputs(
@@ -235,7 +248,8 @@ def awaiting_status(problem: CatalogProblem) -> Status:
 
 
 def maintenance_status(runtime: TableRuntime, redact: Callable[[str], str]) -> Status:
-    """Per job that ran: its last run, result and reclaimed files and bytes, and when it is due next."""
+    """Per job that ran: its last run, result and reclaimed files and bytes, when it is due next,
+    and why floe refused it, if it did."""
     out: Status = {}
     for job, run in sorted(runtime.maintenance_runs.items()):
         out[job.value] = {
@@ -244,6 +258,7 @@ def maintenance_status(runtime: TableRuntime, redact: Callable[[str], str]) -> S
             "lastResult": clip(redact(run.result)),
             "filesReclaimed": run.files_removed,
             "bytesReclaimed": run.bytes_removed,
+            **({"refused": run.refused} if run.refused else {}),
         }
     return out
 
@@ -269,7 +284,8 @@ def restore_maintenance(runtime: TableRuntime, status: Mapping[str, Any]) -> Non
                 result,
                 int(job_status.get("filesReclaimed") or 0),
                 int(job_status.get("bytesReclaimed") or 0),
-                failed=result.startswith("failed:"),
+                failed=result.startswith(("failed:", "refused:")),
+                refused=str(job_status.get("refused") or ""),
             ),
         )
 

@@ -2,7 +2,8 @@
 
 Manifests are read from a file or directory and re-read when they change, so quota,
 policy and thresholds can be edited while it runs. With ``--once`` it exits when every
-table is settled (idle on its current snapshot) or stuck (reported, exit code 1).
+table is settled (idle on its current snapshot) or stuck (reported, exit code 1); a maintenance
+job floe refused (`floe.tables.maintenance_job.MaintenanceRefused`) is reported too, exit code 1.
 """
 
 from __future__ import annotations
@@ -170,10 +171,13 @@ def _maintenance_note(view: TableView) -> str:
         return f"{view.maintaining} running"
     if not view.maintenance:
         return "-"
-    failed = [str(job) for job, run in view.maintenance.items() if run.failed]
+    failed = [str(job) for job, run in view.maintenance.items() if run.failed and not run.refused]
+    refused = [f"{job} ({run.refused})" for job, run in view.maintenance.items() if run.refused]
     files = sum(run.files_removed for run in view.maintenance.values())
     note = f"{len(view.maintenance)} jobs ran, {files} files reclaimed"
-    return f"{note}; failed: {', '.join(failed)}" if failed else note
+    if failed:
+        note += f"; failed: {', '.join(failed)}"
+    return f"{note}; refused: {', '.join(refused)}" if refused else note
 
 
 def run_engine(
@@ -247,7 +251,15 @@ def run_engine(
     stuck = engine.stuck_tables()
     for table_id, reason in stuck.items():
         console.print(f"[yellow]{table_id}[/yellow]: {reason}")
-    return 1 if stuck else 0
+    refused = [
+        f"[yellow]{view.table_id}[/yellow]: {job} {run.result}"
+        for view in engine.table_views()
+        for job, run in view.maintenance.items()
+        if run.refused
+    ]
+    for line in refused:
+        console.print(line, highlight=False)
+    return 1 if stuck or refused else 0
 
 
 def _apply(

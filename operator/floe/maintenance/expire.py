@@ -13,6 +13,10 @@ process's commit walks that chain to validate what changed since it started.
 
 Files are deleted only after the metadata commit, and only when no snapshot left in the
 committed metadata references them, so a snapshot committed concurrently is respected.
+
+A table whose ``gc.enabled`` is false is refused, dry runs included, as Iceberg Java's
+RemoveSnapshots refuses it: its files may belong to another table (Spark's snapshot procedure
+and ``add_files`` set it for that reason).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from pyiceberg.table.update import (
 )
 
 from floe.maintenance.reachable import delete_files, referenced_files
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
+from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport, require_gc_enabled
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +66,7 @@ def expire_snapshots(
     conflicts up to `max_attempts` times; then manifest lists, manifests, data, delete and
     statistics files that no remaining snapshot references are deleted, by `delete` when
     given (the group's executors), else here. A dry run commits and deletes nothing and
-    reports what would go.
+    reports what would go. Raises `MaintenanceRefused` when ``gc.enabled`` is false.
     """
     if min_snapshots < 1:
         raise ValueError(f"min_snapshots must be at least 1, got {min_snapshots}")
@@ -71,6 +75,7 @@ def expire_snapshots(
     for attempt in range(1, max_attempts + 1):
         table.refresh()
         before = table.metadata
+        require_gc_enabled(".".join(table.name()), MaintenanceJob.EXPIRE, before.properties)
         kept = retained_snapshot_ids(before, min_snapshots, max_age_s, now_s, protected_snapshot_ids)
         expired = [s for s in before.snapshots if s.snapshot_id not in kept]
         if not expired:

@@ -1,5 +1,9 @@
 """Orphan-file cleanup: files under the table's locations that no metadata references.
 
+Only locations the table owns are listed (`floe.maintenance.orphan_roots`: the table location,
+and places it writes to that the user names, none shared with another table of the catalog), and
+a table whose ``gc.enabled`` is false is refused, as Iceberg Java's DeleteOrphanFiles refuses it.
+
 Listing goes through the pyarrow FileSystem behind the table's PyArrowFileIO
 (`floe.tables.listing`), so local directories and S3-style object stores are handled alike,
 and paths are compared in the FileSystem's own form.
@@ -16,7 +20,7 @@ Hadoop checksum ``.name.crc`` whose ``name`` is gone or removed with it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyarrow.fs import FileInfo
@@ -27,9 +31,11 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
 from floe.api.models import MIN_ORPHAN_AGE_S
+from floe.maintenance.orphan_roots import OrphanRoots, orphan_roots
 from floe.maintenance.reachable import delete_files, referenced_files
+from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.listing import fs_path, list_files
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
+from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport, require_gc_enabled
 
 # Hadoop-catalog tables point at their current metadata with this file; no metadata names it.
 VERSION_HINT = "version-hint.text"
@@ -42,8 +48,16 @@ def remove_orphan_files(
     now_s: float,
     protected_prefixes: Collection[str] = (),
     dry_run: bool = False,
+    locations: Sequence[str] = (),
+    catalog_locations: CatalogLocations | None = None,
 ) -> MaintenanceReport:
     """Remove files under `table`'s locations that no metadata references and that are old enough.
+
+    The table location is listed, and the named `locations` outside it where the table writes;
+    each is checked against the other tables of the catalog (`catalog_locations`, kept between
+    runs; without it, the catalog is read now). Raises `MaintenanceRefused`, before anything is
+    listed or deleted, for a table whose ``gc.enabled`` is false, a named location the table does
+    not write to, and a location another table uses (`floe.maintenance.orphan_roots`).
 
     A file is removed when its modification time is more than `older_than_s` before
     `now_s` (seconds since the epoch), its name starts with none of `protected_prefixes`,
@@ -53,12 +67,13 @@ def remove_orphan_files(
     and TypeError when the table's FileIO is not pyiceberg's PyArrowFileIO. A dry run
     lists the orphans in `paths` and removes nothing.
     """
-    io = listing_io(table, older_than_s)
-    table.refresh()
+    io, roots = cleanup_roots(table, older_than_s, now_s, locations, catalog_locations)
     cutoff_ns = int((now_s - older_than_s) * 1e9)
-    listed = list_files(io, orphan_roots(table.metadata, io))
+    listed = list_files(io, roots.roots)
     # Read the metadata only now, after the listing: see the module docstring.
     table.refresh()
+    # GC turned off during the listing: refused all the same.
+    require_gc_enabled(".".join(table.name()), MaintenanceJob.ORPHANS, table.metadata.properties)
     referenced = {fs_path(io, p) for p in referenced_locations(io, table.metadata, table.metadata_location)}
     found = find_orphans(listed, referenced, cutoff_ns=cutoff_ns, protected_prefixes=protected_prefixes)
     paths = tuple(listed[info] for info in found.orphans)
@@ -71,7 +86,33 @@ def remove_orphan_files(
         older_than_s,
         paths,
         dry_run,
+        roots.note,
     )
+
+
+def cleanup_roots(
+    table: Table,
+    older_than_s: float,
+    now_s: float,
+    locations: Sequence[str],
+    catalog_locations: CatalogLocations | None,
+) -> tuple[PyArrowFileIO, OrphanRoots]:
+    """The FileIO one cleanup of `table` lists through (`listing_io`), and the roots it lists
+    (`orphan_roots`), the table refreshed first. Raises `MaintenanceRefused` for a table whose
+    ``gc.enabled`` is false, as Iceberg Java's DeleteOrphanFilesSparkAction refuses it ("Cannot
+    delete orphan files: GC is disabled"), and for a root the table does not own."""
+    io = listing_io(table, older_than_s)
+    table.refresh()
+    require_gc_enabled(".".join(table.name()), MaintenanceJob.ORPHANS, table.metadata.properties)
+    roots = orphan_roots(
+        table,
+        io,
+        locations=locations,
+        catalog_locations=catalog_locations,
+        now_s=now_s,
+        older_than_s=older_than_s,
+    )
+    return io, roots
 
 
 def listing_io(table: Table, older_than_s: float) -> PyArrowFileIO:
@@ -131,14 +172,21 @@ def find_orphans(
 
 
 def orphans_report(
-    count: int, size: int, old_files: int, older_than_s: float, paths: tuple[str, ...], dry_run: bool
+    count: int,
+    size: int,
+    old_files: int,
+    older_than_s: float,
+    paths: tuple[str, ...],
+    dry_run: bool,
+    note: str = "",
 ) -> MaintenanceReport:
-    """The report of an orphan cleanup that removed (or would remove) `count` files of `size` bytes."""
+    """The report of an orphan cleanup that removed (or would remove) `count` files of `size` bytes;
+    `note` is added to its summary."""
     verb = "would remove" if dry_run else "removed"
     return MaintenanceReport(
         job=MaintenanceJob.ORPHANS,
         summary=f"{verb} {count} orphan files ({size} bytes) of {old_files} files older than "
-        f"{older_than_s:g} s",
+        f"{older_than_s:g} s{'; ' + note if note else ''}",
         files_removed=count,
         bytes_removed=size,
         dry_run=dry_run,
@@ -158,21 +206,6 @@ def checksummed_path(path: str) -> str | None:
     if not (name.startswith(".") and name.endswith(".crc")):
         return None
     return f"{directory}/{name[1:-4]}" if directory or path.startswith("/") else name[1:-4]
-
-
-def orphan_roots(metadata: TableMetadata, io: PyArrowFileIO) -> dict[str, str]:
-    """The locations to list (the table's, and data/metadata paths set outside it), by FileSystem path."""
-    properties = metadata.properties
-    candidates = [
-        metadata.location,
-        *(properties[key] for key in ("write.data.path", "write.metadata.path") if key in properties),
-    ]
-    roots: dict[str, str] = {}
-    for location in sorted(candidates, key=lambda c: len(fs_path(io, c))):
-        path = fs_path(io, location)
-        if not any(path == root or path.startswith(root + "/") for root in roots):
-            roots[path] = location
-    return roots
 
 
 def referenced_locations(io: FileIO, metadata: TableMetadata, metadata_location: str) -> set[str]:

@@ -19,7 +19,7 @@ and nothing is deleted.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
@@ -35,15 +35,15 @@ from floe.maintenance.file_tasks import (
 )
 from floe.maintenance.orphans import (
     checksummed_path,
-    listing_io,
+    cleanup_roots,
     metadata_references,
-    orphan_roots,
     orphans_report,
     referenced_since,
 )
 from floe.planning.files import TableFiles
+from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.listing import fs_path
-from floe.tables.maintenance_job import MaintenanceReport
+from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport, require_gc_enabled
 
 
 @dataclass(frozen=True)
@@ -81,20 +81,22 @@ def remove_orphan_files_on_executors(
     protected_prefixes: Collection[str] = (),
     dry_run: bool = False,
     known_live: TableFiles | None = None,
+    locations: Sequence[str] = (),
+    catalog_locations: CatalogLocations | None = None,
 ) -> MaintenanceReport:
     """`remove_orphan_files`, with the listing, the reading of every manifest and the deletes
-    done by `executors`. Raises as `remove_orphan_files` does for a bad age or FileIO, and
+    done by `executors`. Raises as `remove_orphan_files` does for a bad age or FileIO and for a
+    refused table or location (`MaintenanceRefused`, before any task is sent), and
     OrphanScanRefused for a scan that names a file the table uses (`known_live`: the live
     files of a snapshot already read, which the check then covers too)."""
-    io = listing_io(table, older_than_s)
-    table.refresh()
+    io, roots = cleanup_roots(table, older_than_s, now_s, locations, catalog_locations)
     scanned_at = table.metadata_location
     known_snapshots = [snapshot.snapshot_id for snapshot in table.metadata.snapshots]
     scan = OrphanScanSpec(
         task_id="orphan-scan",
         io_properties=executors.io_properties,
         storage_secret=executors.storage_secret,
-        roots=orphan_roots(table.metadata, io),
+        roots=roots.roots,
         metadata_location=scanned_at,
         cutoff_ns=int((now_s - older_than_s) * 1e9),
         protected_prefixes=sorted(protected_prefixes),
@@ -104,6 +106,8 @@ def remove_orphan_files_on_executors(
         raise TypeError(f"an orphan scan returned {type(result).__name__}")
     orphans = result.orphans
     table.refresh()
+    # GC turned off during the scan: refused all the same.
+    require_gc_enabled(".".join(table.name()), MaintenanceJob.ORPHANS, table.metadata.properties)
     _check_scan(io, table, scan, orphans, known_live)
     if table.metadata_location != scanned_at:
         since = {
@@ -113,15 +117,15 @@ def remove_orphan_files_on_executors(
         orphans = [o for o in orphans if o.path not in since and checksummed_path(o.path) not in since]
     if not dry_run:
         executors.delete([o.location for o in orphans])
-    report = orphans_report(
+    return orphans_report(
         len(orphans),
         sum(o.size for o in orphans),
         result.old_files,
         older_than_s,
         tuple(o.location for o in orphans),
         dry_run,
+        "; ".join(note for note in ("listed on the group's executors", roots.note) if note),
     )
-    return replace(report, summary=f"{report.summary}, listed on the group's executors")
 
 
 class OrphanScanRefused(ValueError):

@@ -58,9 +58,10 @@ from floe.tables.catalog import (
     load_table,
     open_catalog,
 )
+from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.conditional_load import LoadedTable, load_table_if_changed
 from floe.tables.history import optimizing_history
-from floe.tables.maintenance_job import MaintenanceJob
+from floe.tables.maintenance_job import MaintenanceJob, MaintenanceRefused
 from floe.tables.metadata_probe import metadata_locations
 from floe.tables.runtime import (
     INVALID_TABLE_PROPERTY,
@@ -195,6 +196,8 @@ class OptimizingEngine:
         self._catalog_keys: dict[str, tuple[CatalogRef, CatalogKey]] = {}
         """Per table: its catalog reference and `_catalog_key` of it, which each probe asks of
         every table and which stays the same while the reference does."""
+        self._locations: dict[CatalogKey, CatalogLocations] = {}
+        """Per catalog: its tables' locations, which orphan cleanups check their roots against."""
 
     # -- resources -----------------------------------------------------------------------
 
@@ -767,7 +770,10 @@ class OptimizingEngine:
                 protected_prefixes=protected_prefixes,
                 executors=self._executors_for(runtime, job, table, scheduler, run_id),
                 known_live=self._known_live(runtime.table_id),
+                catalog_locations=self._catalog_locations(runtime.spec.catalog),
             )
+        except MaintenanceRefused as exc:
+            self._refuse_maintenance(runtime, exc)
         except Exception as exc:  # any failure is the job's result, never the engine's
             log.warning("maintenance %s of %s failed", job, runtime.table_id, exc_info=True)
             with self._lock:
@@ -790,6 +796,23 @@ class OptimizingEngine:
                 scheduler.end_maintenance(run_id, self.clock())
             with self._lock:
                 self._touch(runtime.table_id)
+
+    def _refuse_maintenance(self, runtime: TableRuntime, exc: MaintenanceRefused) -> None:
+        """Floe refused the job: shown in its status entry and the ``MaintenanceAllowed`` condition,
+        with a Warning Event when the refusal is new; the job is asked again one interval later."""
+        with self._lock:
+            previous = runtime.maintenance_runs.get(exc.job)
+            runtime.on_maintenance_failed(exc.job, exc.detail, self.clock(), refused=exc.reason)
+            new = previous is None or previous.result != runtime.maintenance_runs[exc.job].result
+        self.service.metrics.maintenance_runs.labels(exc.job.value, "refused").inc()
+        if new:
+            self._emit(runtime.table_id, "Warning", "MaintenanceRefused", str(exc))
+
+    def _catalog_locations(self, ref: CatalogRef) -> CatalogLocations:
+        """The locations of the tables of `ref`'s catalog, one index shared by all its tables."""
+        catalog = self._catalog(ref)
+        with self._lock:
+            return self._locations.setdefault(_catalog_key(ref), CatalogLocations(catalog))
 
     def _known_live(self, table_id: str) -> TableFiles | None:
         with self._lock:

@@ -73,7 +73,7 @@ def open_catalog(ref: CatalogRef) -> Catalog:
         catalog = load_catalog(ref.name, **ref.properties)
         catalog.list_namespaces()
     except Exception as exc:
-        raise CatalogUnreachable(f"catalog {ref.name!r} is unreachable: {_short(exc)}") from exc
+        raise CatalogUnreachable(f"catalog {ref.name!r} is unreachable: {short_error(exc)}") from exc
     return catalog
 
 
@@ -102,7 +102,7 @@ def table_load_errors(catalog: Catalog, identifier: str) -> Iterator[None]:
             # The catalog answered; the table's schema has a type pyiceberg cannot parse.
             raise UnsupportedTableError(identifier, [f"the column type {unreadable!r}"]) from exc
         raise CatalogUnreachable(
-            f"catalog {catalog.name!r} failed to load {identifier!r}: {_short(exc)}"
+            f"catalog {catalog.name!r} failed to load {identifier!r}: {short_error(exc)}"
         ) from exc
 
 
@@ -117,7 +117,8 @@ def _describe_path(identifier: str) -> str:
     return f"{identifier} is not an Iceberg table: expected a catalog identifier namespace.table"
 
 
-def _short(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 

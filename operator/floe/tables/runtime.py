@@ -60,6 +60,9 @@ class MaintenanceRun:
     files_removed: int = 0
     bytes_removed: int = 0
     failed: bool = False
+    refused: str = ""
+    """Why floe refused the run (`floe.tables.maintenance_job.MaintenanceRefused.reason`); empty when
+    it was not refused."""
 
 
 @dataclass
@@ -439,11 +442,13 @@ class TableRuntime:
             self.evaluated_snapshot_id = None
             self.last_refresh_s = None
 
-    def on_maintenance_failed(self, job: MaintenanceJob, error: str, now_s: float) -> None:
-        """The running job raised; it is tried again one interval later."""
+    def on_maintenance_failed(self, job: MaintenanceJob, error: str, now_s: float, refused: str = "") -> None:
+        """The running job raised, or floe refused it (`refused`: why); it is tried again one
+        interval later, as a refusal may be lifted meanwhile (a property changed)."""
         self._end_maintenance(job)
         self._maintenance_due_for = None
-        self.maintenance_runs[job] = MaintenanceRun(now_s, f"failed: {error}", failed=True)
+        result = f"refused: {error}" if refused else f"failed: {error}"
+        self.maintenance_runs[job] = MaintenanceRun(now_s, result, failed=True, refused=refused)
 
     def restore_maintenance_run(self, job: MaintenanceJob, run: MaintenanceRun) -> None:
         """A run recorded before a restart (in status), so the job keeps its schedule."""
