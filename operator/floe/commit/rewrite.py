@@ -17,7 +17,8 @@ The rules (DESIGN.md, "Commit rules that keep data safe"):
   file);
 - on catalog conflicts the commit is rebuilt on the new head and retried; when it is
   abandoned, the caller deletes every file the process wrote (by name, in its output
-  directories), unless the catalog may have applied an attempt after all.
+  directories), unless the catalog may have applied an attempt after all, in this call or in
+  an earlier one (`CommitHistory`).
 """
 
 from __future__ import annotations
@@ -131,7 +132,20 @@ class RewriteCommitResult:
         return changes
 
 
-def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4) -> RewriteCommitResult:
+@dataclass
+class CommitHistory:
+    """What one process's commit attempts so far leave unresolved, kept by the caller across the
+    `commit_rewrite` calls of one request (a delayed commit is tried again later)."""
+
+    outcome_unknown: bool = False
+    """An attempt's catalog call failed after it may have been applied, and no call has found
+    the process's snapshot since. Until one does, a snapshot may hold the process's files: they
+    are never deleted, but left to orphan cleanup (which keeps what a snapshot references)."""
+
+
+def commit_rewrite(
+    table: Table, request: RewriteRequest, max_attempts: int = 4, history: CommitHistory | None = None
+) -> RewriteCommitResult:
     """Commit `request` (one snapshot, or two: see the module), retrying on catalog conflicts.
 
     Idempotent: when main already holds the process's snapshots (a commit whose answer was
@@ -140,18 +154,20 @@ def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4)
 
     It deletes none of the process's files, whatever happens: its caller, which knows where
     the process wrote and under which names, removes them (`remove_uncommitted_outputs`) when
-    the commit failed (CommitFailed without ``outcome_unknown``, UnsupportedTableError).
-    CommitPending when the table cannot be read or written now, or every attempt's outcome
-    was unknown: committing the same request again later finds the snapshot if it landed.
+    the commit failed and `history` says no attempt may have landed. A caller that commits the
+    same request again passes the same `history` each time: an unknown outcome of an earlier
+    call stays unknown until a call finds the snapshot. CommitPending when the table cannot be
+    read or written now, or every attempt's outcome was unknown: committing the same request
+    again later finds the snapshot if it landed.
     """
-    attempts = _Attempts()
+    history = history if history is not None else CommitHistory()
     try:
         _check_added_files_stored(table, request)
-        return _commit_with_retries(table, request, max_attempts, attempts)
+        result = _commit_with_retries(table, request, max_attempts, history)
     except CommitStateUnknown as exc:
         raise CommitPending(f"commit of {request.process_id} may not have landed: {exc}", True) from exc
     except CommitFailed as exc:
-        exc.outcome_unknown = attempts.outcome_unknown
+        exc.outcome_unknown = history.outcome_unknown
         raise
     except UnsupportedTableError:
         raise
@@ -160,15 +176,10 @@ def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4)
         # writing the snapshot's metadata did: nothing is known to be wrong with the request.
         raise CommitPending(
             f"commit of {request.process_id} could not be made now: {type(exc).__name__}: {exc}",
-            attempts.outcome_unknown,
+            history.outcome_unknown,
         ) from exc
-
-
-@dataclass
-class _Attempts:
-    count: int = 0
-    outcome_unknown: bool = False
-    """An attempt's catalog call failed after it may have been applied."""
+    history.outcome_unknown = False  # resolved: the process's snapshot is on main
+    return result
 
 
 def _check_added_files_stored(table: Table, request: RewriteRequest) -> None:
@@ -185,24 +196,27 @@ def _check_added_files_stored(table: Table, request: RewriteRequest) -> None:
 
 
 def _commit_with_retries(
-    table: Table, request: RewriteRequest, max_attempts: int, attempts: _Attempts
+    table: Table, request: RewriteRequest, max_attempts: int, history: CommitHistory
 ) -> RewriteCommitResult:
+    attempts = 0
+
     def attempt(draft: SnapshotDraft) -> RewriteCommitResult:
-        attempts.count += 1
+        nonlocal attempts
+        attempts += 1
         landed = committed_snapshots(table, draft.metadata, request)
         if landed:
             log.info("%s: snapshot %d already committed it", request.process_id, landed[-1].snapshot_id)
             removed = sum(
                 int(s.summary.get("removed-delete-files") or 0) for s in landed if s.summary is not None
             )
-            return _result_of(landed, request, attempts.count, removed)
+            return _result_of(landed, request, attempts, removed)
         validate_since_start(table, draft.metadata, request)
         try:
             snapshots, removed_deletes = _build_and_commit(draft, request)
         except CommitStateUnknown:
-            attempts.outcome_unknown = True
+            history.outcome_unknown = True
             raise
-        return _result_of(snapshots, request, attempts.count, removed_deletes)
+        return _result_of(snapshots, request, attempts, removed_deletes)
 
     try:
         return on_fresh_head(table, attempt, max_attempts)
