@@ -97,6 +97,7 @@ def _rewrite_partition(
         rewritten_data_paths=frozenset(f.path for f in rewritten),
         candidate_delete_paths=frozenset(f.path for f in deletes),
         added_files=tuple(added),
+        format_version=table.metadata.format_version,
     )
     return request, _read(reference, catalog, start.snapshot_id)
 

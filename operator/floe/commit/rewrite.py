@@ -11,7 +11,9 @@ The rules (DESIGN.md, "Commit rules that keep data safe"):
   committed after planning still apply to the rewritten rows;
 - the commit fails when, since the starting snapshot, a rewritten or converted data file
   was removed, or a new position delete may target a rewritten one (appends, equality
-  deletes, and position deletes of converted files are fine: they stay in force);
+  deletes, and position deletes of converted files are fine: they stay in force), or the
+  table's format version, or a rewritten or converted file's ``first_row_id``, changed;
+- no snapshot holds two deletion vectors for one data file;
 - a delete file is removed only when every live data file it can apply to is rewritten,
   or converted (its deletes, as of the starting snapshot, are in its new position-delete
   file);
@@ -24,9 +26,9 @@ The rules (DESIGN.md, "Commit rules that keep data safe"):
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestEntry, ManifestEntryStatus
@@ -35,13 +37,15 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from floe.commit.retry import on_fresh_head
-from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft
+from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft, SnapshotRefused
+from floe.commit.vectors import check_one_vector_per_data_file
 from floe.planning.files import ContentFile, DeleteIndex
 from floe.tables.history import SUMMARY_DEFERRED_PARTITIONS, SUMMARY_OPTIMIZING_TYPE, SUMMARY_PROCESS_ID
 from floe.tables.manifest_io import (
     ROW_LINEAGE_VERSION,
     content_key,
     deletion_vector_location,
+    file_first_row_id,
     manifest_entries,
     manifest_first_row_id,
     snapshot_manifests,
@@ -96,9 +100,14 @@ class RewriteRequest:
     candidate_delete_paths: frozenset[str]
     added_files: tuple[DataFile, ...]
     """New data files, and the position-delete files of converted data files."""
+    format_version: int
+    """The table's format version at planning: the files were written for it."""
     deferred_partitions: int = 0
     converted_data_paths: frozenset[str] = frozenset()
     """Data files kept, whose deletes the added position-delete files hold."""
+    planned_first_row_ids: Mapping[str, int | None] = field(default_factory=dict)
+    """The ``first_row_id`` each rewritten or converted data file had at planning (None, or no
+    entry: it had none), which the rows the tasks wrote inherit."""
 
 
 @dataclass(frozen=True)
@@ -210,12 +219,15 @@ def _commit_with_retries(
                 int(s.summary.get("removed-delete-files") or 0) for s in landed if s.summary is not None
             )
             return _result_of(landed, request, attempts, removed)
+        _check_format_version(draft.metadata, request)
         validate_since_start(table, draft.metadata, request)
         try:
             snapshots, removed_deletes = _build_and_commit(draft, request)
         except CommitStateUnknown:
             history.outcome_unknown = True
             raise
+        except SnapshotRefused as exc:
+            raise CommitConflict(f"{exc}; nothing was committed") from exc
         return _result_of(snapshots, request, attempts, removed_deletes)
 
     try:
@@ -267,6 +279,34 @@ def _result_of(
         attempts=attempts,
         snapshot_ids=tuple(s.snapshot_id for s in snapshots),
     )
+
+
+def _check_format_version(metadata: TableMetadata, request: RewriteRequest) -> None:
+    """Raise CommitConflict when the table's format version is not the one the process planned
+    for: its files follow that version's rules (a v3 table takes no Parquet position deletes)."""
+    if metadata.format_version != request.format_version:
+        raise CommitConflict(
+            f"the table's format version changed from {request.format_version} to "
+            f"{metadata.format_version} since planning; the process's files were written for "
+            f"v{request.format_version}; nothing was committed"
+        )
+
+
+def _check_first_row_ids(live: Iterable[ManifestEntry], request: RewriteRequest) -> None:
+    """Raise CommitConflict when a rewritten or converted data file's ``first_row_id`` at the head
+    is not the one it had at planning: the tasks gave its rows the ids it had then (or none, and
+    the commit new ones), and another commit has assigned it ids meanwhile."""
+    replaced = request.rewritten_data_paths | request.converted_data_paths
+    for entry in live:
+        path = entry.data_file.file_path
+        if entry.data_file.content != DataFileContent.DATA or path not in replaced:
+            continue
+        planned, now = request.planned_first_row_ids.get(path), file_first_row_id(entry.data_file)
+        if planned != now:
+            raise CommitConflict(
+                f"data file {path} has first_row_id {now} where it had {planned} at planning "
+                "(another commit assigned its rows ids meanwhile); nothing was committed"
+            )
 
 
 def validate_since_start(table: Table, metadata: TableMetadata, request: RewriteRequest) -> None:
@@ -407,6 +447,7 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[li
     missing = (request.rewritten_data_paths | request.converted_data_paths) - live_paths
     if missing:
         raise CommitConflict(f"rewritten or converted data file {sorted(missing)[0]} is no longer live")
+    _check_first_row_ids(live, request)
 
     parts, removed_deletes = _snapshot_parts(draft.metadata, live, request)
     tags = {
@@ -429,6 +470,12 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[li
         if snapshots:
             part_draft = part_draft.stacked(snapshots[-1])
             head_entries = part_draft.head_entries(known)
+        below = [e.data_file for _, entries in head_entries for e in entries]
+        check_one_vector_per_data_file(
+            f
+            for f in [*below, *part.added]
+            if f.content != DataFileContent.DATA and content_key(f) not in part.removed
+        )
         carried, removed_files = part_draft.carry_over(head_entries, part.removed)
         added_entries = [
             ManifestEntry.from_args(

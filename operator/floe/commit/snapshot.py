@@ -66,6 +66,11 @@ class CommitStateUnknown(RuntimeError):
     the table again. The draft's files stay, since the snapshot may reference them."""
 
 
+class SnapshotRefused(RuntimeError):
+    """The snapshot would break a rule of the spec or of Iceberg Java's readers; it is not
+    committed (its metadata files are the draft's to discard)."""
+
+
 _EQUALITY_IDS = NestedField(
     field_id=135,
     name="equality_ids",
@@ -208,6 +213,14 @@ class _ManifestListWriterV3(ManifestListWriterV2):
         fields = [prepared[i] for i in range(len(prepared))]
         fields += [None] * (V3_MANIFEST_FIELDS - len(fields))
         if prepared.content == ManifestContent.DATA and fields[V3_MANIFEST_FIELDS - 1] is None:
+            if prepared.added_rows_count is None or prepared.existing_rows_count is None:
+                # The manifest's rows take as many ids as the two counts say (Iceberg Java's V3
+                # manifest list writer adds them too): without them, none would be reserved and
+                # the next manifest's ids would overlap theirs; the v3 list requires them anyway.
+                raise SnapshotRefused(
+                    f"data manifest {prepared.manifest_path} has no first_row_id and no row counts "
+                    "(written before format v2): its rows cannot be given row ids"
+                )
             fields[V3_MANIFEST_FIELDS - 1] = self.next_row_id
             self.next_row_id += (prepared.added_rows_count or 0) + (prepared.existing_rows_count or 0)
         return ManifestFile(*fields)
