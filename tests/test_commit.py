@@ -97,6 +97,7 @@ def _rewrite_partition(
         rewritten_data_paths=frozenset(f.path for f in rewritten),
         candidate_delete_paths=frozenset(f.path for f in deletes),
         added_files=tuple(added),
+        format_version=table.metadata.format_version,
     )
     return request, _read(reference, catalog, start.snapshot_id)
 
@@ -201,10 +202,10 @@ def test_catalog_conflict_is_retried_on_the_new_head(
 ) -> None:
     table = _table(sql_catalog)
     request, before = _rewrite_partition(table, reference, sql_catalog, "eu")
-    original = snapshot_module.SnapshotDraft.commit
+    original = snapshot_module.SnapshotDraft.swap
     calls = {"n": 0}
 
-    def racing_commit(self: snapshot_module.SnapshotDraft, *args: Any) -> Any:
+    def racing_swap(self: snapshot_module.SnapshotDraft, *args: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 1:
             # Another writer lands between our validation and our swap.
@@ -212,7 +213,7 @@ def test_catalog_conflict_is_retried_on_the_new_head(
             racer.append(conform(racer, _rows(range(900, 902), "us")))
         return original(self, *args)
 
-    monkeypatch.setattr(snapshot_module.SnapshotDraft, "commit", racing_commit)
+    monkeypatch.setattr(snapshot_module.SnapshotDraft, "swap", racing_swap)
     result = commit_rewrite(table, request)
     assert result.attempts == 2
     assert _read(reference, sql_catalog) == before + Counter((i, "us", f"v{i}") for i in (900, 901))

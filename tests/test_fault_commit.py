@@ -63,9 +63,9 @@ def table(stack: RestS3Stack, proxy: FaultProxy, reference: ReferenceReader) -> 
     return rest_catalog(f"{CATALOG}_proxied", {**stack.properties, "uri": proxy.url}).load_table(name)
 
 
-def _request(table: Table) -> RewriteRequest:
-    """A full optimizing of the table, its tasks run for real."""
-    scanned, plan = plan_table(table, CONFIG, forced=OptimizingType.FULL)
+def _request(table: Table, forced: OptimizingType = OptimizingType.FULL) -> RewriteRequest:
+    """An optimizing of the table (full unless `forced` says), its tasks run for real."""
+    scanned, plan = plan_table(table, CONFIG, forced=forced)
     process = build_process(table, ".".join(table.name()), scanned, plan, CONFIG)
     results = [run_task(spec) for spec in process.specs]
     return commit_request(process, results, {}, allow_partial_commit=False)
@@ -179,3 +179,29 @@ def test_a_written_file_gone_before_the_commit_fails_it_and_nothing_is_committed
 
     assert stack.client(CATALOG).load_table(table.name()).current_snapshot() == start
     assert _rows(reference, table) == before
+
+
+def test_a_lost_answer_to_a_commit_of_two_snapshots_is_found_on_the_next_attempt(
+    stack: RestS3Stack, proxy: FaultProxy, table: Table, reference: ReferenceReader
+) -> None:
+    # Segments whose equality deletes minor converts, next to fragments it rewrites.
+    writer = Writer(stack.client(CATALOG).load_table(table.name()), seed=11)
+    writer.next_id = 1000
+    for _ in range(3):
+        writer.append(4500)
+    writer.upsert([1000, 1007, 5600, 10_100, 14_000])
+    table.refresh()
+    before = _rows(reference, table)
+    request = _request(table, OptimizingType.MINOR)
+    assert request.converted_data_paths and request.rewritten_data_paths
+    lost = proxy.rule("POST", COMMIT_PATH, "drop_answer")
+
+    result = commit_rewrite(table, request)
+
+    assert lost.matched == 1 and result.attempts == 2
+    assert _snapshots_of(stack, table, request) == list(result.snapshot_ids) and len(result.snapshot_ids) == 2
+    fresh = stack.client(CATALOG).load_table(table.name())
+    operations = [fresh.metadata.snapshot_by_id(s).summary.operation.value for s in result.snapshot_ids]  # type: ignore[union-attr]
+    assert operations == ["replace", "delete"]
+    for snapshot_id in result.snapshot_ids:
+        assert _rows(reference, table, snapshot_id) == before

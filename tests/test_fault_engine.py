@@ -17,7 +17,7 @@ from itertools import count
 from typing import Any
 
 import pytest
-from fault_proxy import FaultProxy, fault_proxy
+from fault_proxy import COMMIT_PATH, FaultProxy, fault_proxy
 from pyarrow.fs import FileSelector
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
@@ -304,3 +304,35 @@ def test_a_written_file_deleted_before_the_commit_fails_the_process_cleanly_and_
     assert reference.rows(CATALOG, stack.table_name) == before
     table = _settle(stack, runtime, reference, before)
     assert first not in _process_snapshots(table) and len(_process_snapshots(table)) == 1
+
+
+@pytest.mark.filterwarnings("ignore:Merge on read is not yet supported")
+def test_a_commit_that_landed_unseen_keeps_its_files_when_a_later_try_fails(
+    stack: Stack, reference: ReferenceReader, spark: SparkSession
+) -> None:
+    before, start, runtime, process = _run_to_the_commit(stack, reference, spark)
+    assert start is not None
+    stack.proxy.rule("POST", COMMIT_PATH, "drop_answer", down_after=True)
+    stack.engine.tick()  # the catalog applies the commit, its answer is lost, then it is gone
+
+    assert runtime.state == TableState.COMMITTING and "CommitDelayed" in stack.reasons()
+    table = stack.table()
+    landed = [
+        s for s in table.metadata.snapshots if s.summary and s.summary.get(SUMMARY_PROCESS_ID) == process
+    ]
+    assert landed, "the catalog applied the commit whose answer was lost"
+    referenced = referenced_files(table.io, landed, live_only=False).content_files
+    # Another engine rolls main back past it, then drops a partition the process rewrote:
+    # floe's next try finds no snapshot of the process on main, and conflicts.
+    written = next(path for path in referenced if f"/{process}-t" in path)
+    partition = written.split("/cat=")[1].split("/")[0]
+    table.manage_snapshots().rollback_to_snapshot(start.snapshot_id).commit()
+    table.delete(f"cat == '{partition}'")
+    stack.proxy.up()
+    _tick_until(stack, lambda: "OptimizingFailed" in stack.reasons(), "the retried commit failed")
+
+    failure = next(e for e in stack.events if e.reason == "OptimizingFailed")
+    assert "was removed" in failure.message and "kept for orphan cleanup" in failure.message
+    gone = sorted(set(referenced) - set(_data_files(stack, stack.table())))
+    assert gone == [], "files the landed snapshot references were deleted"
+    assert reference.rows(CATALOG, stack.table_name, landed[-1].snapshot_id) == before

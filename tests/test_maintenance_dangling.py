@@ -65,6 +65,7 @@ def _replace_data(table: Table, removed: set[str], added: tuple[DataFile, ...]) 
             rewritten_data_paths=frozenset(removed),
             candidate_delete_paths=frozenset(),
             added_files=added,
+            format_version=table.metadata.format_version,
         ),
     )
 

@@ -1,40 +1,53 @@
-"""Commit an optimizing process as one Iceberg ``replace`` snapshot, safely next to live writers.
+"""Commit an optimizing process in one catalog commit, safely next to live writers.
+
+A process that rewrites data files makes a ``replace`` snapshot; one that converts data files'
+deletes into new position-delete files or deletion vectors makes a ``delete`` snapshot of them,
+as Iceberg Java's RowDelta does, so that another engine's concurrent rewrite of a converted file
+sees them (`_snapshot_parts`). A process doing both makes the two, the ``delete`` on the
+``replace``, added together: main moves to the second or not at all.
 
 The rules (DESIGN.md, "Commit rules that keep data safe"):
 - new files carry the starting snapshot's data sequence number, so equality deletes
   committed after planning still apply to the rewritten rows;
 - the commit fails when, since the starting snapshot, a rewritten or converted data file
   was removed, or a new position delete may target a rewritten one (appends, equality
-  deletes, and position deletes of converted files are fine: they stay in force);
+  deletes, and position deletes of converted files are fine: they stay in force), or the
+  table's format version, or a rewritten or converted file's ``first_row_id``, changed;
+- no snapshot holds two deletion vectors for one data file;
 - a delete file is removed only when every live data file it can apply to is rewritten,
   or converted (its deletes, as of the starting snapshot, are in its new position-delete
   file);
 - on catalog conflicts the commit is rebuilt on the new head and retried; when it is
   abandoned, the caller deletes every file the process wrote (by name, in its output
-  directories), unless the catalog may have applied an attempt after all.
+  directories), unless the catalog may have applied an attempt after all, in this call or in
+  an earlier one (`CommitHistory`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry, ManifestEntryStatus
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestEntry, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from floe.commit.retry import on_fresh_head
-from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft
+from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft, SnapshotRefused
+from floe.commit.vectors import check_one_vector_per_data_file
 from floe.planning.files import ContentFile, DeleteIndex
 from floe.tables.history import SUMMARY_DEFERRED_PARTITIONS, SUMMARY_OPTIMIZING_TYPE, SUMMARY_PROCESS_ID
 from floe.tables.manifest_io import (
+    ROW_LINEAGE_VERSION,
     content_key,
     deletion_vector_location,
+    file_first_row_id,
     manifest_entries,
+    manifest_first_row_id,
     snapshot_manifests,
 )
 from floe.tables.scan import POS_DELETE_FILE_PATH_ID, content_file
@@ -87,9 +100,14 @@ class RewriteRequest:
     candidate_delete_paths: frozenset[str]
     added_files: tuple[DataFile, ...]
     """New data files, and the position-delete files of converted data files."""
+    format_version: int
+    """The table's format version at planning: the files were written for it."""
     deferred_partitions: int = 0
     converted_data_paths: frozenset[str] = frozenset()
     """Data files kept, whose deletes the added position-delete files hold."""
+    planned_first_row_ids: Mapping[str, int | None] = field(default_factory=dict)
+    """The ``first_row_id`` each rewritten or converted data file had at planning (None, or no
+    entry: it had none), which the rows the tasks wrote inherit."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +122,9 @@ class RewriteCommitResult:
     attempts: int
     added_delete_files: int = 0
     """Position-delete files of converted data files."""
+    snapshot_ids: tuple[int, ...] = ()
+    """Every snapshot the commit added, oldest first: `snapshot_id` alone, or a ``replace``
+    and then the ``delete`` holding the conversions."""
 
     @property
     def changes(self) -> str:
@@ -112,30 +133,50 @@ class RewriteCommitResult:
         if self.added_delete_files:
             added += f" + {self.added_delete_files} position-delete"
             added += " files" if self.added_delete_files != 1 else " file"
-        return f"{self.removed_data_files} data + {self.removed_delete_files} delete files → {added}"
+        changes = f"{self.removed_data_files} data + {self.removed_delete_files} delete files → {added}"
+        if len(self.snapshot_ids) > 1:
+            changes += (
+                f"; the rewrite in replace snapshot {self.snapshot_ids[0]}, the conversions in a delete on it"
+            )
+        return changes
 
 
-def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4) -> RewriteCommitResult:
-    """Commit `request` as one replace snapshot, retrying on catalog conflicts.
+@dataclass
+class CommitHistory:
+    """What one process's commit attempts so far leave unresolved, kept by the caller across the
+    `commit_rewrite` calls of one request (a delayed commit is tried again later)."""
 
-    Idempotent: when main already holds the process's snapshot (a commit whose answer was
-    lost), that snapshot is the result. Before anything is written, every added file must
-    still be in storage (CommitConflict otherwise).
+    outcome_unknown: bool = False
+    """An attempt's catalog call failed after it may have been applied, and no call has found
+    the process's snapshot since. Until one does, a snapshot may hold the process's files: they
+    are never deleted, but left to orphan cleanup (which keeps what a snapshot references)."""
+
+
+def commit_rewrite(
+    table: Table, request: RewriteRequest, max_attempts: int = 4, history: CommitHistory | None = None
+) -> RewriteCommitResult:
+    """Commit `request` (one snapshot, or two: see the module), retrying on catalog conflicts.
+
+    Idempotent: when main already holds the process's snapshots (a commit whose answer was
+    lost), they are the result. Before anything is written, every added file must still be
+    in storage (CommitConflict otherwise).
 
     It deletes none of the process's files, whatever happens: its caller, which knows where
     the process wrote and under which names, removes them (`remove_uncommitted_outputs`) when
-    the commit failed (CommitFailed without ``outcome_unknown``, UnsupportedTableError).
-    CommitPending when the table cannot be read or written now, or every attempt's outcome
-    was unknown: committing the same request again later finds the snapshot if it landed.
+    the commit failed and `history` says no attempt may have landed. A caller that commits the
+    same request again passes the same `history` each time: an unknown outcome of an earlier
+    call stays unknown until a call finds the snapshot. CommitPending when the table cannot be
+    read or written now, or every attempt's outcome was unknown: committing the same request
+    again later finds the snapshot if it landed.
     """
-    attempts = _Attempts()
+    history = history if history is not None else CommitHistory()
     try:
         _check_added_files_stored(table, request)
-        return _commit_with_retries(table, request, max_attempts, attempts)
+        result = _commit_with_retries(table, request, max_attempts, history)
     except CommitStateUnknown as exc:
         raise CommitPending(f"commit of {request.process_id} may not have landed: {exc}", True) from exc
     except CommitFailed as exc:
-        exc.outcome_unknown = attempts.outcome_unknown
+        exc.outcome_unknown = history.outcome_unknown
         raise
     except UnsupportedTableError:
         raise
@@ -144,15 +185,10 @@ def commit_rewrite(table: Table, request: RewriteRequest, max_attempts: int = 4)
         # writing the snapshot's metadata did: nothing is known to be wrong with the request.
         raise CommitPending(
             f"commit of {request.process_id} could not be made now: {type(exc).__name__}: {exc}",
-            attempts.outcome_unknown,
+            history.outcome_unknown,
         ) from exc
-
-
-@dataclass
-class _Attempts:
-    count: int = 0
-    outcome_unknown: bool = False
-    """An attempt's catalog call failed after it may have been applied."""
+    history.outcome_unknown = False  # resolved: the process's snapshot is on main
+    return result
 
 
 def _check_added_files_stored(table: Table, request: RewriteRequest) -> None:
@@ -169,23 +205,30 @@ def _check_added_files_stored(table: Table, request: RewriteRequest) -> None:
 
 
 def _commit_with_retries(
-    table: Table, request: RewriteRequest, max_attempts: int, attempts: _Attempts
+    table: Table, request: RewriteRequest, max_attempts: int, history: CommitHistory
 ) -> RewriteCommitResult:
+    attempts = 0
+
     def attempt(draft: SnapshotDraft) -> RewriteCommitResult:
-        attempts.count += 1
-        landed = committed_snapshot(table, draft.metadata, request)
-        if landed is not None:
-            log.info("%s: snapshot %d already committed it", request.process_id, landed.snapshot_id)
-            summary = landed.summary
-            removed = int(summary.get("removed-delete-files", "0")) if summary is not None else 0
-            return _result_of(landed, request, attempts.count, removed)
+        nonlocal attempts
+        attempts += 1
+        landed = committed_snapshots(table, draft.metadata, request)
+        if landed:
+            log.info("%s: snapshot %d already committed it", request.process_id, landed[-1].snapshot_id)
+            removed = sum(
+                int(s.summary.get("removed-delete-files") or 0) for s in landed if s.summary is not None
+            )
+            return _result_of(landed, request, attempts, removed)
+        _check_format_version(draft.metadata, request)
         validate_since_start(table, draft.metadata, request)
         try:
-            snapshot, removed_deletes = _build_and_commit(draft, request)
+            snapshots, removed_deletes = _build_and_commit(draft, request)
         except CommitStateUnknown:
-            attempts.outcome_unknown = True
+            history.outcome_unknown = True
             raise
-        return _result_of(snapshot, request, attempts.count, removed_deletes)
+        except SnapshotRefused as exc:
+            raise CommitConflict(f"{exc}; nothing was committed") from exc
+        return _result_of(snapshots, request, attempts, removed_deletes)
 
     try:
         return on_fresh_head(table, attempt, max_attempts)
@@ -193,19 +236,20 @@ def _commit_with_retries(
         raise CommitAbandoned(f"commit of {request.process_id} failed {max_attempts} times: {exc}") from None
 
 
-def committed_snapshot(table: Table, metadata: TableMetadata, request: RewriteRequest) -> Snapshot | None:
-    """The snapshot on main, since the starting one, that committed `request`, if any: it carries
-    the process's id and added exactly the request's files."""
+def committed_snapshots(table: Table, metadata: TableMetadata, request: RewriteRequest) -> list[Snapshot]:
+    """The snapshots on main, since the starting one, that committed `request`, oldest first (none:
+    not committed): each carries the process's id, and together they added exactly the request's
+    files. One catalog commit added them all, so they follow each other."""
+    found: list[Snapshot] = []
     snapshot = metadata.snapshot_by_name("main")
     while snapshot is not None and snapshot.snapshot_id != request.starting_snapshot_id:
         summary = snapshot.summary
         if summary is not None and summary.get(SUMMARY_PROCESS_ID) == request.process_id:
-            wanted = {f.file_path for f in request.added_files}
-            if _added_paths(table, snapshot) == wanted:
-                return snapshot
+            found.insert(0, snapshot)
         parent = snapshot.parent_snapshot_id
         snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
-    return None
+    added = {path for s in found for path in _added_paths(table, s)}
+    return found if found and added == {f.file_path for f in request.added_files} else []
 
 
 def _added_paths(table: Table, snapshot: Snapshot) -> set[str]:
@@ -221,18 +265,48 @@ def _added_paths(table: Table, snapshot: Snapshot) -> set[str]:
 
 
 def _result_of(
-    snapshot: Snapshot, request: RewriteRequest, attempts: int, removed_deletes: int
+    snapshots: Sequence[Snapshot], request: RewriteRequest, attempts: int, removed_deletes: int
 ) -> RewriteCommitResult:
     added_data = sum(1 for f in request.added_files if f.content == DataFileContent.DATA)
+    last = snapshots[-1]
     return RewriteCommitResult(
-        snapshot_id=snapshot.snapshot_id,
-        sequence_number=snapshot.sequence_number or 0,
+        snapshot_id=last.snapshot_id,
+        sequence_number=last.sequence_number or 0,
         removed_data_files=len(request.rewritten_data_paths),
         removed_delete_files=removed_deletes,
         added_data_files=added_data,
         added_delete_files=len(request.added_files) - added_data,
         attempts=attempts,
+        snapshot_ids=tuple(s.snapshot_id for s in snapshots),
     )
+
+
+def _check_format_version(metadata: TableMetadata, request: RewriteRequest) -> None:
+    """Raise CommitConflict when the table's format version is not the one the process planned
+    for: its files follow that version's rules (a v3 table takes no Parquet position deletes)."""
+    if metadata.format_version != request.format_version:
+        raise CommitConflict(
+            f"the table's format version changed from {request.format_version} to "
+            f"{metadata.format_version} since planning; the process's files were written for "
+            f"v{request.format_version}; nothing was committed"
+        )
+
+
+def _check_first_row_ids(live: Iterable[ManifestEntry], request: RewriteRequest) -> None:
+    """Raise CommitConflict when a rewritten or converted data file's ``first_row_id`` at the head
+    is not the one it had at planning: the tasks gave its rows the ids it had then (or none, and
+    the commit new ones), and another commit has assigned it ids meanwhile."""
+    replaced = request.rewritten_data_paths | request.converted_data_paths
+    for entry in live:
+        path = entry.data_file.file_path
+        if entry.data_file.content != DataFileContent.DATA or path not in replaced:
+            continue
+        planned, now = request.planned_first_row_ids.get(path), file_first_row_id(entry.data_file)
+        if planned != now:
+            raise CommitConflict(
+                f"data file {path} has first_row_id {now} where it had {planned} at planning "
+                "(another commit assigned its rows ids meanwhile); nothing was committed"
+            )
 
 
 def validate_since_start(table: Table, metadata: TableMetadata, request: RewriteRequest) -> None:
@@ -302,8 +376,68 @@ def _position_delete_targets(delete: DataFile, rewritten: frozenset[str]) -> str
     return None
 
 
-def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Snapshot, int]:
-    """Commit the request on `draft`'s head; the snapshot and how many delete files it removed."""
+@dataclass(frozen=True)
+class _Part:
+    """One snapshot of a process's commit."""
+
+    operation: Operation
+    removed: frozenset[str]
+    """Paths (`content_key`) of the live files it removes."""
+    added: tuple[DataFile, ...]
+
+
+def _snapshot_parts(
+    metadata: TableMetadata, live: list[ManifestEntry], request: RewriteRequest
+) -> tuple[list[_Part], int]:
+    """The snapshots that commit `request` on a head whose live entries are `live`, oldest first,
+    and how many delete files they remove in all.
+
+    The position-delete files (deletion vectors on v3) of converted data files go into a
+    ``delete`` snapshot, as Iceberg Java's RowDelta commits added deletes (BaseRowDelta.operation:
+    delete files added, no data files: ``delete``). Another engine's rewrite of a converted file,
+    planned before an equality delete that this process converted and removes, relies on that
+    equality delete; Iceberg Java's RewriteFiles refuses to commit when a snapshot since its start
+    added a delete for a file it replaces, but looks only in ``overwrite`` and ``delete``
+    snapshots (MergingSnapshotProducer.validateNoNewDeletesForDataFiles,
+    VALIDATE_ADDED_DELETE_FILES_OPERATIONS). In a ``replace`` it would commit, dropping the new
+    deletes with the data file while the equality delete is gone: the deleted rows come back.
+
+    The added deletes keep the starting snapshot's data sequence number, and Java still sees
+    them where it matters: it only counts deletes above its own starting snapshot's sequence
+    number (DeleteFileIndex.afterSequenceNumber). A rewrite that started before the equality
+    delete has a starting sequence number below the delete's, which is at most this process's
+    starting one: the new deletes count, the rewrite is refused. A rewrite that started at or
+    after this process's starting snapshot does not count them, and need not: it read the data
+    file with that equality delete applied, so its output holds none of the rows it deletes.
+
+    The rewrite (rewritten data files out, new ones in) is a ``replace`` made first, removing the
+    delete files no remaining data file needs once the rewritten ones are gone (the converted
+    ones still count); the ``delete`` on it removes those the converted files no longer need
+    either. Each snapshot is a table as the process leaves it in part. In this order, on a v3
+    table whose files have no row ids yet (upgraded, with no v3 snapshot since), the rewritten
+    rows get their ids once, from the rewrite, not first from a snapshot that still holds their
+    old files. A process with only conversions, or only rewrites, makes one snapshot; one whose
+    conversions wrote no file (nothing left to delete) only a ``replace``.
+    """
+    data = tuple(f for f in request.added_files if f.content == DataFileContent.DATA)
+    deletes = tuple(f for f in request.added_files if f.content != DataFileContent.DATA)
+    rewritten, candidates = request.rewritten_data_paths, request.candidate_delete_paths
+    removable = frozenset(
+        removable_delete_paths(metadata, live, rewritten, candidates, request.converted_data_paths)
+    )
+    if not deletes:
+        return [_Part(Operation.REPLACE, rewritten | removable, data)], len(removable)
+    if not rewritten and not data:
+        return [_Part(Operation.DELETE, removable, deletes)], len(removable)
+    after_rewrite = frozenset(removable_delete_paths(metadata, live, rewritten, candidates))
+    return [
+        _Part(Operation.REPLACE, rewritten | after_rewrite, data),
+        _Part(Operation.DELETE, removable - after_rewrite, deletes),
+    ], len(removable)
+
+
+def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[list[Snapshot], int]:
+    """Commit the request on `draft`'s head; the snapshots made and how many delete files they removed."""
     head = draft.parent
     if head is None:
         raise CommitConflict("the table has no snapshot any more")
@@ -313,36 +447,51 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[Sn
     missing = (request.rewritten_data_paths | request.converted_data_paths) - live_paths
     if missing:
         raise CommitConflict(f"rewritten or converted data file {sorted(missing)[0]} is no longer live")
+    _check_first_row_ids(live, request)
 
-    removed_deletes = removable_delete_paths(
-        draft.metadata,
-        live,
-        request.rewritten_data_paths,
-        request.candidate_delete_paths,
-        request.converted_data_paths,
-    )
-    removed = set(request.rewritten_data_paths) | removed_deletes
-
-    carried, removed_files = draft.carry_over(head_entries, removed)
-    added_entries = [
-        ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=draft.snapshot_id, data_file=f)
-        for f in request.added_files
-    ]
-    manifests = (
-        draft.write_entries(added_entries, added_sequence_number=request.starting_sequence_number) + carried
-    )
-    summary = draft.summary(
-        Operation.REPLACE,
-        added=request.added_files,
-        removed=removed_files,
-        extra={
-            SUMMARY_OPTIMIZING_TYPE: request.optimizing_type,
-            SUMMARY_PROCESS_ID: request.process_id,
-            SUMMARY_DEFERRED_PARTITIONS: str(request.deferred_partitions),
-        },
-    )
-    snapshot = draft.commit(manifests, summary)
-    return snapshot, len(removed_deletes)
+    parts, removed_deletes = _snapshot_parts(draft.metadata, live, request)
+    tags = {
+        SUMMARY_OPTIMIZING_TYPE: request.optimizing_type,
+        SUMMARY_PROCESS_ID: request.process_id,
+        SUMMARY_DEFERRED_PARTITIONS: str(request.deferred_partitions),
+    }
+    # Entries read once serve the snapshots above too, but for those of a v3 data manifest
+    # without a first_row_id: the snapshot below assigned it one, which its files inherit.
+    known = {
+        manifest.manifest_path: entries
+        for manifest, entries in head_entries
+        if manifest.content == ManifestContent.DELETES
+        or draft.metadata.format_version < ROW_LINEAGE_VERSION
+        or manifest_first_row_id(manifest) is not None
+    }
+    snapshots: list[Snapshot] = []
+    part_draft = draft
+    for part in parts:
+        if snapshots:
+            part_draft = part_draft.stacked(snapshots[-1])
+            head_entries = part_draft.head_entries(known)
+        below = [e.data_file for _, entries in head_entries for e in entries]
+        check_one_vector_per_data_file(
+            f
+            for f in [*below, *part.added]
+            if f.content != DataFileContent.DATA and content_key(f) not in part.removed
+        )
+        carried, removed_files = part_draft.carry_over(head_entries, part.removed)
+        added_entries = [
+            ManifestEntry.from_args(
+                status=ManifestEntryStatus.ADDED, snapshot_id=part_draft.snapshot_id, data_file=f
+            )
+            for f in part.added
+        ]
+        # New files carry the starting snapshot's sequence number (see `_snapshot_parts`).
+        manifests = (
+            part_draft.write_entries(added_entries, added_sequence_number=request.starting_sequence_number)
+            + carried
+        )
+        summary = part_draft.summary(part.operation, added=part.added, removed=removed_files, extra=tags)
+        snapshots.append(part_draft.build(manifests, summary))
+    draft.swap(snapshots)
+    return snapshots, removed_deletes
 
 
 def removable_delete_paths(

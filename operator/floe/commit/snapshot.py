@@ -43,7 +43,12 @@ from pyiceberg.table.snapshots import (
     Summary,
     update_snapshot_summaries,
 )
-from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetSnapshotRefUpdate
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    AssertRefSnapshotId,
+    SetSnapshotRefUpdate,
+    update_table_metadata,
+)
 from pyiceberg.typedef import TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
@@ -59,6 +64,11 @@ class CommitStateUnknown(RuntimeError):
     """The catalog call that swaps main failed in a way that may have applied it (a timeout, a
     connection lost after sending, a 5xx): whether the snapshot landed is found out by reading
     the table again. The draft's files stay, since the snapshot may reference them."""
+
+
+class SnapshotRefused(RuntimeError):
+    """The snapshot would break a rule of the spec or of Iceberg Java's readers; it is not
+    committed (its metadata files are the draft's to discard)."""
 
 
 _EQUALITY_IDS = NestedField(
@@ -203,6 +213,14 @@ class _ManifestListWriterV3(ManifestListWriterV2):
         fields = [prepared[i] for i in range(len(prepared))]
         fields += [None] * (V3_MANIFEST_FIELDS - len(fields))
         if prepared.content == ManifestContent.DATA and fields[V3_MANIFEST_FIELDS - 1] is None:
+            if prepared.added_rows_count is None or prepared.existing_rows_count is None:
+                # The manifest's rows take as many ids as the two counts say (Iceberg Java's V3
+                # manifest list writer adds them too): without them, none would be reserved and
+                # the next manifest's ids would overlap theirs; the v3 list requires them anyway.
+                raise SnapshotRefused(
+                    f"data manifest {prepared.manifest_path} has no first_row_id and no row counts "
+                    "(written before format v2): its rows cannot be given row ids"
+                )
             fields[V3_MANIFEST_FIELDS - 1] = self.next_row_id
             self.next_row_id += (prepared.added_rows_count or 0) + (prepared.existing_rows_count or 0)
         return ManifestFile(*fields)
@@ -393,6 +411,12 @@ class SnapshotDraft:
 
         Raises pyiceberg's CommitFailedException when main moved since `metadata` was read.
         """
+        snapshot = self.build(manifests, summary)
+        self.swap([snapshot])
+        return snapshot
+
+    def build(self, manifests: list[ManifestFile], summary: Summary) -> Snapshot:
+        """Write the manifest list of the new snapshot on top of the draft's head; commit nothing."""
         parent = self.parent
         parent_id = parent.snapshot_id if parent else None
         manifest_list = self._new_path(f"snap-{self.snapshot_id}-1-{self.commit_uuid}.avro")
@@ -420,7 +444,7 @@ class SnapshotDraft:
                 avro_compression=self._avro_compression(),
             ) as writer:
                 writer.add_manifests(manifests)
-        snapshot = Snapshot.model_validate(
+        return Snapshot.model_validate(
             {
                 "snapshot-id": self.snapshot_id,
                 "parent-snapshot-id": parent_id,
@@ -431,14 +455,39 @@ class SnapshotDraft:
                 **row_ids,
             }
         )
-        main = {"snapshot-id": self.snapshot_id, "ref-name": MAIN_BRANCH, "type": SnapshotRefType.BRANCH}
+
+    def stacked(self, snapshot: Snapshot) -> SnapshotDraft:
+        """A draft of the next snapshot on top of `snapshot` (built by this draft, not committed):
+        its sequence number, and on v3 its ``first-row-id``, follow `snapshot`'s, as the catalog
+        will apply them. Its files are this draft's: `discard` on either deletes both's."""
+        main = {"snapshot-id": snapshot.snapshot_id, "ref-name": MAIN_BRANCH, "type": SnapshotRefType.BRANCH}
+        metadata = update_table_metadata(
+            self.metadata, (AddSnapshotUpdate(snapshot=snapshot), SetSnapshotRefUpdate.model_validate(main))
+        )
+        return SnapshotDraft(table=self.table, metadata=metadata, written=self.written)
+
+    def swap(self, snapshots: Sequence[Snapshot]) -> None:
+        """Add `snapshots` (each the parent of the next, the first on the draft's head) and point
+        main at the last, in one catalog commit asserting main is still at the draft's head: all
+        land, or none.
+
+        Raises pyiceberg's CommitFailedException when main moved since `metadata` was read, and
+        CommitStateUnknown when the call failed in a way that may have applied it.
+        """
+        parent = self.parent
+        parent_id = parent.snapshot_id if parent else None
+        last = snapshots[-1].snapshot_id
+        main = {"snapshot-id": last, "ref-name": MAIN_BRANCH, "type": SnapshotRefType.BRANCH}
         try:
             self.table.catalog.commit_table(
                 self.table,
                 requirements=(
                     AssertRefSnapshotId.model_validate({"snapshot-id": parent_id, "ref": MAIN_BRANCH}),
                 ),
-                updates=(AddSnapshotUpdate(snapshot=snapshot), SetSnapshotRefUpdate.model_validate(main)),
+                updates=(
+                    *(AddSnapshotUpdate(snapshot=snapshot) for snapshot in snapshots),
+                    SetSnapshotRefUpdate.model_validate(main),
+                ),
             )
         except CommitFailedException:
             raise  # the catalog refused it: main moved, nothing was applied
@@ -446,9 +495,8 @@ class SnapshotDraft:
             # Anything else may have happened after the catalog applied the commit.
             self.written.clear()
             raise CommitStateUnknown(
-                f"the catalog call committing snapshot {self.snapshot_id} failed: {type(exc).__name__}: {exc}"
+                f"the catalog call committing snapshot {last} failed: {type(exc).__name__}: {exc}"
             ) from exc
-        return snapshot
 
     def discard(self) -> None:
         """Delete the metadata files this attempt wrote (it did not commit)."""

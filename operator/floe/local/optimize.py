@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from floe.api.models import ClusteringSpec
 from floe.commit.rewrite import (
     CommitFailed,
+    CommitHistory,
     CommitPending,
     RewriteCommitResult,
     RewriteRequest,
@@ -191,16 +192,17 @@ def _commit(
     table: Table, process: OptimizingProcess, request: RewriteRequest, results: list[RewriteTaskResult]
 ) -> RewriteCommitResult:
     """Commit once; when it fails, delete the process's files unless the commit may have landed."""
+    history = CommitHistory()
     try:
-        return commit_rewrite(table, request)
+        return commit_rewrite(table, request, history=history)
     except CommitPending as exc:
         # One shot: nothing retries this commit later.
-        if exc.outcome_unknown:
+        if history.outcome_unknown:
             raise
         _remove_outputs(table, process, results)
         raise ProcessFailed(f"the commit failed: {exc}") from exc
-    except (CommitFailed, UnsupportedTableError) as exc:
-        if not (isinstance(exc, CommitFailed) and exc.outcome_unknown):
+    except (CommitFailed, UnsupportedTableError):
+        if not history.outcome_unknown:
             _remove_outputs(table, process, results)
         raise
 

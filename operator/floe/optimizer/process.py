@@ -180,12 +180,14 @@ def commit_request(
     converted: set[str] = set()
     deletes: set[str] = set()
     added: list[DataFile] = []
+    first_row_ids: dict[str, int | None] = {}
     specs = {spec.task_id: spec for spec in process.specs}
     for result in results:
         task = process.tasks[result.task_id]
         record = process.scanned.partition_records[task.partition]
         sort_order_id = output_sort_order_id(specs[result.task_id].output_order)
         (converted if task.kind == POSITIONS else rewritten).update(f.path for f in task.data_files)
+        first_row_ids.update((f.path, f.first_row_id) for f in task.data_files)
         deletes.update(f.path for f in task.delete_files)
         added.extend(
             written_file_to_data_file(w, task.partition.spec_id, record, sort_order_id) for w in result.files
@@ -200,5 +202,7 @@ def commit_request(
         converted_data_paths=frozenset(converted),
         candidate_delete_paths=frozenset(deletes),
         added_files=tuple(added),
+        format_version=process.scanned.files.format_version,
         deferred_partitions=process.plan.deferred_partitions,
+        planned_first_row_ids=first_row_ids,
     )

@@ -35,7 +35,7 @@ from pyiceberg.table import Table
 
 from floe.api.models import CatalogRef, OptimizedTable, OptimizedTableSpec, OptimizerGroup
 from floe.api.table_properties import InvalidTableProperty
-from floe.commit.rewrite import CommitFailed, CommitPending, commit_rewrite
+from floe.commit.rewrite import CommitFailed, CommitHistory, CommitPending, commit_rewrite
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans_on_executors import GroupExecutors
 from floe.maintenance.settled import settled_jobs
@@ -131,6 +131,8 @@ class _InFlight:
     table: Table
     group: str
     optimizing_type: OptimizingType
+    commit_history: CommitHistory = field(default_factory=CommitHistory)
+    """Carried across the delayed commit's calls: whether an attempt may have landed unseen."""
 
 
 class OptimizingEngine:
@@ -408,7 +410,11 @@ class OptimizingEngine:
         its output directories), but for those whose commit is pending, which may have landed
         (orphan cleanup's). Call once its tasks stopped writing. Returns (processes, files deleted)."""
         with self._lock:
-            flights = [(pid, f) for pid, f in self._in_flight.items() if pid not in self._delayed_commits]
+            flights = [
+                (pid, f)
+                for pid, f in self._in_flight.items()
+                if pid not in self._delayed_commits and not f.commit_history.outcome_unknown
+            ]
             for pid, _ in flights:
                 del self._in_flight[pid]
         removed = 0
@@ -1003,19 +1009,22 @@ class OptimizingEngine:
             request = commit_request(
                 flight.process, outcome.results, outcome.failures, runtime.spec.allow_partial_commit
             )
-            result = commit_rewrite(flight.table, request)
+            result = commit_rewrite(flight.table, request, history=flight.commit_history)
         except CommitPending as exc:
             self._delay_commit(outcome, flight, runtime, delayed, str(exc))
             return
         except (ProcessFailed, CommitFailed, UnsupportedTableError) as exc:
-            # Unless the catalog may still apply an earlier attempt: then orphan cleanup's.
-            if not (isinstance(exc, CommitFailed) and exc.outcome_unknown):
-                self._discard(outcome, flight)
+            self._discard(outcome, flight)
             with self._lock:
                 runtime.on_process_failed(str(exc))
                 self._register_in_group(runtime, left_group=flight.group)
             self.service.metrics.commits.labels(flight.group, "failed").inc()
-            self._emit(runtime.table_id, "Warning", "OptimizingFailed", f"{outcome.process_id}: {exc}")
+            kept = (
+                "; an earlier commit attempt may have landed: its files are kept for orphan cleanup"
+                if flight.commit_history.outcome_unknown
+                else ""
+            )
+            self._emit(runtime.table_id, "Warning", "OptimizingFailed", f"{outcome.process_id}: {exc}{kept}")
             if OUT_OF_MEMORY in str(exc):
                 self._emit(runtime.table_id, "Warning", OUT_OF_MEMORY, f"{outcome.process_id}: {exc}")
             return
@@ -1058,8 +1067,17 @@ class OptimizingEngine:
     def _discard(
         self, outcome: ProcessOutcome, flight: _InFlight | None, committed: frozenset[str] = frozenset()
     ) -> None:
-        """Delete what the process wrote and `committed` does not hold, lost attempts' files too."""
+        """Delete what the process wrote and `committed` does not hold, lost attempts' files too.
+
+        Nothing while a commit attempt of the process (in any call) may have landed unseen: a
+        snapshot may reference the files, so they are orphan cleanup's, which keeps those."""
         if flight is None:
+            return
+        if flight.commit_history.outcome_unknown:
+            log.warning(
+                "%s: a commit attempt may have landed; its files are kept for orphan cleanup",
+                outcome.process_id,
+            )
             return
         reported = [written.path for result in outcome.results for written in result.files]
         try:
