@@ -131,7 +131,7 @@ def test_a_second_deletion_vector_for_a_data_file_is_never_committed(
         planned_first_row_ids={target.file_path: file_first_row_id(target)},
     )
 
-    with pytest.raises(CommitConflict, match=f"data file {target.file_path} would have two deletion vectors"):
+    with pytest.raises(CommitConflict, match=f"two deletion vectors for data file {target.file_path}"):
         commit_rewrite(table, request)
 
     assert sql_catalog.load_table("db.t").current_snapshot() == head

@@ -262,17 +262,24 @@ def test_a_vector_spark_adds_to_a_straddling_file_meanwhile_is_merged_not_double
     assert len(writes) == 2, "planned again once Spark's vector was seen"
 
 
+@pytest.mark.parametrize("with_append", [True, False], ids=["and-an-append", "alone"])
 def test_a_table_upgraded_to_v3_during_retention_gets_deletion_vectors(
-    sql_catalog: SqlCatalog, spark: SparkSession, reference: ReferenceReader, monkeypatch: pytest.MonkeyPatch
+    sql_catalog: SqlCatalog,
+    spark: SparkSession,
+    reference: ReferenceReader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    with_append: bool,
 ) -> None:
     """Planned on v2 (Parquet position deletes), committed after the table went to v3, where the
-    spec forbids new Parquet position deletes: retention plans again and writes deletion vectors."""
+    spec forbids new Parquet position deletes: retention plans again and writes deletion vectors.
+    The upgrade alone moves no branch, so main's assertion lets it by: the commit finds it by
+    reading the table's format version again."""
     v2 = "'format-version' = '2', 'write.delete.mode' = 'merge-on-read'"
     name = timestamped_spark_table(spark, sql_catalog, v2)
     upgrade = f"ALTER TABLE {name} SET TBLPROPERTIES ('format-version' = '3')"
-    # The upgrade alone moves no branch: a writer's append makes the first commit conflict.
     append = f"INSERT INTO {name} VALUES (1000, '0', timestamp_seconds({JAN_1} + 1000 * 3600))"
-    writes = _between_planning_and_commit(monkeypatch, spark, upgrade, append)
+    writes = _between_planning_and_commit(monkeypatch, spark, upgrade, *([append] if with_append else []))
 
     report = expire_rows(
         sql_catalog.load_table("db.t"), column="ts", older_than_s=86_400, now_s=SPARK_CUTOFF + 86_400
@@ -292,5 +299,8 @@ def test_a_table_upgraded_to_v3_during_retention_gets_deletion_vectors(
     ]
     assert added and all(f.file_format == FileFormat.PUFFIN for f in added), [f.file_path for f in added]
     ids = sorted(row[0] for row in reference.sql(f"SELECT id FROM {name}"))
-    assert ids == [*range(150, 400), 1000]
+    assert ids == [*range(150, 400), *([1000] if with_append else [])]
     assert len(writes) == 2, "planned again on v3"
+    # Found before the catalog was asked, not as a commit the catalog refused in an unknown way
+    # (a v3 catalog refuses a snapshot without a first-row-id), whose metadata files would be kept.
+    assert not [r for r in caplog.records if "may or may not have committed" in r.getMessage()]

@@ -472,9 +472,12 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[li
             head_entries = part_draft.head_entries(known)
         below = [e.data_file for _, entries in head_entries for e in entries]
         check_one_vector_per_data_file(
-            f
-            for f in [*below, *part.added]
-            if f.content != DataFileContent.DATA and content_key(f) not in part.removed
+            ".".join(draft.table.name()),
+            (
+                f
+                for f in [*below, *part.added]
+                if f.content != DataFileContent.DATA and content_key(f) not in part.removed
+            ),
         )
         carried, removed_files = part_draft.carry_over(head_entries, part.removed)
         added_entries = [

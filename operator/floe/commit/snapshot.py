@@ -471,9 +471,11 @@ class SnapshotDraft:
         main at the last, in one catalog commit asserting main is still at the draft's head: all
         land, or none.
 
-        Raises pyiceberg's CommitFailedException when main moved since `metadata` was read, and
-        CommitStateUnknown when the call failed in a way that may have applied it.
+        Raises pyiceberg's CommitFailedException when main moved since `metadata` was read, or
+        the table's format version changed, and CommitStateUnknown when the call failed in a way
+        that may have applied it.
         """
+        self._check_format_version()
         parent = self.parent
         parent_id = parent.snapshot_id if parent else None
         last = snapshots[-1].snapshot_id
@@ -497,6 +499,23 @@ class SnapshotDraft:
             raise CommitStateUnknown(
                 f"the catalog call committing snapshot {last} failed: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def _check_format_version(self) -> None:
+        """Raise CommitFailedException when the table's format version is no longer the draft's.
+
+        An upgrade (v2 to v3) adds no snapshot, so main's assertion lets it pass, and the
+        snapshot would land on metadata whose spec forbids what the draft wrote (Parquet position
+        deletes on v3, v2 manifests without row ids). No catalog requirement can assert the
+        format version (Iceberg Java's commits do not either), so the table is read again just
+        before the commit: what is left is the moment between that read and the commit. The
+        conflict makes the caller decide again on the new metadata (`on_fresh_head`).
+        """
+        current = self.table.catalog.load_table(self.table.name()).metadata.format_version
+        if current != self.metadata.format_version:
+            raise CommitFailedException(
+                f"the table's format version changed from v{self.metadata.format_version} to v{current} "
+                "since the snapshot was drafted"
+            )
 
     def discard(self) -> None:
         """Delete the metadata files this attempt wrote (it did not commit)."""

@@ -11,25 +11,27 @@ from floe.tables.manifest_io import content_key, deletion_vector_location
 
 
 class SecondDeletionVector(SnapshotRefused):
-    """The snapshot would hold two live deletion vectors for one data file."""
+    """The snapshot would hold two live deletion vectors for one data file; it was not committed."""
 
 
-def check_one_vector_per_data_file(live_deletes: Iterable[DataFile]) -> None:
-    """Raise SecondDeletionVector when two of `live_deletes` (the live delete files a new snapshot
-    would hold: those carried over and those added) are deletion vectors of the same data file.
+def check_one_vector_per_data_file(table_name: str, live: Iterable[DataFile]) -> None:
+    """Raise SecondDeletionVector when `live`, the content files a new snapshot would hold (those
+    carried over and those added), hold two deletion vectors for one data file; one vector listed
+    twice is one.
 
     The spec allows one vector per data file. Iceberg Java refuses a commit that adds a second
     (MergingSnapshotProducer.validateAddedDVs: "Found concurrently added DV"), and its scan
     fails on a table that has one (DeleteFileIndex: "Can't index multiple DVs").
     """
     seen: dict[str, str] = {}
-    for delete in live_deletes:
-        vector = deletion_vector_location(delete)
+    for content_file in live:
+        vector = deletion_vector_location(content_file)
         if vector is None:
             continue
-        target, key = vector[0], content_key(delete)
-        if target in seen:
+        key = content_key(content_file)
+        first = seen.setdefault(vector[0], key)
+        if first != key:
             raise SecondDeletionVector(
-                f"data file {target} would have two deletion vectors, {seen[target]} and {key}"
+                f"table {table_name}: the new snapshot would hold two deletion vectors for data file "
+                f"{vector[0]} ({first} and {key})"
             )
-        seen[target] = key

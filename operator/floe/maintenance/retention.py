@@ -28,10 +28,10 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.types import DateType, NestedField, PrimitiveType, TimestampType, TimestamptzType
 
-from floe.commit.deletion_vectors import DuplicateDeletionVectors, check_one_vector_per_data_file
 from floe.commit.retry import on_fresh_head
 from floe.commit.rewrite import removable_delete_paths
-from floe.commit.snapshot import SnapshotDraft, delete_quietly
+from floe.commit.snapshot import SnapshotDraft, SnapshotRefused, delete_quietly
+from floe.commit.vectors import check_one_vector_per_data_file
 from floe.planning.files import partition_identity
 from floe.tables.deletion_vectors import read_deletion_vector
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
@@ -106,7 +106,8 @@ def expire_rows(
         raise RetentionAbandoned(
             f"retention on {column}: main moved during each of {max_attempts} attempts"
         ) from None
-    except DuplicateDeletionVectors:
+    except SnapshotRefused:
+        # Refused before the catalog was asked (a second vector, a manifest without row counts).
         _delete_all(table, written)
         raise
 
