@@ -1,15 +1,15 @@
 """Every maintenance job on a format v3 table that Spark 3.5 + Iceberg 1.10 wrote, each in a fresh
-floe process, through each catalog type floe can open here, judged by Iceberg Java.
+floe process, through each catalog type that can run here, judged by Iceberg Java.
 
 pyiceberg refuses to write v3 metadata unless floe lets it (`floe.tables.v3_metadata`); a job
 that commits through pyiceberg's own path (expiry) in a process where nothing else committed
 first must find it allowed. So every job runs as a process of its own: ``floe optimize --type
-JOB`` through the installed ``floe`` entry point for the SQL catalog (a SQLite file) and the
-REST catalog (Iceberg's REST server on moto's S3), and `in_memory_maintenance` for pyiceberg's
-in-memory catalog, which no second process can reach. After each job Iceberg Java reads the
-table: the same rows with the same row lineage (``_row_id``, ``_last_updated_sequence_number``),
-less exactly the rows retention removes. The README's "Catalogs" notes say why Hive, Glue,
-DynamoDB and BigQuery are not among them.
+JOB`` through the installed ``floe`` entry point for the SQL catalog (a SQLite file), the REST
+catalog (Iceberg's REST server on moto's S3) and the Hive catalog (Hive 2.3.9's metastore,
+`hive_server`), and `in_memory_maintenance` for pyiceberg's in-memory catalog, which no second
+process can reach. After each job Iceberg Java reads the table: the same rows with the same row
+lineage (``_row_id``, ``_last_updated_sequence_number``), less exactly the rows retention
+removes. The README's "Catalogs" notes say why Glue, DynamoDB and BigQuery are not among them.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 import yaml
 from conftest import V3_MOR
-from pyiceberg.catalog import Catalog
+from hive_server import hive_metastore
+from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
@@ -43,6 +44,7 @@ from floe.tables.scan import scan_table
 FLOE = Path(sys.executable).with_name("floe")
 IN_MEMORY_JOB = Path(__file__).with_name("in_memory_maintenance.py")
 REST_CATALOG = "rest_v3_jobs"
+HIVE_CATALOG = "hive_v3_jobs"
 JAN_1 = 1_704_067_200
 """2024-01-01T00:00:00Z: row ``id`` has ``ts`` ``id`` hours later."""
 KEPT_FROM_ID = 151
@@ -50,10 +52,10 @@ KEPT_FROM_ID = 151
 Row = tuple[Any, ...]
 
 
-def _environment() -> dict[str, str]:
+def _environment(*extra_path: str) -> dict[str, str]:
     """The floe this test imports, on a fresh interpreter: nothing this test process did carries over."""
-    roots = (Path(floe.__file__).parents[1], Path(floe_optimizer.__file__).parents[1])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(str(root) for root in roots)}
+    roots = (str(Path(floe.__file__).parents[1]), str(Path(floe_optimizer.__file__).parents[1]), *extra_path)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(roots)}
 
 
 @dataclass
@@ -86,11 +88,12 @@ def _cli_flags(spec: dict[str, Any]) -> list[str]:
     ]
 
 
-def _floe_optimize(config: Path) -> Callable[[str, dict[str, Any]], str]:
+def _floe_optimize(config: Path, *extra_path: str) -> Callable[[str, dict[str, Any]], str]:
     def run(job: str, spec: dict[str, Any]) -> str:
         command = [str(FLOE), "optimize", "--catalog-config", str(config), "db.t", "--type", job]
+        environment = _environment(*extra_path)
         done = subprocess.run(
-            [*command, *_cli_flags(spec)], env=_environment(), capture_output=True, text=True, check=False
+            [*command, *_cli_flags(spec)], env=environment, capture_output=True, text=True, check=False
         )
         assert done.returncode == 0, f"floe optimize --type {job} exited {done.returncode}:\n{done.stderr}"
         return done.stdout
@@ -105,7 +108,8 @@ def _write_config(path: Path, name: str, properties: dict[str, str]) -> Path:
 
 def _plant_local(table: Table) -> str:
     """A crashed writer's file, two hours old, in the table's data directory."""
-    path = Path(table.location().removeprefix("file://")) / "data" / "crashed-writer.parquet"
+    # file:///tmp/... from pyiceberg, file:/tmp/... from Iceberg Java's Hive catalog.
+    path = Path(table.location().removeprefix("file:")) / "data" / "crashed-writer.parquet"
     path.write_bytes(b"orphan")
     old = time.time() - 7200
     os.utime(path, (old, old))
@@ -250,3 +254,22 @@ def test_every_job_through_an_in_memory_catalog(sql_catalog: SqlCatalog, referen
 
     catalog = V3Catalog(sql_catalog.name, lambda: sql_catalog, run, _plant_local, orphans_age=True)
     _every_job_keeps_the_rows(catalog, reference)
+
+
+def test_every_job_through_a_hive_catalog(reference: ReferenceReader, tmp_path: Path) -> None:
+    """Hive 2.3.9's metastore (pyspark's jars), pyiceberg's Hive catalog for floe and Iceberg's
+    Hive catalog for Spark: pyiceberg writes the metadata file, as for the SQL catalog."""
+    with hive_metastore(tmp_path / "hive") as metastore:
+        reference.register_catalog(HIVE_CATALOG, metastore.properties())
+        client = load_catalog(HIVE_CATALOG, **metastore.properties())
+        client.create_namespace("db")
+        _write_v3_table(reference, HIVE_CATALOG)
+        config = _write_config(tmp_path / "catalog.yaml", HIVE_CATALOG, metastore.properties())
+        catalog = V3Catalog(
+            HIVE_CATALOG,
+            lambda: load_catalog(HIVE_CATALOG, **metastore.properties()),
+            _floe_optimize(config, metastore.pythonpath),
+            _plant_local,
+            orphans_age=True,
+        )
+        _every_job_keeps_the_rows(catalog, reference)
