@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,13 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
+from floe.api.models import OptimizedTable
 from floe.cli import main
 from floe.controller.diffbase import DIGEST_PREFIX, CredentialFreeDiffBase
+from floe.controller.status import table_status
 from floe.local.run import ManifestWatcher, render
-from floe.service.engine import EngineEvent, TableView
+from floe.service.engine import EngineEvent, OptimizingEngine, TableView
+from floe.service.task_service import TaskService
 from floe.tables.catalog import CatalogConfigError, catalog_ref_from_file
 from floe.tables.credentials import MASK, Redactor, is_credential_key, mask_credentials
 from floe.tables.secret_names import suggests_secret
@@ -229,6 +233,35 @@ def test_the_live_view_masks_what_the_manifests_catalogs_hold(tmp_path: Path) ->
     shown = "\n".join([*cells, str(table.caption)])
     assert "PW-s3cr3t" not in shown and "AKIA1" not in shown
     assert "\\[bold]" in shown, "texts are shown as they are, not read as rich markup"
+
+
+def test_status_and_events_of_a_table_whose_catalog_fails_mask_every_secret() -> None:
+    """The operator's status and Events pass through the redactor that learned the table's
+    catalog (`Controller.redact`); here the engine tries the unreachable catalog for real."""
+    catalog = {"name": "prod", "properties": _unreachable_catalog(), "secretProperties": ["tenant"]}
+    table = OptimizedTable.model_validate(
+        {
+            "apiVersion": "floe.dev/v1alpha1",
+            "kind": "OptimizedTable",
+            "metadata": {"name": "t", "namespace": "ns"},
+            "spec": {"table": "db.t", "catalog": catalog, "group": "g"},
+        }
+    )
+    redact = Redactor()
+    redact.add(table.spec.catalog.properties, table.spec.catalog.secret_properties)
+    engine = OptimizingEngine(TaskService(clock=time.time, registration_token="t"), refresh_interval_s=0.0)
+    events: list[EngineEvent] = []
+    engine.subscribe(events.append)
+    try:
+        runtime = engine.apply_table(table)
+        engine.tick()
+        written = json.dumps(table_status(runtime, 0.0, redact=redact)) + "".join(
+            redact(e.message) for e in events
+        )
+    finally:
+        engine.close()
+    assert "is unreachable" in written and "sv=2022" in written
+    assert not [secret for secret in SECRETS if secret in written], written
 
 
 def _body(properties: dict[str, str], marked: list[str]) -> kopf.Body:
