@@ -24,7 +24,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,22 +83,41 @@ class ServerProcess:
 
     def wait_for_http(self, url: str, timeout_s: float = _START_TIMEOUT_S) -> None:
         """Wait until ``url`` answers an HTTP GET (any status); raise if the process dies or time runs out."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def answers() -> None:
             try:
                 with urllib.request.urlopen(url, timeout=2):
                     return
             except urllib.error.HTTPError:
                 return  # the server is up; it just did not like the request
+
+        self._wait_for(answers, url, timeout_s)
+
+    def wait_for_port(self, host: str, port: int, timeout_s: float = _START_TIMEOUT_S) -> None:
+        """Wait until ``host``:``port`` takes a TCP connection; raise if the process dies or time runs out."""
+
+        def accepts() -> None:
+            with socket.create_connection((host, port), timeout=2):
+                return
+
+        self._wait_for(accepts, f"{_url_host(host)}:{port}", timeout_s)
+
+    def _wait_for(self, probe: Callable[[], None], what: str, timeout_s: float) -> None:
+        """Call ``probe`` until it raises no OSError."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                probe()
+                return
             except OSError:
                 if self.process.poll() is not None:
                     raise RuntimeError(
-                        f"{self.name} exited with {self.process.returncode} before answering {url}; "
+                        f"{self.name} exited with {self.process.returncode} before answering {what}; "
                         f"log {self.log_path}:\n{self.log_tail()}"
                     ) from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"{self.name} did not answer {url} within {timeout_s:.0f}s; "
+                        f"{self.name} did not answer {what} within {timeout_s:.0f}s; "
                         f"log {self.log_path}:\n{self.log_tail()}"
                     ) from None
                 time.sleep(0.2)

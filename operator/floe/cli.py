@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import ValidationError
 from rich.console import Console
@@ -37,10 +38,19 @@ _REDACT = Redactor()
 """Masks the credentials of the catalog configs this command read, in everything it prints."""
 
 
+class _RedactingConsole(Console):
+    """A console whose texts pass through `_REDACT` before rich renders them (once rendered, a
+    secret may be split by styles or wrapping); tables are redacted cell by cell where built."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        """`Console.print`, credentials masked in every text."""
+        super().print(*(_REDACT(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+
 def _console(stderr: bool) -> Console:
-    """A console that does not wrap messages, and prints wide tables when piped."""
+    """A console that masks credentials, does not wrap messages, and prints wide tables when piped."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, soft_wrap=True, width=None if stream.isatty() else 160)
+    return _RedactingConsole(stderr=stderr, soft_wrap=True, width=None if stream.isatty() else 160)
 
 
 _TYPES = {t.label: t for t in OptimizingType}
@@ -59,7 +69,7 @@ def _optimize(args: argparse.Namespace) -> int:
     from floe.local.report import plan_table as render_plan
 
     ref = catalog_ref_from_file(Path(args.catalog_config))
-    _REDACT.add(ref.properties)
+    _REDACT.add(ref.properties, ref.secret_properties)
     catalog = open_catalog(ref)
     table = load_table(catalog, args.table)
     if args.type in _MAINTENANCE_TYPES:
@@ -214,12 +224,13 @@ def _run(args: argparse.Namespace) -> int:
 
     catalog = catalog_ref_from_file(Path(args.catalog_config)) if args.catalog_config else None
     if catalog is not None:
-        _REDACT.add(catalog.properties)
+        _REDACT.add(catalog.properties, catalog.secret_properties)
     return run_engine(
         Path(args.file),
         catalog,
         once=args.once,
         console=_console(stderr=False),
+        redact=_REDACT,
         cores=args.cores,
         refresh_interval_s=args.refresh_interval,
         timeout_s=args.timeout,
@@ -263,14 +274,48 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
     )
 
 
-def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+MAX_CORES = 256
+"""Most local Spark cores (threads) a command takes: far more than a machine running it has."""
+MAX_INTERVAL_S = 86_400.0
+"""Longest interval, lifetime or refresh period: a day."""
+MAX_TIMEOUT_S = 7 * 86_400.0
+MAX_DEMO_SCALE = 100.0
+
+
+def _positive(kind: type[int] | type[float], most: float) -> Callable[[str], int | float]:
+    """A number greater than 0 and at most `most` (NaN and infinities are no numbers here)."""
+    return _bounded(kind, None, most)
+
+
+def _bounded(kind: type[int] | type[float], least: float | None, most: float) -> Callable[[str], int | float]:
+    """A number from `least` to `most` (None: greater than 0), refused in one line otherwise."""
+    bounds = f"positive and at most {most:g}" if least is None else f"from {least:g} to {most:g}"
+    what = "an integer" if kind is int else "a number"
+
     def parse(text: str) -> int | float:
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, {bounds}; got {text!r}") from None
+        low_ok = value > 0 if least is None else value >= least
+        if not (math.isfinite(value) and low_ok and value <= most):
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {text}")
         return value
 
     return parse
+
+
+def _cores(text: str) -> int:
+    """Local Spark cores: 1 to `MAX_CORES`."""
+    return int(_positive(int, MAX_CORES)(text))
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments end in one line on stderr and exit code 2, not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE`` and where the options are described; exit 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _port_or_off(text: str) -> int:
@@ -283,7 +328,7 @@ def _port_or_off(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``floe`` command."""
-    parser = argparse.ArgumentParser(prog="floe", description="Keep Apache Iceberg tables compacted.")
+    parser = _Parser(prog="floe", description="Keep Apache Iceberg tables compacted.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -301,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the plan (or what a job would remove) and change nothing",
     )
     opt.add_argument("--max-age", help="expire: snapshots older than this expire (default 5d)")
+    # --min-snapshots and --manifest-trigger are bounded by spec.maintenance's model (exit 2).
     opt.add_argument("--min-snapshots", type=int, help="expire: newest snapshots always kept (default 1)")
     opt.add_argument("--older-than", help="orphans: minimum file age (default 3d); retention: row age")
     opt.add_argument(
@@ -316,13 +362,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--target-size",
         help="output file size, e.g. 128Mi (default: the table's write.target-file-size-bytes, else 128Mi)",
     )
-    opt.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
+    opt.add_argument("--cores", type=_cores, default=2, help="local Spark cores (default 2)")
     opt.set_defaults(handler=_optimize)
 
     demo = sub.add_parser("demo", help="stream into local tables, optimize them, show before/after")
     demo.add_argument("--dir", default=".floe-demo", help="where the catalog and warehouse go")
-    demo.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
-    demo.add_argument("--scale", type=float, default=1.0, help="multiply the demo's data volume")
+    demo.add_argument("--cores", type=_cores, default=2, help="local Spark cores (default 2)")
+    demo.add_argument(
+        "--scale", type=_positive(float, MAX_DEMO_SCALE), default=1.0, help="multiply the demo's data volume"
+    )
     demo.add_argument("--write-only", action="store_true", help="write the tables, do not optimize them")
     demo.set_defaults(handler=_demo)
 
@@ -330,14 +378,23 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-f", "--file", required=True, help="manifest file or directory (re-read on change)")
     run.add_argument("--catalog-config", help="catalog properties for tables whose manifest gives none")
     run.add_argument("--once", action="store_true", help="exit when every table is idle")
-    run.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
-    run.add_argument("--refresh-interval", type=float, default=10.0, help="seconds between table refreshes")
-    run.add_argument("--timeout", type=float, help="with --once: give up after this many seconds")
+    run.add_argument("--cores", type=_cores, default=2, help="local Spark cores (default 2)")
+    run.add_argument(
+        "--refresh-interval",
+        type=_positive(float, MAX_INTERVAL_S),
+        default=10.0,
+        help="seconds between table refreshes",
+    )
+    run.add_argument(
+        "--timeout", type=_positive(float, MAX_TIMEOUT_S), help="with --once: give up after this many seconds"
+    )
     run.set_defaults(handler=_run)
 
     op = sub.add_parser("operator", help="the Kubernetes operator: kopf handlers, task service, engine")
     op.add_argument("--namespace", action="append", help="watch only this namespace (repeatable)")
-    op.add_argument("--service-port", type=int, default=7070, help="task service port (default 7070)")
+    op.add_argument(
+        "--service-port", type=_bounded(int, 1, 65535), default=7070, help="task service port (default 7070)"
+    )
     op.add_argument("--standalone", action="store_true", help="no peering: this replica always leads")
     op.add_argument(
         "--no-create-peering",
@@ -353,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     op.add_argument(
         "--peering-lifetime",
-        type=_positive(int),
+        type=_positive(int, MAX_INTERVAL_S),
         default=60,
         metavar="SECONDS",
         help="how long a replica's peering record counts without renewal: a crashed leader's "
@@ -361,14 +418,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     op.add_argument(
         "--secret-interval",
-        type=_positive(float),
+        type=_positive(float, MAX_INTERVAL_S),
         default=30.0,
         metavar="SECONDS",
         help="how often the catalog Secrets of tables are re-read (default 30)",
     )
     op.add_argument(
         "--refresh-interval",
-        type=_positive(float),
+        type=_positive(float, MAX_INTERVAL_S),
         default=10.0,
         metavar="SECONDS",
         help="how often each table is checked for new snapshots (default 10): one query per catalog "
@@ -426,7 +483,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as exc:
         _stop_local_spark()
         outcome = exc.outcome or "stopped before anything was written"
-        _console(stderr=True).print(f"interrupted by {exc.signal_name}: {escape(outcome)}", highlight=False)
+        _console(stderr=True).print(
+            f"interrupted by {exc.signal_name}: {escape(_REDACT(outcome))}", highlight=False
+        )
         return exc.exit_code
     except KeyboardInterrupt:  # SIGINT taken by Spark's handler before floe's came back
         _console(stderr=True).print("interrupted by SIGINT", highlight=False)

@@ -921,3 +921,54 @@ def test_a_periodic_listing_reads_the_optimized_tables_only_when_something_chang
     k8s.wait_for("the new table's OptimizedTable", lambda: "sales.refunds" in set_tables(), timeout=60)
     k8s.kubectl("delete", "ots", "quiet", "-n", namespace)
     k8s.kubectl("delete", "og", "quiet", "-n", namespace)
+
+
+def test_kopfs_record_of_the_handled_spec_holds_no_inline_credential(
+    k8s: K8sCluster, namespace: str, controller: Controller
+) -> None:
+    """kopf's last-handled-configuration annotation holds digests where the spec has inline
+    credentials (by name, or marked in `secretProperties`), and a changed credential is still a
+    change the operator handles."""
+    _apply(k8s, _group("annotated", namespace, executors=0))
+    properties = {"type": "rest", "uri": "http://127.0.0.1:9", "credential": f"id:{SECRET_VALUE}"}
+    table = {
+        "apiVersion": "floe.dev/v1alpha1",
+        "kind": "OptimizedTable",
+        "metadata": {"name": "inline", "namespace": namespace},
+        "spec": {
+            "table": "db.t",
+            "group": "annotated",
+            "catalog": {
+                "name": "c",
+                "properties": {**properties, "tenant": "T3NANT-never-shown"},
+                "secretProperties": ["tenant"],
+            },
+        },
+    }
+    table_id = f"{namespace}/inline"
+
+    def record() -> str | None:
+        found = _get(k8s, "ot", "inline", "-n", namespace) or {}
+        annotations = found.get("metadata", {}).get("annotations") or {}
+        return annotations.get("floe.dev/last-handled-configuration")
+
+    def handled(credential: str) -> bool:
+        resource = controller.resources.get(table_id)
+        return resource is not None and resource.spec.catalog.properties.get("credential") == credential
+
+    _apply(k8s, table)
+    k8s.wait_for(
+        "the table handled and its spec recorded", lambda: handled(f"id:{SECRET_VALUE}") and bool(record())
+    )
+    first = str(record())
+    assert SECRET_VALUE not in first and "T3NANT-never-shown" not in first
+    assert '"uri":"http://127.0.0.1:9"' in first, "what is not a credential stays as it is"
+
+    table["spec"]["catalog"]["properties"]["credential"] = "id:0THER-never-shown"  # type: ignore[index]
+    _apply(k8s, table)
+    k8s.wait_for(
+        "the changed credential handled", lambda: handled("id:0THER-never-shown") and record() != first
+    )
+    assert "0THER-never-shown" not in str(record())
+    k8s.kubectl("delete", "ot", "inline", "-n", namespace, "--timeout=60s")
+    k8s.kubectl("delete", "og", "annotated", "-n", namespace, "--wait=true", "--timeout=60s")

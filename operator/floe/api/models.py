@@ -453,6 +453,12 @@ class CatalogRef(_Model):
         pattern=DNS1123_SUBDOMAIN,
         description="Secret holding the catalog properties, in the table's namespace",
     )
+    secret_properties: list[PropertyKey] = Field(
+        default_factory=list,
+        max_length=MAX_PROPERTIES,
+        description="names of further catalog properties (inline or from the Secret) whose values are "
+        "secret: masked wherever floe writes text, as are those whose names suggest a secret",
+    )
 
     def with_properties_under(self, properties: Mapping[str, str]) -> CatalogRef:
         """This catalog with `properties` (a Secret's) under its inline ones: inline wins, it is explicit."""
@@ -639,6 +645,7 @@ class MaintenanceSpec(_Model):
     executors_at_files: Integer = Field(
         default=10000,
         ge=0,
+        le=INT32_MAX,
         description="from this many live data and delete files on, the group's executors do the heavy "
         "file work: orphan cleanup's listing, manifest reading and deletes, and expiry's deletes "
         "(0: always, while the group has an optimizer running)",

@@ -54,7 +54,6 @@ from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
 from floe.tables.manifest_io import ROW_LINEAGE_VERSION, content_key, manifest_entries, snapshot_manifests
 from floe.tables.support import SUPPORTED_FORMAT_VERSIONS, UnsupportedTableError
-from floe.tables.v3_metadata import allow_v3_metadata_writes
 
 V3_DATA_FILE_FIELDS = len(DATA_FILE_TYPE[ROW_LINEAGE_VERSION].fields)
 V3_MANIFEST_FIELDS = len(MANIFEST_LIST_FILE_SCHEMAS[ROW_LINEAGE_VERSION].fields)
@@ -245,8 +244,6 @@ class SnapshotDraft:
         version = self.metadata.format_version
         if version not in SUPPORTED_FORMAT_VERSIONS:
             raise UnsupportedTableError(".".join(self.table.name()), [f"format version {version}"])
-        if version >= ROW_LINEAGE_VERSION:
-            allow_v3_metadata_writes()
         self.snapshot_id = self.metadata.new_snapshot_id()
 
     @property

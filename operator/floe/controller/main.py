@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 
 from floe.controller import groups, table_sets, tables
+from floe.controller.diffbase import CredentialFreeDiffBase
 from floe.controller.kube import Kube, load_config
 from floe.controller.runtime import Controller, OperatorConfig, install_redaction
 
@@ -47,7 +48,8 @@ def kopf_settings(config: OperatorConfig) -> dict[str, Any]:
 def _configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Handler progress goes into annotations: floe's status schema has no place for kopf's.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="floe.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="floe.dev")
+    # kopf's record of the last handled spec, with digests where the spec has credentials.
+    settings.persistence.diffbase_storage = CredentialFreeDiffBase(prefix="floe.dev")
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 60
     controller: Controller | None = getattr(memo, "controller", None)

@@ -377,7 +377,7 @@ class Controller:
             self._catalog_secret_failed(table_id, exc.problem)
             self.flusher.flush(only={table_id})
             return
-        self.redact.add(properties)
+        self.redact.add(properties, base.spec.catalog.secret_properties)
         self._catalog_secret_read(table_id)
         self._register(table_id, with_catalog_properties(base, properties), status, properties)
 
@@ -445,7 +445,8 @@ class Controller:
         """Create or update the table's runtime; a new one takes its last optimizing times and
         maintenance runs from ``status`` (a restart, or a follower that became the leader).
         `secret_properties`: what the table's catalog Secret holds, if it names one."""
-        self.redact.add(resource.spec.catalog.properties)  # inline credentials too
+        # Inline credentials too, and the names the user marks secret.
+        self.redact.add(resource.spec.catalog.properties, resource.spec.catalog.secret_properties)
         mounted = self.mounted_secret_properties(resource, secret_properties) if secret_properties else None
         with self.apply_lock:  # against a concurrent Secret refresh applying an older spec
             self.awaiting_secret.pop(table_id, None)

@@ -282,7 +282,7 @@ def _open_catalog(controller: Controller, table_set: OptimizedTableSet) -> Catal
     if catalog.secret_ref is not None:
         secret = read_catalog_properties(controller.kube, catalog.secret_ref, table_set.metadata.namespace)
         catalog = catalog.with_properties_under(secret)
-    controller.redact.add(catalog.properties)
+    controller.redact.add(catalog.properties, catalog.secret_properties)
     return open_catalog(catalog)
 
 

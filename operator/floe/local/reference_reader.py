@@ -124,18 +124,22 @@ def java_catalog_properties(properties: Mapping[str, str]) -> dict[str, str]:
     """Return Iceberg Java catalog properties for a catalog that pyiceberg opens with ``properties``.
 
     ``type: rest`` gives ``rest_catalog_properties``; ``type: sql`` with a
-    ``sqlite:///path`` ``uri`` and a ``warehouse`` gives ``jdbc_catalog_properties``.
-    Other catalogs are not supported.
+    ``sqlite:///path`` ``uri`` and a ``warehouse`` gives ``jdbc_catalog_properties``;
+    ``type: hive`` gives Iceberg's Hive catalog on the same metastore ``uri`` and
+    ``warehouse``. Other catalogs are not supported.
     """
     kind = properties.get("type")
     if kind == "rest":
         return rest_catalog_properties(properties)
+    if kind == "hive":
+        hive = {"type": "hive", "uri": properties["uri"], "cache-enabled": "false"}
+        return hive | ({"warehouse": properties["warehouse"]} if "warehouse" in properties else {})
     if kind == "sql":
         uri = properties.get("uri", "")
         if not uri.startswith(_SQLITE_URI_PREFIX) or "warehouse" not in properties:
             raise ValueError(f"only SQLite sql catalogs with a warehouse are supported, got uri {uri!r}")
         return jdbc_catalog_properties(Path(uri.removeprefix(_SQLITE_URI_PREFIX)), properties["warehouse"])
-    raise ValueError(f"the reference reader supports catalogs of type 'rest' and 'sql', not {kind!r}")
+    raise ValueError(f"the reference reader supports catalogs of type 'rest', 'sql' and 'hive', not {kind!r}")
 
 
 def _require_catalog_tables(sqlite_path: Path) -> None:

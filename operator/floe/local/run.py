@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from floe.api.inheritance import SettingsLayer, effective_spec, group_layer, set_layer
@@ -33,6 +34,7 @@ from floe.service.engine import EngineEvent, OptimizingEngine, TableView
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.tables.catalog import open_catalog
+from floe.tables.credentials import Redactor
 from floe.tables.selection import TableSelector, claim_tables, list_table_identifiers, set_table_manifest
 from floe_optimizer.app import Optimizer
 from floe_optimizer.spark_runner import wait_for_idle_executors
@@ -46,6 +48,8 @@ class ManifestWatcher:
 
     path: Path
     catalog: CatalogRef | None
+    redact: Redactor = field(default_factory=Redactor)
+    """Learns every catalog's credentials the manifests name, for what `floe run` prints."""
     problems: dict[str, str] = field(default_factory=dict)
     """Per OptimizedTableSet (namespace/name) whose catalog could not be listed: why. Its tables
     stay as last listed."""
@@ -92,7 +96,7 @@ class ManifestWatcher:
         return self.catalog if self.catalog is not None and not catalog.properties else catalog
 
     def _with_catalog(self, table: OptimizedTable) -> OptimizedTable:
-        catalog = self._catalog_for(table.spec.catalog)
+        catalog = self._learn(self._catalog_for(table.spec.catalog))
         return table.model_copy(update={"spec": table.spec.model_copy(update={"catalog": catalog})})
 
     def _selected(self, table_set: OptimizedTableSet) -> list[str]:
@@ -102,7 +106,7 @@ class ManifestWatcher:
         at, spec, selected = self._listed.get(key, (None, None, []))
         if at is not None and spec == table_set.spec and time.monotonic() - at < table_set.spec.list_interval:
             return selected
-        catalog = self._catalog_for(table_set.spec.catalog)
+        catalog = self._learn(self._catalog_for(table_set.spec.catalog))
         try:
             identifiers = list_table_identifiers(open_catalog(catalog))
         except Exception as exc:  # whatever the catalog says: the tables stay as they were
@@ -112,6 +116,11 @@ class ManifestWatcher:
             selected = TableSelector(table_set.spec.include, table_set.spec.exclude).select(identifiers)
         self._listed[key] = (time.monotonic(), table_set.spec, selected)
         return selected
+
+    def _learn(self, catalog: CatalogRef) -> CatalogRef:
+        """`catalog`, its credentials now masked in whatever `floe run` prints."""
+        self.redact.add(catalog.properties, catalog.secret_properties)
+        return catalog
 
 
 def _resolved(
@@ -128,10 +137,15 @@ def _key(table_set: OptimizedTableSet) -> str:
     return f"{table_set.metadata.namespace}/{table_set.metadata.name}"
 
 
-def render(views: list[TableView], events: list[EngineEvent]) -> RichTable:
-    """The live view: one row per table, then the latest events."""
+def render(views: list[TableView], events: list[EngineEvent], redact: Callable[[str], str]) -> RichTable:
+    """The live view: one row per table, then the latest events; every text `redact`ed and shown
+    as it is (no rich markup read from it)."""
+
+    def shown(text: str) -> str:
+        return escape(redact(text))
+
     out = RichTable(
-        title="floe run", caption="\n".join(f"{e.reason}: {e.table_id}: {e.message}" for e in events)
+        title="floe run", caption="\n".join(shown(f"{e.reason}: {e.table_id}: {e.message}") for e in events)
     )
     for column in (
         "table",
@@ -150,8 +164,8 @@ def render(views: list[TableView], events: list[EngineEvent]) -> RichTable:
     for v in views:
         note = v.last_error or (v.pending_reason if v.state == "PENDING" else v.last_result)
         out.add_row(
-            v.table,
-            v.group,
+            shown(v.table),
+            shown(v.group),
             v.state,
             f"{v.quota:g}",
             f"{v.occupation:.0%}",
@@ -159,8 +173,8 @@ def render(views: list[TableView], events: list[EngineEvent]) -> RichTable:
             str(v.delete_files),
             str(v.running_tasks),
             str(v.queued_tasks),
-            _maintenance_note(v),
-            note,
+            shown(_maintenance_note(v)),
+            shown(note),
         )
     return out
 
@@ -185,16 +199,23 @@ def run_engine(
     catalog: CatalogRef | None,
     once: bool,
     console: Console,
+    redact: Redactor,
     cores: int = 2,
     refresh_interval_s: float = 10.0,
     timeout_s: float | None = None,
 ) -> int:
-    """Run until interrupted (or, with `once`, until settled). Returns the exit code."""
-    watcher = ManifestWatcher(manifests, catalog)
+    """Run until interrupted (or, with `once`, until settled). Returns the exit code. Every text
+    printed passes through `redact`, which learns the credentials of every catalog the
+    manifests name."""
+
+    def warn(subject: str, text: str) -> None:
+        console.print(f"[yellow]{escape(redact(subject))}[/yellow]: {escape(redact(text))}", highlight=False)
+
+    watcher = ManifestWatcher(manifests, catalog, redact)
     watcher.changed()
     groups, tables = watcher.load()
     for table_set, problem in watcher.problems.items():
-        console.print(f"[yellow]{table_set}[/yellow]: {problem}")
+        warn(table_set, problem)
     # Even on this machine the service listens on a port other local users can reach: only
     # the optimizers started here, which are handed this token, may register and take tasks.
     token = secrets.token_urlsafe(32)
@@ -214,7 +235,8 @@ def run_engine(
     interrupted: Interrupted | None = None
     try:
         _apply(engine, groups, tables, optimizers, server.url, token, spark)
-        with Live(render(engine.table_views(), events[-5:]), console=console, auto_refresh=False) as live:
+        view = render(engine.table_views(), events[-5:], redact)
+        with Live(view, console=console, auto_refresh=False) as live:
             while True:
                 # A signal takes effect between ticks: a commit in flight is never cut in half.
                 with deferred_interrupts():
@@ -223,8 +245,8 @@ def run_engine(
                     groups, tables = watcher.load()
                     _apply(engine, groups, tables, optimizers, server.url, token, spark)
                     for table_set, problem in watcher.problems.items():
-                        console.print(f"[yellow]{table_set}[/yellow]: {problem}")
-                live.update(render(engine.table_views(), events[-5:]), refresh=True)
+                        warn(table_set, problem)
+                live.update(render(engine.table_views(), events[-5:], redact), refresh=True)
                 if once and engine.converged():
                     break
                 if timeout_s is not None and time.monotonic() - started > timeout_s:
@@ -250,15 +272,15 @@ def run_engine(
         raise interrupted
     stuck = engine.stuck_tables()
     for table_id, reason in stuck.items():
-        console.print(f"[yellow]{table_id}[/yellow]: {reason}")
+        warn(table_id, reason)
     refused = [
-        f"[yellow]{view.table_id}[/yellow]: {job} {run.result}"
+        (view.table_id, f"{job} {run.result}")
         for view in engine.table_views()
         for job, run in view.maintenance.items()
         if run.refused
     ]
-    for line in refused:
-        console.print(line, highlight=False)
+    for table_id, text in refused:
+        warn(table_id, text)
     return 1 if stuck or refused else 0
 
 

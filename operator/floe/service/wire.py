@@ -16,11 +16,19 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from floe.api.models import MAX_EXECUTOR_CORES, MAX_EXECUTORS, MAX_SUBDOMAIN_LENGTH
 from floe.maintenance.file_tasks import DeleteFilesResult, OrphanScanResult
 from floe.optimizer.task_spec import RewriteTaskResult
 from floe.scheduling.assignment import TaskAssignment
 
 API_VERSION = "v1"
+MAX_OPTIMIZER_THREADS = MAX_EXECUTORS * MAX_EXECUTOR_CORES
+"""Most task threads one optimizer registers: a group's at its largest. Quotas and the scheduler's
+thread count are computed from it, so a larger claim is refused (422), not believed."""
+MAX_GROUP_KEY_LENGTH = 2 * MAX_SUBDOMAIN_LENGTH + 1
+"""A group's key in the service: its name, or ``namespace/name``."""
+MAX_MEMORY_BYTES = 2**63 - 1
+"""int64, as every quantity floe reads."""
 
 
 def _result_kind(value: object) -> str:
@@ -45,10 +53,14 @@ class _Wire(BaseModel):
 class RegisterRequest(_Wire):
     """An optimizer introduces itself to the group it serves."""
 
-    group: str = Field(min_length=1)
-    threads: int = Field(ge=1, description="task threads this optimizer runs in parallel")
-    memory_bytes: int = Field(ge=0, description="memory available to its tasks")
-    name: str = Field(default="", description="free-form, e.g. the driver pod name")
+    group: str = Field(min_length=1, max_length=MAX_GROUP_KEY_LENGTH)
+    threads: int = Field(
+        ge=1, le=MAX_OPTIMIZER_THREADS, description="task threads this optimizer runs in parallel"
+    )
+    memory_bytes: int = Field(ge=0, le=MAX_MEMORY_BYTES, description="memory available to its tasks")
+    name: str = Field(
+        default="", max_length=MAX_SUBDOMAIN_LENGTH, description="free-form, e.g. the driver pod name"
+    )
 
 
 class RegisterResponse(_Wire):
@@ -63,7 +75,7 @@ class RegisterResponse(_Wire):
 class PollRequest(_Wire):
     """A thread asks for work, waiting up to ``wait_s`` for some (long poll)."""
 
-    thread: int = Field(ge=0)
+    thread: int = Field(ge=0, lt=MAX_OPTIMIZER_THREADS)
     wait_s: float = Field(default=20.0, ge=0, le=60)
 
 
@@ -76,7 +88,7 @@ class PollResponse(_Wire):
 class NextPoll(_Wire):
     """With a completion: hand this thread its next task in the same answer, if one is ready."""
 
-    thread: int = Field(ge=0)
+    thread: int = Field(ge=0, lt=MAX_OPTIMIZER_THREADS)
 
 
 class CompleteRequest(_Wire):
@@ -116,8 +128,14 @@ class ExecutorsQuery(_Wire):
     """A driver asks how many executors its group should run, waiting up to ``wait_s`` for the
     count to differ from ``known`` (long poll)."""
 
-    group: str = Field(min_length=1, description="the group, as the driver registers with it")
-    known: int | None = Field(default=None, ge=0, description="the count the driver runs now")
+    group: str = Field(
+        min_length=1,
+        max_length=MAX_GROUP_KEY_LENGTH,
+        description="the group, as the driver registers with it",
+    )
+    known: int | None = Field(
+        default=None, ge=0, le=MAX_EXECUTORS, description="the count the driver runs now"
+    )
     wait_s: float = Field(default=0.0, ge=0, le=60, description="seconds to wait for another count")
 
 
@@ -127,6 +145,7 @@ class GroupExecutors(_Wire):
     group: str
     executors: int | None = Field(
         ge=0,
+        le=MAX_EXECUTORS,
         description="null while the operator has not decided one since it started: the driver "
         "then keeps following its scale file",
     )

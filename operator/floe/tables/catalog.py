@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
@@ -40,7 +41,8 @@ def catalog_ref_from_file(path: Path) -> CatalogRef:
     """Read a catalog config file.
 
     Two layouts are accepted: pyiceberg's own ``.pyiceberg.yaml`` (``catalog: {NAME: {props}}``,
-    first catalog used) or a flat mapping with ``name`` plus the properties.
+    first catalog used) or a flat mapping with ``name`` plus the properties. In both, a top-level
+    ``secretProperties`` lists further property names whose values are secret (`CatalogRef`).
     """
     if not path.is_file():
         raise CatalogConfigError(f"catalog config {path}: no such file")
@@ -50,6 +52,17 @@ def catalog_ref_from_file(path: Path) -> CatalogRef:
         raise CatalogConfigError(f"catalog config {path}: not valid YAML: {exc}") from exc
     if not isinstance(document, dict):
         raise CatalogConfigError(f"catalog config {path}: expected a mapping of catalog properties")
+    marked = document.pop("secretProperties", [])
+    name, properties = _named_properties(path, document)
+    try:
+        return CatalogRef(name=name, properties=properties, secret_properties=marked)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise CatalogConfigError(f"catalog config {path}: {where}: {error['msg']}") from exc
+
+
+def _named_properties(path: Path, document: dict[Any, Any]) -> tuple[str, dict[str, str]]:
     if isinstance(document.get("catalog"), dict):
         catalogs = document["catalog"]
         if not catalogs:
@@ -57,12 +70,12 @@ def catalog_ref_from_file(path: Path) -> CatalogRef:
         name, props = next(iter(catalogs.items()))
         if not isinstance(props, dict):
             raise CatalogConfigError(f"catalog config {path}: catalog {name!r} must be a mapping")
-        return CatalogRef(name=str(name), properties={str(k): str(v) for k, v in props.items()})
+        return str(name), {str(k): str(v) for k, v in props.items()}
     props = {str(k): str(v) for k, v in document.items()}
     name = props.pop("name", "")
     if not name:
         raise CatalogConfigError(f"catalog config {path}: missing 'name' (the catalog's name)")
-    return CatalogRef(name=name, properties=props)
+    return name, props
 
 
 def open_catalog(ref: CatalogRef) -> Catalog:

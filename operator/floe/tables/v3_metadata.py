@@ -6,8 +6,9 @@ pyiceberg 0.12 parses v3 metadata (``next-row-id``, snapshots' ``first-row-id`` 
 itself (SQL, Glue, Hive; not REST, where the server writes it) cannot commit to a v3 table.
 The refusal is a blanket guard: serialized by pydantic as v1 and v2 metadata are, a metadata
 file written by Iceberg Java 1.10 comes back with every field it had (`tests/test_v3_maintenance.py`
-checks this on one Spark writes). floe writes v3 metadata only after producing the v3
-manifests and manifest list itself (`floe.commit.snapshot`).
+checks this on one Spark writes). Snapshots floe adds carry v3 manifests and manifest lists it
+writes itself (`floe.commit.snapshot`); expiry's commit changes the metadata only. Importing
+`floe.tables` turns this on, so every floe process has it before its first commit.
 """
 
 from __future__ import annotations
