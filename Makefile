@@ -23,7 +23,7 @@ LINT_DIRS := $(wildcard operator optimizer_image tests scripts)
 # mypy fails on a directory without Python files, and optimizer_image may still be empty.
 MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
 
-.PHONY: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env hive-env host-env kind-env images lint test demo cluster cluster-catalog cluster-down
+.PHONY: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env host-env kind-env images lint test demo cluster cluster-catalog cluster-down
 
 venv: $(VENV_STAMP)
 
@@ -59,11 +59,6 @@ moto-env:
 rest-catalog-env:
 	scripts/rest-catalog/build.sh >/dev/null
 
-# thrift for pyiceberg's Hive catalog in tests/test_v3_catalogs.py, in a directory of its own (the
-# metastore is Hive 2.3.9's, from pyspark's jars; see the script).
-hive-env: venv
-	FLOE_HIVE_PYTHON=.venv/bin/python scripts/hive/build.sh >/dev/null
-
 # podman (runc, the ulimits kind's nodes need) and debootstrap, installed and configured only where
 # missing; the images are built with podman, and kind runs on it where no Docker engine answers.
 host-env:
@@ -97,7 +92,7 @@ lint: venv
 	$(VENV)/bin/mypy --strict $(MYPY_DIRS)
 	$(VENV)/bin/lint-imports --no-cache
 
-test: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env hive-env kind-env images lint
+test: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env kind-env images lint
 	@rc=0; $(VENV)/bin/pytest -q || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$rc

@@ -4,17 +4,12 @@
 ``hive_metastore`` prepares an embedded Derby database (the metastore's schema is created by
 DataNucleus on first use; the transaction and lock tables, which every Hive catalog commit
 locks through, by ``scripts/hive/PrepareTxnTables.java``), then runs the metastore's Thrift
-server on a free loopback port as a subprocess that logs to a file. pyiceberg's Hive catalog
-needs the thrift package, which floe does not depend on: ``scripts/hive/build.sh`` installs it
-into a directory of its own, which ``hive_metastore`` puts on this process's path and which
-floe processes started by a test get through ``HiveMetastore.pythonpath``.
+server on a free loopback port as a subprocess that logs to a file.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,7 +18,6 @@ from pathlib import Path
 import pyspark
 from rest_s3 import SCRIPTS, ServerProcess, free_port
 
-HIVE_BUILD = SCRIPTS / "hive" / "build.sh"
 PREPARE_TXN_TABLES = SCRIPTS / "hive" / "PrepareTxnTables.java"
 PYSPARK_JARS = Path(pyspark.__file__).parent / "jars"
 _JAVA_OPTIONS = [
@@ -49,8 +43,6 @@ class HiveMetastore:
 
     uri: str
     warehouse: str
-    pythonpath: str
-    """The directory holding thrift, for the Python path of floe processes."""
 
     def properties(self) -> dict[str, str]:
         """pyiceberg catalog properties of the metastore; a Hive 2 metastore knows no ``timestamp
@@ -62,16 +54,6 @@ class HiveMetastore:
 @contextmanager
 def hive_metastore(work_dir: Path) -> Iterator[HiveMetastore]:
     """Run a fresh metastore with its database, warehouse and log (``metastore.log``) in ``work_dir``."""
-    build = subprocess.run(
-        [str(HIVE_BUILD)],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=True,
-        env={**os.environ, "FLOE_HIVE_PYTHON": sys.executable},
-    )
-    pylib = build.stdout.strip()
-    if pylib not in sys.path:
-        sys.path.append(pylib)
     work_dir.mkdir(parents=True, exist_ok=True)
     (work_dir / "log4j2.properties").write_text(_LOG4J)
     warehouse = (work_dir / "warehouse").resolve()
@@ -99,6 +81,6 @@ def hive_metastore(work_dir: Path) -> Iterator[HiveMetastore]:
     process = ServerProcess("Hive metastore", command, work_dir / "metastore.log")
     try:
         process.wait_for_port("127.0.0.1", port, timeout_s=180)
-        yield HiveMetastore(f"thrift://127.0.0.1:{port}", warehouse.as_uri(), pylib)
+        yield HiveMetastore(f"thrift://127.0.0.1:{port}", warehouse.as_uri())
     finally:
         process.stop()

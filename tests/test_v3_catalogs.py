@@ -52,9 +52,9 @@ KEPT_FROM_ID = 151
 Row = tuple[Any, ...]
 
 
-def _environment(*extra_path: str) -> dict[str, str]:
+def _environment() -> dict[str, str]:
     """The floe this test imports, on a fresh interpreter: nothing this test process did carries over."""
-    roots = (str(Path(floe.__file__).parents[1]), str(Path(floe_optimizer.__file__).parents[1]), *extra_path)
+    roots = (str(Path(floe.__file__).parents[1]), str(Path(floe_optimizer.__file__).parents[1]))
     return {**os.environ, "PYTHONPATH": os.pathsep.join(roots)}
 
 
@@ -88,10 +88,10 @@ def _cli_flags(spec: dict[str, Any]) -> list[str]:
     ]
 
 
-def _floe_optimize(config: Path, *extra_path: str) -> Callable[[str, dict[str, Any]], str]:
+def _floe_optimize(config: Path) -> Callable[[str, dict[str, Any]], str]:
     def run(job: str, spec: dict[str, Any]) -> str:
         command = [str(FLOE), "optimize", "--catalog-config", str(config), "db.t", "--type", job]
-        environment = _environment(*extra_path)
+        environment = _environment()
         done = subprocess.run(
             [*command, *_cli_flags(spec)], env=environment, capture_output=True, text=True, check=False
         )
@@ -268,7 +268,7 @@ def test_every_job_through_a_hive_catalog(reference: ReferenceReader, tmp_path: 
         catalog = V3Catalog(
             HIVE_CATALOG,
             lambda: load_catalog(HIVE_CATALOG, **metastore.properties()),
-            _floe_optimize(config, metastore.pythonpath),
+            _floe_optimize(config),
             _plant_local,
             orphans_age=True,
         )
