@@ -1,5 +1,8 @@
 """The seed's choices: which table each operation goes to, which writer commits it, on which keys.
 
+Each table's writers take turns in rounds (each writer once a round, in an order the seed draws),
+once the table has a few rows to work on.
+
 The operations of a seed are a fixed sequence (the same seed gives the same operations in the same
 order, whatever the timing), except that the keys an operation targets come from the rows the
 writers have committed so far, which depends on which commits lost to a conflict.
@@ -13,17 +16,6 @@ from .oracle import TableOracle
 from .rows import Delete, Insert, Merge, Op, Row, Update, Upsert, new_row
 from .writers import SoakTable
 
-# Relative weights of the writers; a table with few rows gets rows first.
-WEIGHTS = {
-    "spark-insert": 2,
-    "pyiceberg-append": 2,
-    "spark-delete": 2,
-    "spark-update": 2,
-    "spark-merge": 2,
-    "java-row-delta": 3,
-    "floe-row-delta": 2,
-    "flink-upsert": 1,
-}
 INSERTING = ("spark-insert", "pyiceberg-append", "java-row-delta", "floe-row-delta")
 FEW_ROWS = 8
 
@@ -38,6 +30,7 @@ class Choices:
         self.writers = writers
         self._rng = random.Random(seed)
         self._next_key = dict.fromkeys((t.identifier for t in tables), 0)
+        self._rounds: dict[str, list[str]] = {t.identifier: [] for t in tables}
         self._number = 0
 
     def next(self, oracles: dict[str, TableOracle]) -> tuple[SoakTable, Op]:
@@ -48,8 +41,13 @@ class Choices:
         keys = oracles[table.identifier].recent_keys()
         names = self.writers[table.identifier]
         if len(keys) < FEW_ROWS:
-            names = [n for n in names if n in INSERTING]
-        writer = rng.choices(names, weights=[WEIGHTS[n] for n in names])[0]
+            writer = rng.choice([n for n in names if n in INSERTING])
+        else:
+            # Every writer once a round, in an order of the seed's: a short run has them all.
+            round_ = self._rounds[table.identifier]
+            if not round_:
+                round_ += rng.sample(names, len(names))
+            writer = round_.pop()
         return table, self._op(table, writer, keys)
 
     def _op(self, table: SoakTable, writer: str, keys: list[int]) -> Op:

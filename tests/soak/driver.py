@@ -46,6 +46,9 @@ class Report:
 
     figures: Figures = field(default_factory=Figures)
     failures: list[Failure] = field(default_factory=list)
+    notes: list[Failure] = field(default_factory=list)
+    """floe's Warning Events on a seed's tables after they left it (a job cut short then): shown,
+    not failures of the soak."""
 
     def describe(self) -> str:
         """The figures, then every failure with its seed."""
@@ -56,6 +59,9 @@ class Report:
             lines += [f.describe() for f in self.failures]
         else:
             lines.append("no failure")
+        if self.notes:
+            lines.append("after the tables left floe (not failures):")
+            lines += [n.describe() for n in self.notes]
         return "\n".join(lines)
 
 
@@ -127,13 +133,15 @@ class Soak:
         """Every seed of the settings, one after the other."""
         report = Report()
         for seed in self.settings.seeds:
-            figures, failures = self.run_seed(seed)
+            figures, failures, notes = self.run_seed(seed)
             report.figures.add(figures)
             report.failures += failures
+            report.notes += notes
         return report
 
-    def run_seed(self, seed: int) -> tuple[Figures, list[Failure]]:
-        """Write, maintain and check the seed's tables for ``seconds_per_seed``."""
+    def run_seed(self, seed: int) -> tuple[Figures, list[Failure], list[Failure]]:
+        """Write, maintain and check the seed's tables for ``seconds_per_seed``; returns the
+        figures, the failures and the notes."""
         started = time.monotonic()
         tables = seed_tables(self.catalog_name, seed)
         self.catalog.create_namespace(f"s{seed}")
@@ -163,6 +171,7 @@ class Soak:
         for table, procedure, error in maintainer.errors:
             failures.append(Failure(seed, table.identifier, f"Spark's {procedure}", (error,)))
         self._drain(histories, checkers, self.settings.drain_s)
+        failures += self._floe_failures(seed, figures)
         self.floe.remove(seed)
         self._drain(histories, checkers, DRAIN_QUIET_S)
         checking.stop()
@@ -180,13 +189,13 @@ class Soak:
                     )
                 )
             figures.commits.update(s.job for s in checker.history.all() if s.kind is not Kind.WRITER)
-        failures += self._floe_job_failures(seed, figures)
+        notes = self._floe_failures(seed, figures)
         problem = self.floe.problem()
         if problem is not None:
             failures.append(Failure(seed, "-", "floe run", tuple(problem.splitlines())))
         figures.seeds = [seed]
         figures.seconds = time.monotonic() - started
-        return figures, failures
+        return figures, failures, notes
 
     def _write(
         self,
@@ -240,18 +249,22 @@ class Soak:
             if error is not None:
                 failures.append(Failure(seed, table.identifier, where, (f"the writer failed: {error}",)))
 
-    def _floe_job_failures(self, seed: int, figures: Figures) -> list[Failure]:
-        """floe's maintenance jobs on the seed's tables that failed other than by a conflict (a
-        conflict is counted), one failure per job, table and error."""
-        counts: Counter[tuple[str, str, str]] = Counter()
-        for failed in self.floe.job_failures():
-            if failed.conflict:
-                figures.conflicts[f"floe:{failed.job}"] += 1
-            elif failed.table.startswith(f"default/s{seed}-"):
-                counts[(failed.job, failed.table, failed.error)] += 1
+    def _floe_failures(self, seed: int, figures: Figures) -> list[Failure]:
+        """floe's Warning Events on the seed's tables other than lost races (those are counted as
+        conflicts), one failure per table and reason, with its first message."""
+        counts: Counter[tuple[str, str]] = Counter()
+        first: dict[tuple[str, str], str] = {}
+        for warning in self.floe.warnings():
+            if warning.conflict:
+                figures.conflicts[f"floe:{warning.reason}"] += 1
+            elif warning.table.startswith(f"default/s{seed}-"):
+                counts[(warning.table, warning.reason)] += 1
+                first.setdefault((warning.table, warning.reason), warning.message)
         return [
-            Failure(seed, table, f"floe's {job} job", (f"failed {n} time(s): {error}",))
-            for (job, table, error), n in sorted(counts.items())
+            Failure(
+                seed, table, f"floe's {reason} event", (f"posted {n} time(s), first: {first[table, reason]}",)
+            )
+            for (table, reason), n in sorted(counts.items())
         ]
 
     def _drain(self, histories: dict[str, History], checkers: list[Checker], seconds: float) -> None:

@@ -25,26 +25,34 @@ from .writers import SoakTable
 
 GROUP = "soak"
 LOG_TAIL_LINES = 30
-# What floe logs when a job of a table fails; its traceback follows, ending in the error's line.
-JOB_FAILED = re.compile(r"^WARNING maintenance (?P<job>\S+) of (?P<table>\S+) failed")
-LOG_RECORD_STARTS = ("DEBUG ", "INFO ", "WARNING ", "ERROR ", "CRITICAL ", "END")
-# A job that lost to a concurrent commit (after floe's own retries) is no failure of floe's.
-FLOE_CONFLICTS = ("CommitFailedException", "RetentionAbandoned", "CommitConflict", "CommitAbandoned")
+# With -v floe logs every Event it posts: "INFO <kind> <table> <reason>: <message>".
+EVENT = re.compile(r"^INFO Warning (?P<table>\S+) (?P<reason>\w+): (?P<message>.*)$")
+# What floe's messages say when a job or a commit lost to a concurrent commit (after its own
+# retries): no failure of floe's.
+FLOE_CONFLICTS = (
+    "CommitFailedException",
+    "RetentionAbandoned",
+    "after planning",
+    "that may target data file",
+    "no longer an ancestor of main",
+    "main moved during each of",
+    "main kept moving",
+)
 
 
 @dataclass(frozen=True)
-class JobFailure:
-    """A maintenance job of one table that failed in ``floe run``."""
+class FloeWarning:
+    """A Warning Event ``floe run`` posted for one table."""
 
-    job: str
     table: str
     """The OptimizedTable (``default/s3-v3-flat``)."""
-    error: str
+    reason: str
+    message: str
 
     @property
     def conflict(self) -> bool:
-        """Whether it lost to a concurrent commit."""
-        return any(marker in self.error for marker in FLOE_CONFLICTS)
+        """Whether it says a job or commit lost to a concurrent commit."""
+        return any(marker in self.message for marker in FLOE_CONFLICTS)
 
 
 def table_manifest(table: SoakTable, seed: int) -> dict[str, Any]:
@@ -108,6 +116,7 @@ class FloeRun:
             sys.executable,
             "-m",
             "floe.cli",
+            "-v",  # floe then logs each Event it posts
             "run",
             "-f",
             str(self.manifests),
@@ -150,8 +159,8 @@ class FloeRun:
         lines = self.log_path.read_bytes().decode(errors="replace").splitlines()
         return "\n".join(lines[-LOG_TAIL_LINES:])
 
-    def job_failures(self) -> list[JobFailure]:
-        """The maintenance jobs that failed since the last call, from what floe logged."""
+    def warnings(self) -> list[FloeWarning]:
+        """The Warning Events floe posted since the last call, from its log."""
         if not self.log_path.exists():
             return []
         with self.log_path.open("rb") as log:
@@ -159,18 +168,12 @@ class FloeRun:
             text = log.read()
         complete = text.rfind(b"\n") + 1
         self._parsed += complete
-        found: list[JobFailure] = []
-        current: re.Match[str] | None = None
-        error = ""
-        for line in [*text[:complete].decode(errors="replace").splitlines(), "END"]:
-            if current is not None and line.startswith(LOG_RECORD_STARTS):
-                found.append(JobFailure(current["job"], current["table"], error))
-                current = None
-            if current is None:
-                current, error = JOB_FAILED.match(line), ""
-            elif line and not line.startswith((" ", "Traceback", "During handling", "The above exception")):
-                error = line.strip()[:400]  # the last one is the error raised
-        return found
+        lines = text[:complete].decode(errors="replace").splitlines()
+        return [
+            FloeWarning(m["table"], m["reason"], m["message"][:400])
+            for m in map(EVENT.match, lines)
+            if m is not None
+        ]
 
     def stop(self) -> None:
         """Stop it as Ctrl-C would (in-flight processes abandoned), then make sure it is gone."""
