@@ -1,10 +1,12 @@
 """The concurrency soak, short: a few seeds of every writer committing while `floe run` optimizes and
 maintains the same tables, each snapshot judged by Iceberg Java against the writers' oracle
 (tests/soak). The long run is `python -m tests.soak --seeds 20 --minutes 60`; a failing seed is
-replayed with `python -m tests.soak --seed-list SEED`."""
+replayed with `python -m tests.soak --seed-list SEED`, or here with `FLOE_SOAK_SEEDS=SEED,...`
+(and `FLOE_SOAK_SECONDS`, the seconds of writes per seed)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pyiceberg.catalog.sql import SqlCatalog
@@ -19,8 +21,8 @@ from soak.writers import SoakTable, Writers
 
 from floe.local.reference_reader import ReferenceReader
 
-SEEDS = [1, 2, 3]
-SECONDS_PER_SEED = 30.0
+SEEDS = [int(s) for s in os.environ.get("FLOE_SOAK_SEEDS", "1,2,3").split(",")]
+SECONDS_PER_SEED = float(os.environ.get("FLOE_SOAK_SECONDS", "30"))
 DRAIN_S = 10.0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -134,6 +135,12 @@ class Soak:
         report = Report()
         for seed in self.settings.seeds:
             figures, failures, notes = self.run_seed(seed)
+            print(
+                f"soak: seed {seed}: {figures.snapshots_checked} snapshots checked in "
+                f"{figures.seconds / 60:.1f} min, {len(failures)} failure(s)",
+                file=sys.stderr,
+                flush=True,
+            )
             report.figures.add(figures)
             report.failures += failures
             report.notes += notes
