@@ -22,7 +22,7 @@ from soak.writers import SoakTable, Writers
 from floe.local.reference_reader import ReferenceReader
 
 SEEDS = [int(s) for s in os.environ.get("FLOE_SOAK_SEEDS", "1,2,3").split(",")]
-SECONDS_PER_SEED = float(os.environ.get("FLOE_SOAK_SECONDS", "30"))
+SECONDS_PER_SEED = float(os.environ.get("FLOE_SOAK_SECONDS", "25"))
 DRAIN_S = 10.0
 
 

@@ -47,6 +47,7 @@ class Checker:
         self._expected = Expected(Counter())
         self._lineage: dict[int, int] | None = None
         self._touched: set[int] = set()
+        self._read_rows: dict[int, Rows] = {}
 
     def advance(self) -> bool:
         """Check every snapshot whose turn has come; returns whether any was."""
@@ -68,6 +69,18 @@ class Checker:
                 self._check(snap, expected)
             self._next += 1
             progressed = True
+
+    def recheck_retained(self) -> None:
+        """Read every snapshot the table still has again: expiry and orphan cleanup must have left
+        each one whole (the rows it had when it was checked)."""
+        for snap in self.history.all():
+            before = self._read_rows.get(snap.snapshot_id)
+            if before is None or snap.snapshot_id not in self.history.live_ids():
+                continue
+            read = self._read(snap)
+            if read is not None and read[0] != before:
+                lines = Expected(before).differences(read[0])
+                self._fail(snap, ["a retained snapshot no longer reads as it did when checked:", *lines])
 
     def unrecorded(self) -> list[Snap]:
         """Writer snapshots no operation claimed (after the writers stopped, each is a failure)."""
@@ -99,6 +112,7 @@ class Checker:
                 self.figures.snapshots_expired_first += 1
             return
         rows, row_ids = read
+        self._read_rows[snap.snapshot_id] = rows
         self.figures.snapshots_checked += 1
         lines = [*(lines or []), *expected.differences(rows)]
         if row_ids is not None:

@@ -185,6 +185,7 @@ class Soak:
         for checker in checkers:
             checker.history.poll()
             checker.advance()
+            checker.recheck_retained()
             figures.add(checker.figures)
             for snap in checker.unrecorded():
                 failures.append(
