@@ -142,7 +142,7 @@ class Checker:
                     return None
                 error = error_line(exc)
                 continue
-            rows: Rows = Counter(tuple(r[:5]) for r in result)  # type: ignore[misc]
+            rows: Rows = Counter(tuple(r[:5]) for r in result)
             return rows, ([(r[0], r[5]) for r in result] if lineage else None)
         self._fail(snap, [f"Iceberg Java cannot read the snapshot: {error}"])
         return None

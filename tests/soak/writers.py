@@ -215,10 +215,9 @@ class _JavaTable:
     """An Iceberg Java table, loaded through Spark's catalog, and its file descriptions."""
 
     def __init__(self, spark: SparkSession, name: str) -> None:
-        self.jvm: Any = spark._jvm
-        self.table: Any = self.jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-            spark._jsparkSession, name
-        )
+        jvm: Any = spark._jvm
+        self.jvm = jvm
+        self.table: Any = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
         gateway: Any = spark.sparkContext._gateway
         self._key_ids = gateway.new_array(gateway.jvm.int, 1)
         self._key_ids[0] = KEY_FIELD_ID
