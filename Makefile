@@ -23,7 +23,7 @@ LINT_DIRS := $(wildcard operator optimizer_image tests scripts)
 # mypy fails on a directory without Python files, and optimizer_image may still be empty.
 MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
 
-.PHONY: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env host-env kind-env images lint test demo cluster cluster-catalog cluster-down
+.PHONY: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env flink-env host-env kind-env images lint test demo cluster cluster-catalog cluster-down
 
 venv: $(VENV_STAMP)
 
@@ -53,6 +53,11 @@ checkov-env:
 # moto's S3 server for tests/test_maintenance_s3.py, in a virtualenv of its own (see the script).
 moto-env:
 	scripts/moto/build.sh >/dev/null
+
+# PyFlink and the Iceberg Flink runtime for the concurrency soak's Flink upsert writer
+# (tests/soak), in a virtualenv of its own: PyFlink's pins clash with floe's (see the script).
+flink-env:
+	scripts/flink/build.sh >/dev/null
 
 # Iceberg's REST catalog test server (JDBC on SQLite, S3FileIO) for tests/test_rest_catalog_s3.py
 # and the end-to-end tests: its jars fetched with Maven and cached by recipe (see the script).
@@ -92,7 +97,7 @@ lint: venv
 	$(VENV)/bin/mypy --strict $(MYPY_DIRS)
 	$(VENV)/bin/lint-imports --no-cache
 
-test: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env kind-env images lint
+test: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env flink-env kind-env images lint
 	@rc=0; $(VENV)/bin/pytest -q || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$rc

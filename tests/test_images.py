@@ -486,7 +486,7 @@ def test_dockerignore_keeps_what_the_images_copy_and_nothing_else() -> None:
         assert _dockerignored(path, lines), path
 
 
-@pytest.mark.parametrize("script", ["helm", "k8s-test-env", "moto", "checkov"])
+@pytest.mark.parametrize("script", ["helm", "k8s-test-env", "moto", "checkov", "flink"])
 def test_build_scripts_share_their_command_line(script: str, tmp_path: Path) -> None:
     """The cached build scripts take --check, --help and nothing else (scripts/lib/cached-build.sh)."""
     path = REPO_ROOT / "scripts" / script / "build.sh"
