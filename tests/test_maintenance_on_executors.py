@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from maintenance_tables import InProcessExecutors
+from maintenance_tables import InProcessExecutors, build_history, missing_files, read
 from prometheus_client import generate_latest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io.pyarrow import PyArrowFileIO
@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from test_correctness import build_table, rows_at
 from test_engine import Stack, _group, _start_optimizer, _table, _tick_until, stack
 
+from floe.api.models import MaintenanceSpec
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.file_tasks import (
     DeleteFilesResult,
@@ -33,6 +34,7 @@ from floe.maintenance.file_tasks import (
     OrphanScanSpec,
     run_file_task,
 )
+from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans_on_executors import (
     GroupExecutors,
     OrphanScanRefused,
@@ -234,6 +236,33 @@ def test_a_waiting_job_fails_when_the_engine_stops_and_its_tasks_are_cancelled()
     assert not waiter.is_alive()
     assert [str(f) for f in failures] == ["t/orphans-1: cancelled, the engine stops"]
     assert scheduler.group_stats(time.time()).pending_tasks == 0
+
+
+def test_expiry_deletes_here_what_the_executors_cannot_once_it_committed(
+    sql_catalog: SqlCatalog, reference: ReferenceReader
+) -> None:
+    """The table left its group while expiry ran (its manifest removed from `floe run`): the group
+    refuses its delete tasks, but the expiry has committed and nothing references those files any
+    more, so they are deleted here; before, they stayed in storage for good."""
+    table, ids = build_history(sql_catalog, reference)
+    before = read(reference, sql_catalog)
+    service = TaskService(clock=time.time)
+    scheduler: GroupScheduler = service.add_group("g")  # the table is no longer in it
+    dispatcher = FileTaskDispatcher(service, time.time)
+    executors = GroupExecutors(
+        run=lambda specs: dispatcher.run(scheduler, "db.t", "db.t/expire-1", specs),
+        io_properties={},
+        storage_secret=None,
+    )
+    spec = MaintenanceSpec.model_validate({"snapshotRetention": {"maxAge": "1ms"}})
+
+    report = run_maintenance_job(table, MaintenanceJob.EXPIRE, spec, now_s=time.time(), executors=executors)
+
+    assert report.files_removed > 0, report
+    assert not [path for path in report.paths if table.io.new_input(path).exists()]
+    assert missing_files(table) == []
+    assert [s.snapshot_id for s in table.metadata.snapshots] == ids[-1:]
+    assert read(reference, sql_catalog) == before
 
 
 def _wait_for(done: object, timeout_s: float = 10.0) -> None:

@@ -97,7 +97,9 @@ def _run(
             now_s=now_s,
             protected_snapshot_ids=protection.snapshot_ids,
             dry_run=dry_run,
-            delete=executors.delete if executors is not None else None,
+            delete=(lambda paths: executors.delete_or_here(table.io, paths))
+            if executors is not None
+            else None,
         )
     orphans = spec.orphan_files
     if job is MaintenanceJob.ORPHANS and executors is not None:

@@ -18,9 +18,11 @@ and nothing is deleted.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
 
@@ -40,10 +42,13 @@ from floe.maintenance.orphans import (
     orphans_report,
     referenced_since,
 )
+from floe.maintenance.reachable import delete_files
 from floe.planning.files import TableFiles
 from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.listing import fs_path
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport, require_gc_enabled
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,16 @@ class GroupExecutors:
                     for start in range(0, len(locations), DELETE_BATCH)
                 ]
             )
+
+    def delete_or_here(self, io: FileIO, locations: Sequence[str]) -> None:
+        """`delete` on the executors, and where they cannot (the table left its group, the tasks
+        ran out of retries or time, the engine stops), here through `io`: these files are
+        unreferenced already (an expiry committed), and no later run would find them again."""
+        try:
+            self.delete(locations)
+        except Exception as exc:  # whatever stopped the executors, the files must still go
+            log.warning("deleting %d files here, the executors did not: %s", len(locations), exc)
+            delete_files(io, locations)
 
 
 def remove_orphan_files_on_executors(
