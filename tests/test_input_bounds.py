@@ -31,7 +31,7 @@ BAD_FLAGS = [
     ("run", "--refresh-interval", "0"),
     ("run", "--refresh-interval", "inf"),
     ("run", "--timeout", "-5"),
-    ("operator", "--service-port", "0"),
+    ("operator", "--service-port", "-1"),
     ("operator", "--service-port", "70000"),
     ("operator", "--peering-lifetime", "10000000"),
     ("operator", "--secret-interval", "nan"),

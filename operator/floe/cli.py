@@ -393,7 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
     op = sub.add_parser("operator", help="the Kubernetes operator: kopf handlers, task service, engine")
     op.add_argument("--namespace", action="append", help="watch only this namespace (repeatable)")
     op.add_argument(
-        "--service-port", type=_bounded(int, 1, 65535), default=7070, help="task service port (default 7070)"
+        "--service-port",
+        type=_bounded(int, 0, 65535),
+        default=7070,
+        help="task service port (default 7070; 0: any free port)",
     )
     op.add_argument("--standalone", action="store_true", help="no peering: this replica always leads")
     op.add_argument(

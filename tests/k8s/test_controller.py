@@ -522,7 +522,13 @@ def test_table_status_after_optimizing_keeps_secrets_out(
     assert any(status.get(f"last{kind}Optimizing") for kind in ("Minor", "Major", "Full"))
     assert status["lastOptimized"]
     assert status["dataFiles"] > 0
-    assert {c["type"] for c in status["conditions"]} == {"Optimizing", "Pending", "Degraded", "CatalogReady"}
+    assert {c["type"] for c in status["conditions"]} == {
+        "Optimizing",
+        "Pending",
+        "Degraded",
+        "CatalogReady",
+        "MaintenanceAllowed",
+    }
     ready = next(c for c in status["conditions"] if c["type"] == "CatalogReady")
     assert ready["status"] == "True" and ready["message"].endswith("with the properties of Secret 'catalog'")
     expire = status["maintenance"]["expire"]
