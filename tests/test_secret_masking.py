@@ -279,7 +279,7 @@ def _body(properties: dict[str, str], marked: list[str]) -> kopf.Body:
 
 
 def test_kopfs_record_of_the_spec_holds_digests_not_credentials() -> None:
-    storage = CredentialFreeDiffBase(prefix="floe.dev")
+    storage = CredentialFreeDiffBase(prefix="floe.dev", secret=b"registration-token")
     properties = {"type": "rest", "uri": "http://h", "credential": "id:PW-s3cr3t", "tenant": "T3NANT-s3cr3t"}
     essence = storage.build(body=_body(properties, ["tenant"]))
     record = json.dumps(essence)
@@ -289,3 +289,8 @@ def test_kopfs_record_of_the_spec_holds_digests_not_credentials() -> None:
     assert storage.build(body=_body(properties, ["tenant"])) == essence, "the same spec, the same record"
     changed = storage.build(body=_body({**properties, "credential": "id:0ther"}, ["tenant"]))
     assert changed != essence, "a changed credential is a changed spec"
+    other_key = CredentialFreeDiffBase(prefix="floe.dev", secret=b"another-token")
+    digest = other_key.build(body=_body(properties, ["tenant"]))["spec"]["catalog"]["properties"][
+        "credential"
+    ]
+    assert digest != stored["credential"], "without the operator's secret the digest cannot be made"

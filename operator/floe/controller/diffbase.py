@@ -7,7 +7,9 @@ to tell what changed. Copied as it is, it would hold a table's inline catalog cr
 it) and reach whatever shows annotations. Here every credential value in the spec, by the
 rule of `floe.tables.credentials` (a secret-suggesting key, a ``header.`` property, or a name
 in a catalog's ``secretProperties``), is kept as a keyed digest: a changed value still changes
-the record, so kopf still calls the update handler, and the value itself is not there.
+the record, so kopf still calls the update handler, and the value itself is not there. The key
+is the operator's own secret (its registration token) with the object's uid: whoever reads the
+annotation cannot try guesses of a weak password against the digest.
 """
 
 from __future__ import annotations
@@ -25,7 +27,13 @@ DIGEST_PREFIX = "hmac-sha256:"
 
 
 class CredentialFreeDiffBase(kopf.AnnotationsDiffBaseStorage):
-    """`kopf.AnnotationsDiffBaseStorage` whose essence has digests where the spec has credentials."""
+    """`kopf.AnnotationsDiffBaseStorage` whose essence has digests where the spec has credentials,
+    keyed by `secret` (the same for every replica and restart, or each would see every spec with
+    credentials as changed once) and the object's uid."""
+
+    def __init__(self, *, prefix: str, secret: bytes) -> None:
+        super().__init__(prefix=prefix)
+        self._secret = secret
 
     def build(
         self, *, body: kopf.Body, extra_fields: Iterable[kopf.FieldSpec] | None = None
@@ -34,9 +42,8 @@ class CredentialFreeDiffBase(kopf.AnnotationsDiffBaseStorage):
         essence = super().build(body=body, extra_fields=extra_fields)
         spec = essence.get("spec")
         if isinstance(spec, dict):
-            # Keyed by the object's uid: one password gives different digests in different
-            # objects, and a digest found elsewhere cannot be looked up in a table.
-            key = str(body.get("metadata", {}).get("uid", "")).encode()
+            # With the object's uid too: one password gives different digests in different objects.
+            key = self._secret + b"/" + str(body.get("metadata", {}).get("uid", "")).encode()
             marked = frozenset(_marked_names(spec))
             cast(dict[str, Any], essence)["spec"] = _digested(spec, key, marked)
         return essence

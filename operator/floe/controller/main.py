@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import threading
 import time
 from typing import Any
@@ -48,13 +49,15 @@ def kopf_settings(config: OperatorConfig) -> dict[str, Any]:
 def _configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Handler progress goes into annotations: floe's status schema has no place for kopf's.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="floe.dev")
-    # kopf's record of the last handled spec, with digests where the spec has credentials.
-    settings.persistence.diffbase_storage = CredentialFreeDiffBase(prefix="floe.dev")
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 60
     controller: Controller | None = getattr(memo, "controller", None)
     if controller is not None:
         settings.peering.lifetime = controller.config.peering_lifetime_s
+    # kopf's record of the last handled spec, with digests where the spec has credentials, keyed
+    # by the token every replica shares (a process without one keys them by a secret of its own).
+    token = controller.config.registration_token if controller is not None else secrets.token_urlsafe(32)
+    settings.persistence.diffbase_storage = CredentialFreeDiffBase(prefix="floe.dev", secret=token.encode())
 
 
 @kopf.on.probe(id="engine")
