@@ -23,7 +23,7 @@ LINT_DIRS := $(wildcard operator optimizer_image tests scripts)
 # mypy fails on a directory without Python files, and optimizer_image may still be empty.
 MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
 
-.PHONY: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env flink-env host-env kind-env images lint test demo cluster cluster-catalog cluster-down
+.PHONY: venv jars test-envs k8s-env helm-env checkov-env moto-env rest-catalog-env flink-env host-env kind-env images lint test demo cluster cluster-catalog cluster-down
 
 venv: $(VENV_STAMP)
 
@@ -97,7 +97,18 @@ lint: venv
 	$(VENV)/bin/mypy --strict $(MYPY_DIRS)
 	$(VENV)/bin/lint-imports --no-cache
 
-test: venv jars k8s-env helm-env checkov-env moto-env rest-catalog-env flink-env kind-env images lint
+# Everything the tests use. The Go builds (the kube binaries and helm: CPU-bound, niced, most of a
+# cold run's build time) run beside the rest (pip, Maven, debootstrap, podman: mostly network and
+# disk), so a cold run waits for the longer of the two, not for their sum. Maven's builds stay in
+# one chain: concurrent runs would write the same local repository.
+test-envs: venv
+	@$(MAKE) --no-print-directory k8s-env helm-env & go_builds=$$!; \
+	rc=0; $(MAKE) --no-print-directory jars checkov-env moto-env rest-catalog-env flink-env images || rc=$$?; \
+	wait $$go_builds || rc=$$?; \
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; \
+	$(MAKE) --no-print-directory kind-env
+
+test: venv test-envs lint
 	@rc=0; $(VENV)/bin/pytest -q || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$rc
