@@ -188,6 +188,20 @@ def test_position_deletes_follow_sequence_numbers(tmp_path: Path) -> None:
     assert result.bytes_read == sum(f.size_bytes for f in (a, b, same_seq, older, newer))
 
 
+def test_a_row_two_position_delete_files_name_is_deleted_once(tmp_path: Path) -> None:
+    data = _data(tmp_path, "a.parquet", [1, 2, 3, 4], seq=1)
+    # Both name position 1 (v2 allows it: Spark's DELETE and a merged position-delete file can).
+    first = _position_deletes(tmp_path, "d1.parquet", [(data.path, 1), (data.path, 2)], seq=2)
+    second = _position_deletes(tmp_path, "d2.parquet", [(data.path, 1)], seq=3)
+    spec = _spec(tmp_path, [data], [first, second])
+
+    result = run_rewrite_task(spec)
+
+    assert _ids(result) == [1, 4]
+    assert (result.rows_read, result.rows_deleted) == (4, 2)
+    check_result(spec, result, PyArrowFileIO())
+
+
 def test_position_deletes_address_rows_across_row_groups_and_batches(tmp_path: Path) -> None:
     ids = list(range(200_000))
     path = _write(

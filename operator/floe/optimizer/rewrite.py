@@ -649,9 +649,13 @@ class _DeleteIndex:
     _matchers: list[_EqualityMatcher] = field(default_factory=list)
 
     def positions_for(self, data_file: InputDataFile) -> pa.Array:
-        """Sorted deleted row positions (int64) of a data file."""
+        """Sorted, distinct deleted row positions (int64) of a data file.
+
+        Two position-delete files may name the same row (v2 allows it; Java's readers fold them
+        into one bitmap): counted twice, the row would be one deleted row too many.
+        """
         arrays = [positions.cast(pa.int64()) for positions in self.positions.get(data_file.path, [])]
-        return pa.concat_arrays(arrays).sort() if arrays else pa.array([], type=pa.int64())
+        return pc.unique(pa.concat_arrays(arrays)).sort() if arrays else pa.array([], type=pa.int64())
 
     def matchers_for(
         self, data_file: InputDataFile, rows_schema: Schema | None = None
