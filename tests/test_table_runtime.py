@@ -8,6 +8,7 @@ from floe.api.models import OptimizedTableSpec
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType, PlannedTask
 from floe.tables.history import OptimizingHistory
+from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.runtime import IllegalTransition, TableRuntime, TableState
 
 P = PartitionKey(0, ())
@@ -126,3 +127,16 @@ def test_illegal_transitions_are_refused() -> None:
         r.on_planning(0)
     with pytest.raises(IllegalTransition):
         r.on_committing()
+
+
+def test_an_evaluation_of_a_jobs_own_commit_made_while_it_ran_keeps_its_verdict() -> None:
+    r = TableRuntime(table_id="ns/t", spec=_spec())
+    r.on_evaluated(_files(5), _plan(5, None), now_s=0, metadata_location="m/1.json")
+    r.on_maintenance_started(MaintenanceJob.EXPIRE)
+    # The expiry committed m/2.json; a refresh evaluated it while the expiry deleted files.
+    r.on_evaluated(_files(5), _plan(5, None), now_s=1, metadata_location="m/2.json")
+    r.on_settled({MaintenanceJob.EXPIRE}, "m/2.json")
+    # The expiry found snapshots to expire on m/1.json: that says nothing of m/2.json.
+    r.on_maintenance_done(MaintenanceReport(MaintenanceJob.EXPIRE, "expired 3 snapshots"), now_s=2)
+
+    assert r.next_maintenance_s(MaintenanceJob.EXPIRE, now_s=2) is None

@@ -436,7 +436,9 @@ class TableRuntime:
         )
         if report.settled_at is not None:
             self.settled_jobs[report.job] = report.settled_at
-        else:
+        elif self.settled_jobs.get(report.job) != self.evaluated_metadata:
+            # A job that found work says nothing of a later metadata file: the verdict of an
+            # evaluation of the job's own commit, made while it deleted files, stays.
             self.settled_jobs.pop(report.job, None)
         if report.snapshot_id is not None:
             self.evaluated_snapshot_id = None
