@@ -7,7 +7,7 @@ one run:
 
 - ``operator``: `run_maintenance_job` as the operator runs it below ``executorsAtFiles``: it
   lists the table's files, reads every manifest and deletes the orphans itself;
-- ``executors``: the same call with the group's executors (`GroupExecutors` over a real task
+- ``executors``: the same call with the group's executors (`ExecutorPool` over a real task
   service, an in-process optimizer and local Spark, whose Python workers are processes of their
   own, as executor pods are): the operator only reloads the table and checks the scan.
 
@@ -109,7 +109,7 @@ def main() -> int:
     parser.add_argument("--markdown", type=Path, help="also write the results section here")
     args = parser.parse_args()
 
-    from floe.maintenance.orphans_on_executors import GroupExecutors
+    from floe.maintenance.orphans_on_executors import ExecutorPool
     from floe.service.file_tasks import FileTaskDispatcher
     from floe.service.http import TaskServiceServer
     from floe.service.task_service import TaskService
@@ -130,7 +130,7 @@ def main() -> int:
     scheduler.upsert_table(TABLE, 1.0, None)
     dispatcher = FileTaskDispatcher(service, time.time)
     runs = iter(range(1_000_000))
-    executors = GroupExecutors(
+    executors = ExecutorPool(
         run=lambda specs: dispatcher.run(scheduler, TABLE, f"orphans-{next(runs)}", specs),
         io_properties={k: str(v) for k, v in table.io.properties.items()},
         storage_secret=None,

@@ -27,7 +27,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from floe.commit.row_delta import commit_row_delta
 from floe.local.reference_reader import ReferenceReader, qualified_name
 from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec, OrphanScanSpec, run_file_task
-from floe.maintenance.orphans_on_executors import GroupExecutors
+from floe.maintenance.orphans_on_executors import ExecutorPool
 from floe.tables.writer import conform, write_equality_deletes
 
 TABLE = "db.t"
@@ -162,5 +162,5 @@ class InProcessExecutors:
             self.during_scan()
         return results
 
-    def executors(self, table: Table) -> GroupExecutors:
-        return GroupExecutors(run=self.run, io_properties=dict(table.io.properties), storage_secret=None)
+    def executors(self, table: Table) -> ExecutorPool:
+        return ExecutorPool(run=self.run, io_properties=dict(table.io.properties), storage_secret=None)

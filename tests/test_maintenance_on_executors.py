@@ -36,7 +36,7 @@ from floe.maintenance.file_tasks import (
 )
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans_on_executors import (
-    GroupExecutors,
+    ExecutorPool,
     OrphanScanRefused,
     remove_orphan_files_on_executors,
 )
@@ -190,7 +190,7 @@ def test_a_scan_that_names_a_file_the_table_uses_is_refused_and_nothing_is_delet
         ]
         return [OrphanScanResult(task_id=specs[0].task_id, orphans=orphans, old_files=2)]
 
-    executors = GroupExecutors(run=lying_scan, io_properties=dict(table.io.properties), storage_secret=None)
+    executors = ExecutorPool(run=lying_scan, io_properties=dict(table.io.properties), storage_secret=None)
     with pytest.raises(OrphanScanRefused, match=problem):
         remove_orphan_files_on_executors(
             table, executors, older_than_s=3 * DAY, now_s=time.time(), known_live=live.files
@@ -249,7 +249,7 @@ def test_expiry_deletes_here_what_the_executors_cannot_once_it_committed(
     service = TaskService(clock=time.time)
     scheduler: GroupScheduler = service.add_group("g")  # the table is no longer in it
     dispatcher = FileTaskDispatcher(service, time.time)
-    executors = GroupExecutors(
+    executors = ExecutorPool(
         run=lambda specs: dispatcher.run(scheduler, "db.t", "db.t/expire-1", specs),
         io_properties={},
         storage_secret=None,

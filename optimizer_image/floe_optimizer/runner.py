@@ -1,4 +1,6 @@
-"""How the optimizer runs a task: the runner interface, the Spark runner, and the Spark session."""
+"""How the optimizer runs a task: the runner interface, the Spark runner, starting its Spark session,
+and deleting the files of a refused result.
+"""
 
 from __future__ import annotations
 

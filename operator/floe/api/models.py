@@ -777,7 +777,6 @@ Message = Annotated[str, StringConstraints(max_length=MAX_MESSAGE_LENGTH)]
 """Free text in status (clipped to fit by `floe.controller.status.clip`)."""
 Time = Annotated[str, StringConstraints(max_length=MAX_TIME_LENGTH)]
 """An RFC 3339 time in status."""
-JobName = Annotated[str, StringConstraints(max_length=MAX_LABEL_LENGTH)]
 
 
 class Condition(_Model):

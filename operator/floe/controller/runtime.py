@@ -46,6 +46,7 @@ from floe.controller.settings import InheritedSettings
 from floe.controller.status import TableStatusFlusher, epoch, restore_maintenance
 from floe.optimizer.task_spec import OUT_OF_MEMORY
 from floe.service.background import BackgroundServer
+from floe.service.client import TOKEN_ENV
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
@@ -55,7 +56,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_IMAGE = "ghcr.io/floe-dev/floe-optimizer:0.1.0"
 PEERING_NAME = "floe"
-TOKEN_ENV = "FLOE_REGISTRATION_TOKEN"
 
 
 @dataclass

@@ -12,7 +12,7 @@ from floe.maintenance.dangling import remove_dangling_deletes
 from floe.maintenance.expire import expire_snapshots
 from floe.maintenance.manifests import rewrite_manifests
 from floe.maintenance.orphans import remove_orphan_files
-from floe.maintenance.orphans_on_executors import GroupExecutors, remove_orphan_files_on_executors
+from floe.maintenance.orphans_on_executors import ExecutorPool, remove_orphan_files_on_executors
 from floe.maintenance.retention import expire_rows
 from floe.planning.files import TableFiles
 from floe.tables.catalog_locations import CatalogLocations
@@ -33,7 +33,7 @@ def run_maintenance_job(
     protected_snapshot_ids: Collection[int] = (),
     protected_prefixes: Collection[str] = (),
     dry_run: bool = False,
-    executors: GroupExecutors | None = None,
+    executors: ExecutorPool | None = None,
     known_live: TableFiles | None = None,
     catalog_locations: CatalogLocations | None = None,
 ) -> MaintenanceReport:
@@ -86,7 +86,7 @@ def _run(
     now_s: float,
     protection: _Protection,
     dry_run: bool,
-    executors: GroupExecutors | None,
+    executors: ExecutorPool | None,
     catalog_locations: CatalogLocations | None,
 ) -> MaintenanceReport:
     if job is MaintenanceJob.EXPIRE:

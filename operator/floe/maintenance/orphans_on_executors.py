@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class GroupExecutors:
+class ExecutorPool:
     """A group's executors as a maintenance job uses them: `run` sends file tasks and waits for
     every result (raising if one fails for good); tasks carry `io_properties` and name
     `storage_secret` (`floe.optimizer.storage_credentials.task_io_properties`)."""
@@ -89,7 +89,7 @@ class GroupExecutors:
 
 def remove_orphan_files_on_executors(
     table: Table,
-    executors: GroupExecutors,
+    executors: ExecutorPool,
     *,
     older_than_s: float,
     now_s: float,

@@ -1,7 +1,7 @@
 """Wire format of one rewrite task: what the driver ships into a Spark task and gets back.
 
 Everything is JSON-serialisable (pydantic v2) so the same models travel through the
-task service to remote optimizers later. Schemas and partition specs are carried as
+task service to the optimizers. Schemas and partition specs are carried as
 Iceberg JSON so the executor needs no catalog access, only FileIO.
 """
 

@@ -100,11 +100,6 @@ class ContentFile:
     """The ``_row_id`` of a format v3 data file's first row; None before v3."""
 
     @property
-    def is_delete(self) -> bool:
-        """True for position and equality delete files."""
-        return self.kind != FileKind.DATA
-
-    @property
     def location(self) -> str:
         """Where the file's bytes are: its path, or a deletion vector's Puffin file."""
         if self.content_offset is None:

@@ -56,8 +56,6 @@ class TaskStatus(StrEnum):
     CANCELED = "CANCELED"
 
 
-_IN_FLIGHT = frozenset({TaskStatus.SCHEDULED, TaskStatus.ACKED})
-
 RECENT_STARTS = 1024
 """Task start times a group keeps, for the time from a scale-up to its first running task."""
 POLL_ORDER_TTL_S = 0.05

@@ -37,7 +37,7 @@ from floe.api.models import CatalogRef, OptimizedTable, OptimizedTableSpec, Opti
 from floe.api.table_properties import InvalidTableProperty
 from floe.commit.rewrite import CommitFailed, CommitHistory, CommitPending, commit_rewrite
 from floe.maintenance.jobs import run_maintenance_job
-from floe.maintenance.orphans_on_executors import GroupExecutors
+from floe.maintenance.orphans_on_executors import ExecutorPool
 from floe.maintenance.settled import settled_jobs
 from floe.optimizer.leftovers import remove_uncommitted_outputs
 from floe.optimizer.parquet_options import check_write_properties
@@ -87,7 +87,7 @@ FULL_VISIT_INTERVAL_S = 60.0
 
 @dataclass(frozen=True)
 class EngineEvent:
-    """Something a user should hear about (Kubernetes Events later, the live view now)."""
+    """Something a user should hear about: a Kubernetes Event from the operator, a line in `floe run`."""
 
     table_id: str
     kind: str  # "Normal" or "Warning"
@@ -832,7 +832,7 @@ class OptimizingEngine:
         table: Table,
         scheduler: GroupScheduler | None,
         run_id: str,
-    ) -> GroupExecutors | None:
+    ) -> ExecutorPool | None:
         """The group's executors for orphan cleanup or expiry of a table with at least
         ``maintenance.executorsAtFiles`` files, while the group has an optimizer; else None."""
         if job not in (MaintenanceJob.ORPHANS, MaintenanceJob.EXPIRE) or scheduler is None:
@@ -848,7 +848,7 @@ class OptimizingEngine:
             secret_properties or {},
         )
         batches = itertools.count()
-        return GroupExecutors(
+        return ExecutorPool(
             run=lambda specs: self._file_tasks.run(
                 scheduler, runtime.table_id, f"{run_id}-{next(batches)}", specs
             ),

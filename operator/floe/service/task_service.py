@@ -22,7 +22,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 
 from floe.api.models import SchedulingPolicy
 from floe.optimizer.result_check import ResultChecker, ResultCheckFailed
@@ -56,21 +56,10 @@ class RefusedResult:
     files_deleted: int
 
 
-@dataclass(frozen=True)
-class OptimizerInfo:
-    """A registered optimizer, for status and the live view (never its token)."""
-
-    optimizer_id: str
-    group: str
-    name: str
-    threads: int
-    memory_bytes: int
-    registered_at: float
-    last_seen_at: float
-
-
 @dataclass
-class _Optimizer:
+class OptimizerInfo:
+    """A registered optimizer (never its token); `TaskService.optimizers` hands out copies."""
+
     optimizer_id: str
     group: str
     name: str
@@ -108,7 +97,7 @@ class TaskService:
         self._heartbeat_interval_s = heartbeat_interval_s
         self._monitor = ChangeMonitor()
         self._groups: dict[str, _Group] = {}
-        self._optimizers: dict[str, _Optimizer] = {}
+        self._optimizers: dict[str, OptimizerInfo] = {}
         self._executors: dict[str, int] = {}
         self.results = result_checker or ResultChecker()
         """Checks every result before it is accepted."""
@@ -185,7 +174,7 @@ class TaskService:
         """The group's registered optimizers, in registration order."""
         with self._monitor.hold():
             self._group(group)
-            return [OptimizerInfo(**asdict(o)) for o in self._optimizers.values() if o.group == group]
+            return [replace(o) for o in self._optimizers.values() if o.group == group]
 
     def snapshot(self) -> list[tuple[str, GroupSchedulingStats, int]]:
         """Each group's name, scheduling totals and registered optimizer count, read at one instant."""
@@ -240,7 +229,7 @@ class TaskService:
         now = self._clock()
         with self._monitor.hold():
             group = self._group(request.group)
-            optimizer = _Optimizer(
+            optimizer = OptimizerInfo(
                 optimizer_id=f"{request.group}-{uuid.uuid4().hex[:12]}",
                 group=request.group,
                 name=request.name,
@@ -420,7 +409,7 @@ class TaskService:
         if not hmac.compare_digest(presented.encode(), expected.encode()):
             raise Unauthorized("wrong registration token: it is not the one the task service was given")
 
-    def _authenticate(self, token: str, now: float) -> _Optimizer:
+    def _authenticate(self, token: str, now: float) -> OptimizerInfo:
         """The token's optimizer, marked seen at ``now``; Unauthorized (changing nothing) if unknown."""
         optimizer = self._optimizers.get(token)
         if optimizer is None:
@@ -429,7 +418,7 @@ class TaskService:
         return optimizer
 
     @staticmethod
-    def _check_thread(optimizer: _Optimizer, thread: int) -> None:
+    def _check_thread(optimizer: OptimizerInfo, thread: int) -> None:
         if thread >= optimizer.threads:
             raise InvalidRequest(
                 f"thread {thread} is out of range: optimizer {optimizer.optimizer_id!r} "

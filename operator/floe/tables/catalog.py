@@ -134,8 +134,3 @@ def short_error(exc: BaseException) -> str:
     """An exception as one short line: its type and the first line of its message."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
-
-
-def catalog_properties_for_io(table: Table) -> dict[str, Any]:
-    """FileIO properties a remote task needs to read and write the table's files."""
-    return dict(table.io.properties)

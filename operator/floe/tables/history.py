@@ -27,12 +27,6 @@ class OptimizingHistory:
     last_major_s: float | None
     last_full_s: float | None
 
-    @property
-    def last_any_s(self) -> float | None:
-        """Most recent optimizing of any type."""
-        times = [t for t in (self.last_minor_s, self.last_major_s, self.last_full_s) if t is not None]
-        return max(times) if times else None
-
 
 def optimizing_history(metadata: TableMetadata) -> OptimizingHistory:
     """Walk main's ancestry newest first and note the first floe commit of each type.
