@@ -20,8 +20,8 @@ from floe.local.reference_reader import ReferenceReader, qualified_name
 from floe.planning.config import OptimizingConfig
 from floe.planning.files import ContentFile, FileKind, TableFiles
 from floe.planning.plan import POSITIONS, OptimizingPlan, OptimizingType
-from floe.tables.scan import POS_DELETE_FILE_PATH_ID, scan_table
-from floe.tables.writer import write_position_deletes
+from floe.tables.scan import scan_table
+from floe.tables.writer import POS_DELETE_FILE_PATH_ID, write_position_deletes
 
 # 1500 rows per partition make a segment (15 KB > 0.75 x 16 KiB); an upsert's few rows a fragment.
 CONFIG = OptimizingConfig(target_size=16 * 1024, fragment_ratio=8, max_task_size_bytes=16 * 1024)

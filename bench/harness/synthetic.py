@@ -37,7 +37,7 @@ from pyiceberg.types import (
 )
 
 from floe.commit.row_delta import commit_row_delta
-from floe.tables.scan import POS_DELETE_FILE_PATH_ID
+from floe.tables.writer import POS_DELETE_FILE_PATH_ID, POS_DELETE_POS_ID
 from harness import MiB
 from harness.events import EVENTS_SCHEMA, EVENTS_SPEC, NAMESPACE, TABLE_PROPERTIES, epoch_micros
 from harness.steps import run_step
@@ -50,7 +50,6 @@ FULL_DELETE_FILES = 20_000
 FULL_PARTITIONS = 1_000
 FILES_PER_COMMIT = 5_000
 FIRST_DAY = date(2022, 1, 1)
-POS_DELETE_POS_ID = 2147483545
 SYNTHESIS_VERSION = 2
 """Bumped whenever the synthesized metadata changes, so that an older table is not reused."""
 

@@ -76,13 +76,16 @@ from pydantic.json_schema import PydanticJsonSchemaWarning
 
 from floe.api.models import (
     API_GROUP,
-    API_VERSION,
+    GROUP_PLURAL,
     MANUAL_OR_AUTOSCALED,
     MIN_ORPHAN_AGE_S,
     SET_OWN_FIELDS,
     SPARK_MIN_EXECUTOR_MEMORY,
     STARTUP_CPU_ABOVE_CORES,
     STARTUP_CPU_NEEDS_BURSTABLE,
+    TABLE_PLURAL,
+    TABLE_SET_PLURAL,
+    VERSION,
     ObjectMeta,
     OptimizedTable,
     OptimizedTableSet,
@@ -91,7 +94,6 @@ from floe.api.models import (
 )
 from floe.api.units import _DURATION_FACTORS, _DURATION_PART, _QUANTITY_FACTORS
 
-VERSION = API_VERSION.split("/", 1)[1]
 ResourceModel = type[OptimizerGroup] | type[OptimizedTable] | type[OptimizedTableSet]
 CATEGORY = "floe"
 
@@ -697,7 +699,7 @@ class KindSpec:
 KIND_SPECS: tuple[KindSpec, ...] = (
     KindSpec(
         model=OptimizerGroup,
-        plural="optimizergroups",
+        plural=GROUP_PLURAL,
         short_name="og",
         description="OptimizerGroup is a pool of Spark executors and the scheduling policy that shares its "
         "task threads between the OptimizedTables of the group.",
@@ -718,7 +720,7 @@ KIND_SPECS: tuple[KindSpec, ...] = (
     ),
     KindSpec(
         model=OptimizedTable,
-        plural="optimizedtables",
+        plural=TABLE_PLURAL,
         short_name="ot",
         description="OptimizedTable is one Apache Iceberg table that floe keeps compacted: the "
         "OptimizerGroup serving it, its quota and its self-optimizing thresholds.",
@@ -741,7 +743,7 @@ KIND_SPECS: tuple[KindSpec, ...] = (
     ),
     KindSpec(
         model=OptimizedTableSet,
-        plural="optimizedtablesets",
+        plural=TABLE_SET_PLURAL,
         short_name="ots",
         description="OptimizedTableSet keeps every table of a catalog that matches its patterns "
         "optimized: the operator lists the catalog and makes one OptimizedTable per selected table "

@@ -53,7 +53,12 @@ STARTUP_CPU_NEEDS_BURSTABLE = (
 )
 
 API_GROUP = "floe.dev"
-API_VERSION = f"{API_GROUP}/v1alpha1"
+VERSION = "v1alpha1"
+API_VERSION = f"{API_GROUP}/{VERSION}"
+# The resources' plural names, as the API server's paths and kopf's handlers name them.
+GROUP_PLURAL = "optimizergroups"
+TABLE_PLURAL = "optimizedtables"
+TABLE_SET_PLURAL = "optimizedtablesets"
 
 # --------------------------------------------------------------------------------------------------
 # Bounds. Every string, list and map of both kinds has one, so that the API server refuses a

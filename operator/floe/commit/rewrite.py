@@ -50,8 +50,9 @@ from floe.tables.manifest_io import (
     manifest_first_row_id,
     snapshot_manifests,
 )
-from floe.tables.scan import POS_DELETE_FILE_PATH_ID, content_file
+from floe.tables.scan import content_file
 from floe.tables.support import UnsupportedTableError
+from floe.tables.writer import POS_DELETE_FILE_PATH_ID
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from floe.api.models import API_GROUP, OptimizerGroup, OptimizerGroupSpec
+from floe.api.models import API_GROUP, API_VERSION, GROUP_PLURAL, VERSION, OptimizerGroup, OptimizerGroupSpec
 from floe.controller.objects import (
     CONFIG_HASH_ANNOTATION,
     EXECUTORS_KEY,
@@ -44,8 +44,6 @@ from floe.controller.spark_conf import GROUP_LABEL, ROLE_LABEL, executor_selecto
 from floe.controller.status import condition, with_transition_times
 from floe.service.errors import UnknownGroup
 
-VERSION = "v1alpha1"
-PLURAL = "optimizergroups"
 STATUS_INTERVAL_S = 5.0
 RESTART_DELAY_S = 5.0
 SERVICE_ACCOUNT_RETRY_S = 30.0
@@ -80,9 +78,9 @@ def executor_template_of(body: kopf.Body) -> dict[str, Any] | None:
     return dict(template) if template else None
 
 
-@kopf.on.resume(API_GROUP, VERSION, PLURAL)
-@kopf.on.create(API_GROUP, VERSION, PLURAL)
-@kopf.on.update(API_GROUP, VERSION, PLURAL)
+@kopf.on.resume(API_GROUP, VERSION, GROUP_PLURAL)
+@kopf.on.create(API_GROUP, VERSION, GROUP_PLURAL)
+@kopf.on.update(API_GROUP, VERSION, GROUP_PLURAL)
 def reconcile_group(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Register the group with the engine and bring its Kubernetes objects to the spec; its
     tables take its tableDefaults at once."""
@@ -94,7 +92,7 @@ def reconcile_group(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     ensure_driver(controller, body, group)
 
 
-@kopf.on.delete(API_GROUP, VERSION, PLURAL)
+@kopf.on.delete(API_GROUP, VERSION, GROUP_PLURAL)
 def remove_group(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """The finalizer: the engine forgets the group; its objects go by garbage collection (owner refs)."""
     controller: Controller = memo.controller
@@ -128,7 +126,7 @@ def _group_object(pod: dict[str, Any], group: str, namespace: str) -> InvolvedOb
     for owner in pod.get("metadata", {}).get("ownerReferences") or []:
         if owner.get("kind") == "OptimizerGroup" and owner.get("name") == group:
             uid = str(owner.get("uid", ""))
-    return InvolvedObject(f"{API_GROUP}/{VERSION}", "OptimizerGroup", group, namespace, uid)
+    return InvolvedObject(API_VERSION, "OptimizerGroup", group, namespace, uid)
 
 
 def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup) -> None:
@@ -260,7 +258,7 @@ def _create_driver_pod(
     controller.refused_drivers.discard(ref.service_group)
 
 
-@kopf.timer(API_GROUP, VERSION, PLURAL, interval=STATUS_INTERVAL_S, idle=0)
+@kopf.timer(API_GROUP, VERSION, GROUP_PLURAL, interval=STATUS_INTERVAL_S, idle=0)
 def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
     """Refresh the group's status; recreate a driver pod that disappeared; warn about idle tables."""
     controller: Controller = memo.controller

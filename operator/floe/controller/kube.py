@@ -16,11 +16,10 @@ from typing import Any, cast
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from floe.api.models import API_GROUP
+from floe.api.models import API_GROUP, VERSION
 
 log = logging.getLogger(__name__)
 
-VERSION = "v1alpha1"
 Manifest = dict[str, Any]
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from floe.api.models import OptimizerGroupSpec
+from floe.api.models import API_VERSION, OptimizerGroupSpec
 from floe.api.units import format_quantity
 from floe.controller.spark_conf import (
     BLOCK_MANAGER_PORT,
@@ -81,7 +81,7 @@ class GroupRef:
     name: str
     namespace: str
     uid: str
-    api_version: str = "floe.dev/v1alpha1"
+    api_version: str = API_VERSION
     kind: str = "OptimizerGroup"
 
     @property

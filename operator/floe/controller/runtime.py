@@ -22,7 +22,7 @@ from typing import Any
 import kopf
 
 from floe.api.inheritance import InheritedSettingsInvalid, effective_spec
-from floe.api.models import API_VERSION, OptimizedTable, OptimizerGroupSpec
+from floe.api.models import API_VERSION, TABLE_SET_PLURAL, OptimizedTable, OptimizerGroupSpec
 from floe.controller.external_metrics import (
     AUTHENTICATION_CONFIG_MAP,
     ClientAuthentication,
@@ -159,7 +159,7 @@ class Controller:
         self.catalog_problems = CatalogProblems()
         """Tables whose catalog Secret cannot be read now (their CatalogReady condition)."""
         self.settings = InheritedSettings(
-            self.engine, lambda namespace, name: kube.get_custom("optimizedtablesets", name, namespace)
+            self.engine, lambda namespace, name: kube.get_custom(TABLE_SET_PLURAL, name, namespace)
         )
         """What each table inherits from its OptimizedTableSet and its OptimizerGroup."""
         self.flusher = TableStatusFlusher(

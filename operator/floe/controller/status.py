@@ -33,7 +33,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from floe.api.models import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH
+from floe.api.models import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH, TABLE_PLURAL
 from floe.controller.kube import Kube
 from floe.controller.secrets import CatalogProblem, CatalogProblems
 from floe.service.engine import OptimizingEngine
@@ -42,7 +42,6 @@ from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
 
 log = logging.getLogger(__name__)
 
-TABLES = "optimizedtables"
 BUSY = {
     TableState.PLANNING,
     TableState.MINOR_OPTIMIZING,
@@ -424,7 +423,7 @@ class TableStatusFlusher:
         """Patch one table's status; False when the API server refused it (404: the table is gone)."""
         namespace, name = write.table_id.split("/", 1)
         try:
-            self.kube.patch_status(TABLES, name, namespace, write.patch)
+            self.kube.patch_status(TABLE_PLURAL, name, namespace, write.patch)
         except ApiException as exc:
             if exc.status != 404:
                 log.warning("status of %s not written: %s", write.table_id, exc.reason)

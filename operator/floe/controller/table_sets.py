@@ -43,6 +43,9 @@ from floe.api.models import (
     API_GROUP,
     API_VERSION,
     SET_OWN_FIELDS,
+    TABLE_PLURAL,
+    TABLE_SET_PLURAL,
+    VERSION,
     OptimizedTableSet,
     OptimizedTableSpec,
 )
@@ -63,9 +66,6 @@ from floe.tables.selection import (
 
 log = logging.getLogger(__name__)
 
-VERSION = "v1alpha1"
-PLURAL = "optimizedtablesets"
-TABLES = "optimizedtables"
 RELIST_CHECK_S = 10.0
 """How often the timer asks whether a set's listInterval has passed since its last listing."""
 
@@ -240,7 +240,7 @@ def _list_tables(
     `selected` tables; the set's counts and what serves its tables. If that changed nothing,
     `listing` (its `table_changes` read before: a table applied meanwhile makes the next listing
     a full one) is kept as the set's `QuietListing`."""
-    existing = controller.kube.list_custom(TABLES, table_set.metadata.namespace)
+    existing = controller.kube.list_custom(TABLE_PLURAL, table_set.metadata.namespace)
     plan = plan_table_set(table_set, uid, selected, existing, lambda identifier: _uuid(catalog, identifier))
     _carry_out(controller, plan, table_set.metadata.namespace, involved)
     counts = {
@@ -262,17 +262,17 @@ def _carry_out(controller: Controller, plan: SetPlan, namespace: str, involved: 
     """Make the plan's changes to the set's OptimizedTables, with an Event per table followed to
     its new name and per table removed."""
     for name, identifier in plan.renamed.items():
-        controller.kube.set_custom_spec_fields(TABLES, name, namespace, {"table": identifier})
+        controller.kube.set_custom_spec_fields(TABLE_PLURAL, name, namespace, {"table": identifier})
         renamed = (
             f"OptimizedTable {name}: its table was renamed to {identifier} (the same table UUID): followed"
         )
         controller.kube.event(involved, "Normal", "TableRenamed", renamed)
     for manifest in plan.create:
-        controller.kube.create_custom(TABLES, namespace, manifest)
+        controller.kube.create_custom(TABLE_PLURAL, namespace, manifest)
     for name, fields in plan.update.items():
-        controller.kube.set_custom_spec_fields(TABLES, name, namespace, fields)
+        controller.kube.set_custom_spec_fields(TABLE_PLURAL, name, namespace, fields)
     for name in plan.delete:
-        controller.kube.delete_custom(TABLES, name, namespace)
+        controller.kube.delete_custom(TABLE_PLURAL, name, namespace)
         removed = f"OptimizedTable {name}: its table is no longer selected or was dropped"
         controller.kube.event(involved, "Normal", "TableRemoved", removed)
 
@@ -295,9 +295,9 @@ def _uuid(catalog: Catalog, identifier: str) -> str | None:
         return None
 
 
-@kopf.on.resume(API_GROUP, VERSION, PLURAL)
-@kopf.on.create(API_GROUP, VERSION, PLURAL)
-@kopf.on.update(API_GROUP, VERSION, PLURAL)
+@kopf.on.resume(API_GROUP, VERSION, TABLE_SET_PLURAL)
+@kopf.on.create(API_GROUP, VERSION, TABLE_SET_PLURAL)
+@kopf.on.update(API_GROUP, VERSION, TABLE_SET_PLURAL)
 def reconcile_table_set(
     body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
 ) -> None:
@@ -309,7 +309,7 @@ def reconcile_table_set(
     patch.status.update(sync_table_set(controller, body, status))
 
 
-@kopf.timer(API_GROUP, VERSION, PLURAL, interval=RELIST_CHECK_S, initial_delay=RELIST_CHECK_S)
+@kopf.timer(API_GROUP, VERSION, TABLE_SET_PLURAL, interval=RELIST_CHECK_S, initial_delay=RELIST_CHECK_S)
 def relist_table_set(
     body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
 ) -> None:

@@ -28,13 +28,11 @@ from typing import Any, TypeVar
 
 import kopf
 
-from floe.api.models import API_GROUP, OptimizedTable, OptimizedTableSet
+from floe.api.models import API_GROUP, TABLE_PLURAL, VERSION, OptimizedTable, OptimizedTableSet
 from floe.controller.runtime import Controller, InvolvedObject
 from floe.controller.settings import owning_set
 
 Model = TypeVar("Model", OptimizedTable, OptimizedTableSet)
-VERSION = "v1alpha1"
-PLURAL = "optimizedtables"
 
 
 def resource_model(body: kopf.Body, model: type[Model]) -> Model:
@@ -50,9 +48,9 @@ def resource_model(body: kopf.Body, model: type[Model]) -> Model:
     )
 
 
-@kopf.on.resume(API_GROUP, VERSION, PLURAL)
-@kopf.on.create(API_GROUP, VERSION, PLURAL)
-@kopf.on.update(API_GROUP, VERSION, PLURAL)
+@kopf.on.resume(API_GROUP, VERSION, TABLE_PLURAL)
+@kopf.on.create(API_GROUP, VERSION, TABLE_PLURAL)
+@kopf.on.update(API_GROUP, VERSION, TABLE_PLURAL)
 def reconcile_table(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
     """Create or update the table's runtime, catalog properties read from its Secret, settings
     inherited from the OptimizedTableSet that made it (if one did) and its group.
@@ -73,7 +71,7 @@ def reconcile_table(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, **_: 
     )
 
 
-@kopf.on.delete(API_GROUP, VERSION, PLURAL)
+@kopf.on.delete(API_GROUP, VERSION, TABLE_PLURAL)
 def remove_table(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """The finalizer: the engine forgets the table (an in-flight process is cancelled uncommitted)."""
     controller: Controller = memo.controller

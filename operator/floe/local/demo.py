@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table as RichTable
 
 from floe.api.manifests import load_manifests
-from floe.api.models import OptimizedTable
+from floe.api.models import API_VERSION, OptimizedTable
 from floe.local.optimize import optimize_once
 from floe.local.reference_reader import ReferenceReader, qualified_name
 from floe.local.report import human_bytes
@@ -57,7 +57,7 @@ def _write_manifests(directory: Path, catalog_name: str, catalog_props: dict[str
     """The OptimizedTable manifests a user would kubectl apply, for the demo tables."""
     documents = [
         {
-            "apiVersion": "floe.dev/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "OptimizedTable",
             "metadata": {"name": name},
             "spec": {

@@ -33,7 +33,8 @@ from floe.commit.snapshot import SnapshotDraft
 from floe.planning.files import ContentFile, FileKind, PartitionKey
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.manifest_io import content_key
-from floe.tables.scan import POS_DELETE_FILE_PATH_ID, content_file
+from floe.tables.scan import content_file
+from floe.tables.writer import POS_DELETE_FILE_PATH_ID
 
 
 @dataclass(frozen=True)

@@ -44,19 +44,20 @@ from floe.commit.snapshot import delete_quietly
 from floe.optimizer.lineage import with_lineage
 from floe.optimizer.parquet_options import metrics_properties
 from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTaskSpec, WrittenFile
+from floe.planning.files import FileKind
 from floe.planning.plan import POSITIONS
 from floe.tables.deletion_vectors import DeletionVectorError, puffin_blob_properties, read_deletion_vector
 from floe.tables.manifest_io import ROW_LINEAGE_VERSION
-from floe.tables.writer import POSITION_DELETE_METRICS, POSITION_DELETE_SCHEMA
+from floe.tables.writer import (
+    POS_DELETE_FILE_PATH,
+    POS_DELETE_FILE_PATH_ID,
+    POS_DELETE_POS,
+    POS_DELETE_POS_ID,
+    POSITION_DELETE_METRICS,
+    POSITION_DELETE_SCHEMA,
+)
 
 log = logging.getLogger(__name__)
-
-POSITION_DELETES = 1
-EQUALITY_DELETES = 2
-POS_FILE_PATH_ID = 2147483546
-POS_ID = 2147483545
-_FILE_PATH = "file_path"
-_POS = "pos"
 
 
 class ResultCheckFailed(ValueError):
@@ -112,7 +113,7 @@ def check_position_accounting(spec: RewriteTaskSpec, result: RewriteTaskResult) 
     targets: set[str] = set()
     for written in result.files:
         target = written.referenced_data_file
-        if written.content != 1 or target not in records:
+        if written.content != FileKind.POSITION_DELETES or target not in records:
             raise ResultCheckFailed(
                 "rows",
                 f"{written.path} is not a position-delete file of one of task {spec.task_id}'s data files",
@@ -200,7 +201,7 @@ def _replaced_positions(spec: RewriteTaskSpec, io: FileIO) -> dict[str, pa.Array
     file's rows delete nothing and are left out, as the task leaves them out."""
     found: dict[str, list[pa.Array]] = {}
     for delete in spec.delete_files:
-        if delete.kind != POSITION_DELETES:
+        if delete.kind != FileKind.POSITION_DELETES:
             continue
         targets = {f.path for f in spec.data_files if f.data_sequence_number <= delete.data_sequence_number}
         vector = delete.referenced_data_file
@@ -233,18 +234,20 @@ def _positions_naming(io: FileIO, path: str, targets: set[str]) -> Iterator[tupl
     groups whose ``file_path`` statistics exclude every target are not read."""
     with io.new_input(path).open(seekable=True) as stream:
         rows = pq.read_table(
-            stream, columns=[_FILE_PATH, _POS], filters=[(_FILE_PATH, "in", sorted(targets))]
+            stream,
+            columns=[POS_DELETE_FILE_PATH, POS_DELETE_POS],
+            filters=[(POS_DELETE_FILE_PATH, "in", sorted(targets))],
         )
-    grouped = rows.group_by(_FILE_PATH).aggregate([(_POS, "list")])
-    lists = grouped.column(f"{_POS}_list").combine_chunks()
-    for i, target in enumerate(grouped.column(_FILE_PATH).to_pylist()):
+    grouped = rows.group_by(POS_DELETE_FILE_PATH).aggregate([(POS_DELETE_POS, "list")])
+    lists = grouped.column(f"{POS_DELETE_POS}_list").combine_chunks()
+    for i, target in enumerate(grouped.column(POS_DELETE_FILE_PATH).to_pylist()):
         yield target, lists[i].values
 
 
 def _stored_positions(written: WrittenFile, io: FileIO) -> pa.Array:
     """The positions a position-delete file the task wrote deletes (it names one data file)."""
     with io.new_input(written.path).open(seekable=True) as stream:
-        return pq.read_table(stream, columns=[_POS]).column(_POS).combine_chunks()
+        return pq.read_table(stream, columns=[POS_DELETE_POS]).column(POS_DELETE_POS).combine_chunks()
 
 
 def check_position_targets(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
@@ -254,13 +257,17 @@ def check_position_targets(spec: RewriteTaskSpec, result: RewriteTaskResult) -> 
     for written in result.files:
         target = written.referenced_data_file or ""
         path_bounds = {
-            bytes.fromhex(written.lower_bounds.get(POS_FILE_PATH_ID, "")).decode("utf-8", "replace"),
-            bytes.fromhex(written.upper_bounds.get(POS_FILE_PATH_ID, "")).decode("utf-8", "replace"),
+            bytes.fromhex(written.lower_bounds.get(POS_DELETE_FILE_PATH_ID, "")).decode("utf-8", "replace"),
+            bytes.fromhex(written.upper_bounds.get(POS_DELETE_FILE_PATH_ID, "")).decode("utf-8", "replace"),
         }
         if path_bounds != {target}:
             raise ResultCheckFailed("rows", f"{written.path} names other data files than {target}")
-        lowest = int.from_bytes(bytes.fromhex(written.lower_bounds.get(POS_ID, "")), "little", signed=True)
-        highest = int.from_bytes(bytes.fromhex(written.upper_bounds.get(POS_ID, "")), "little", signed=True)
+        lowest = int.from_bytes(
+            bytes.fromhex(written.lower_bounds.get(POS_DELETE_POS_ID, "")), "little", signed=True
+        )
+        highest = int.from_bytes(
+            bytes.fromhex(written.upper_bounds.get(POS_DELETE_POS_ID, "")), "little", signed=True
+        )
         if written.record_count and not 0 <= lowest <= highest < records[target]:
             raise ResultCheckFailed(
                 "rows",
@@ -306,8 +313,8 @@ def removable_rows(spec: RewriteTaskSpec) -> int:
     smaller data sequence number). A position delete removes at most one row per record,
     and only from data files with a data sequence number not above its own.
     """
-    equality = [d for d in spec.delete_files if d.kind == EQUALITY_DELETES]
-    positions = [d for d in spec.delete_files if d.kind == POSITION_DELETES]
+    equality = [d for d in spec.delete_files if d.kind == FileKind.EQUALITY_DELETES]
+    positions = [d for d in spec.delete_files if d.kind == FileKind.POSITION_DELETES]
 
     def has_equality_delete(data: InputDataFile) -> bool:
         return any(d.data_sequence_number > data.data_sequence_number for d in equality)

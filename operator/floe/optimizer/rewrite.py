@@ -54,7 +54,7 @@ from floe.optimizer.task_spec import (
     RewriteTaskSpec,
     WrittenFile,
 )
-from floe.planning.files import MERGED_POSITIONS_SUFFIX, MERGED_VECTOR_SUFFIX
+from floe.planning.files import MERGED_POSITIONS_SUFFIX, MERGED_VECTOR_SUFFIX, FileKind
 from floe.planning.plan import POSITIONS
 from floe.tables.deletion_vectors import (
     DeletionVectorError,
@@ -64,7 +64,12 @@ from floe.tables.deletion_vectors import (
     write_deletion_vector,
 )
 from floe.tables.manifest_io import ROW_LINEAGE_VERSION
-from floe.tables.writer import POSITION_DELETE_METRICS, POSITION_DELETE_SCHEMA
+from floe.tables.writer import (
+    POS_DELETE_FILE_PATH,
+    POS_DELETE_POS,
+    POSITION_DELETE_METRICS,
+    POSITION_DELETE_SCHEMA,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -92,11 +97,6 @@ EQUALITY_CHUNK_MAX_BYTES = 64 * 1024 * 1024
 
 ROLL_AT_FRACTION = 0.9
 """A file is closed once this fraction of the target size has been written to it."""
-
-POSITION_DELETES = 1
-EQUALITY_DELETES = 2
-_POS_FILE_PATH = "file_path"
-_POS_POS = "pos"
 
 
 class RewriteError(RuntimeError):
@@ -256,7 +256,10 @@ class _PositionDeleteWriter:
         """Write the position-delete file of `data_path` (`positions` sorted, distinct)."""
         path = f"{self._directory}/{self._prefix}-{len(self._created):05d}{MERGED_POSITIONS_SUFFIX}"
         rows = pa.table(
-            {"file_path": pa.array([data_path] * len(positions), pa.string()), "pos": positions},
+            {
+                POS_DELETE_FILE_PATH: pa.array([data_path] * len(positions), pa.string()),
+                POS_DELETE_POS: positions,
+            },
             schema=self._arrow_schema,
         )
         stream = self._io.new_output(path).create(overwrite=False)
@@ -388,7 +391,9 @@ def written_file_to_data_file(
             written.path, written.referenced_data_file, vector, spec_id, partition
         )
     data_file = DataFile.from_args(
-        content=DataFileContent.POSITION_DELETES if written.content == 1 else DataFileContent.DATA,
+        content=DataFileContent.POSITION_DELETES
+        if written.content == FileKind.POSITION_DELETES
+        else DataFileContent.DATA,
         file_path=written.path,
         file_format=FileFormat.PARQUET,
         partition=partition,
@@ -402,7 +407,7 @@ def written_file_to_data_file(
         upper_bounds={k: bytes.fromhex(v) for k, v in written.upper_bounds.items()},
         split_offsets=list(written.split_offsets),
         equality_ids=None,
-        sort_order_id=sort_order_id if written.content == 0 else None,
+        sort_order_id=sort_order_id if written.content == FileKind.DATA else None,
         key_metadata=None,
     )
     # from_args only binds the manifest struct's fields; the spec id is kept beside them.
@@ -758,14 +763,14 @@ def _load_deletes(context: _Context, spec: RewriteTaskSpec) -> _DeleteIndex:
     needed = [
         d
         for d in spec.delete_files
-        if (d.kind == POSITION_DELETES and oldest <= d.data_sequence_number)
-        or (d.kind == EQUALITY_DELETES and oldest < d.data_sequence_number)
+        if (d.kind == FileKind.POSITION_DELETES and oldest <= d.data_sequence_number)
+        or (d.kind == FileKind.EQUALITY_DELETES and oldest < d.data_sequence_number)
     ]
     budget = _MemoryBudget(spec, needed)
     for delete_file in needed:
         if delete_file.referenced_data_file is not None:
             _load_deletion_vector(context.io, delete_file, spec.data_files, index, budget)
-        elif delete_file.kind == POSITION_DELETES:
+        elif delete_file.kind == FileKind.POSITION_DELETES:
             targets = [
                 f.path for f in spec.data_files if f.data_sequence_number <= delete_file.data_sequence_number
             ]
@@ -786,15 +791,15 @@ def _load_position_deletes(
     """Load the positions a delete file holds for `targets`, the data files it applies to."""
     with io.new_input(delete_file.path).open() as stream:
         parquet = pq.ParquetFile(cast(Any, stream))
-        for batch in _stream(parquet, READ_BATCH_ROWS, [_POS_FILE_PATH, _POS_POS]):
-            paths = batch.column(_POS_FILE_PATH)
+        for batch in _stream(parquet, READ_BATCH_ROWS, [POS_DELETE_FILE_PATH, POS_DELETE_POS]):
+            paths = batch.column(POS_DELETE_FILE_PATH)
             ours = pc.is_in(paths, value_set=pa.array(targets, type=paths.type))
             relevant = pa.Table.from_batches([batch]).filter(ours)
             if relevant.num_rows == 0:
                 continue
-            grouped = relevant.group_by(_POS_FILE_PATH).aggregate([(_POS_POS, "list")])
-            lists = grouped.column(f"{_POS_POS}_list").combine_chunks()
-            for i, path in enumerate(grouped.column(_POS_FILE_PATH).to_pylist()):
+            grouped = relevant.group_by(POS_DELETE_FILE_PATH).aggregate([(POS_DELETE_POS, "list")])
+            lists = grouped.column(f"{POS_DELETE_POS}_list").combine_chunks()
+            for i, path in enumerate(grouped.column(POS_DELETE_FILE_PATH).to_pylist()):
                 positions = lists[i].values
                 budget.charge(positions.nbytes, delete_file)
                 index.positions[path].append(positions)

@@ -29,9 +29,7 @@ from floe.tables.manifest_io import (
     manifest_entries,
     snapshot_manifests,
 )
-
-# Iceberg's reserved field id of the `file_path` column of position delete files.
-POS_DELETE_FILE_PATH_ID = 2147483546
+from floe.tables.writer import POS_DELETE_FILE_PATH_ID
 
 _FILE_KINDS = {
     DataFileContent.DATA: FileKind.DATA,

@@ -26,9 +26,15 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from floe.tables.deletion_vectors import deletion_vector_data_file, write_deletion_vector
 
+POS_DELETE_FILE_PATH_ID = 2147483546
+"""Iceberg's reserved field id of the ``file_path`` column of position-delete files."""
+POS_DELETE_POS_ID = 2147483545
+"""Iceberg's reserved field id of the ``pos`` column of position-delete files."""
+POS_DELETE_FILE_PATH = "file_path"
+POS_DELETE_POS = "pos"
 POSITION_DELETE_SCHEMA = Schema(
-    NestedField(2147483546, "file_path", StringType(), required=True),
-    NestedField(2147483545, "pos", LongType(), required=True),
+    NestedField(POS_DELETE_FILE_PATH_ID, POS_DELETE_FILE_PATH, StringType(), required=True),
+    NestedField(POS_DELETE_POS_ID, POS_DELETE_POS, LongType(), required=True),
 )
 POSITION_DELETE_METRICS = {"write.metadata.metrics.default": "full"}
 """Metrics of position-delete files floe writes: full bounds, so ``file_path``'s name the data file."""
@@ -121,8 +127,8 @@ def write_position_deletes(
     ordered = sorted(positions)
     rows = pa.table(
         {
-            "file_path": pa.array([p for p, _ in ordered], pa.string()),
-            "pos": pa.array([n for _, n in ordered], pa.int64()),
+            POS_DELETE_FILE_PATH: pa.array([p for p, _ in ordered], pa.string()),
+            POS_DELETE_POS: pa.array([n for _, n in ordered], pa.int64()),
         }
     )
     return _write(
