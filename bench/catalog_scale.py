@@ -81,9 +81,9 @@ def measure(tables: int, properties: dict[str, str], rounds: int, loop_seconds: 
     """Both measurements, with the floe this process imports (the child's source)."""
     from floe.api.models import OptimizedTable, OptimizerGroup
     from floe.controller.status import TableStatusFlusher
+    from floe.kit.redaction import Redactor
     from floe.service.engine import OptimizingEngine
     from floe.service.task_service import TaskService
-    from floe.tables.credentials import Redactor
 
     def make_engine(refresh_interval_s: float) -> OptimizingEngine:
         engine = OptimizingEngine(

@@ -29,9 +29,9 @@ from floe.controller.secrets import (
     read_catalog_properties,
 )
 from floe.controller.status import PATCH_CONCURRENCY, TableStatusFlusher, catalog_condition, table_status
+from floe.kit.redaction import Redactor
 from floe.service.engine import OptimizingEngine
 from floe.service.task_service import TaskService
-from floe.tables.credentials import Redactor
 from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.runtime import TableRuntime
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from floe.tables.credentials import (
+from floe.kit.redaction import (
     MASK,
     RedactingFilter,
     Redactor,

@@ -15,11 +15,11 @@ import pytest
 from synthetic import result, spec
 
 from floe.api.models import SchedulingPolicy
+from floe.kit.monitor import ChangeMonitor
 from floe.maintenance.file_tasks import DeleteFilesResult, DeleteFilesSpec
 from floe.optimizer.task_spec import RewriteTaskSpec
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest, StaleAttempt
-from floe.scheduling.monitor import ChangeMonitor
 from floe.scheduling.occupation import TaskTimeLedger, occupation, quota_limit
 from floe.scheduling.policy import BalancedPolicy, QuotaPolicy, policy_for
 from floe.scheduling.queue import POLL_ORDER_TTL_S, GroupScheduler, ProcessOutcome

@@ -19,12 +19,12 @@ from floe.api.models import OptimizedTable
 from floe.cli import main
 from floe.controller.diffbase import DIGEST_PREFIX, CredentialFreeDiffBase
 from floe.controller.status import table_status
+from floe.kit.redaction import MASK, Redactor, is_credential_key, mask_credentials
+from floe.kit.secret_names import suggests_secret
 from floe.local.run import ManifestWatcher, render
 from floe.service.engine import EngineEvent, OptimizingEngine, TableView
 from floe.service.task_service import TaskService
 from floe.tables.catalog import CatalogConfigError, catalog_ref_from_file
-from floe.tables.credentials import MASK, Redactor, is_credential_key, mask_credentials
-from floe.tables.secret_names import suggests_secret
 
 SECRET_NAMES = [
     "access_token",

@@ -19,11 +19,11 @@ from floe.api.manifests import ManifestError
 from floe.api.table_properties import InvalidTableProperty
 from floe.commit.rewrite import CommitAbandoned, CommitConflict, CommitPending
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
+from floe.kit.redaction import RedactingFilter, Redactor
 from floe.local.interrupt import Interrupted, reinstall, stop_on_signals
 from floe.optimizer.process import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_table, open_catalog
-from floe.tables.credentials import RedactingFilter, Redactor
 from floe.tables.maintenance_job import MaintenanceRefused
 from floe.tables.support import UnsupportedTableError
 

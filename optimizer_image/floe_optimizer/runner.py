@@ -4,7 +4,6 @@ and deleting the files of a refused result.
 
 from __future__ import annotations
 
-import logging
 import os
 import uuid
 from typing import Protocol
@@ -12,7 +11,7 @@ from typing import Protocol
 from pyiceberg.io import load_file_io
 from pyspark.sql import SparkSession
 
-from floe.commit.snapshot import delete_quietly
+from floe.kit.files import delete_paths
 from floe.optimizer.storage_credentials import executor_io_properties
 from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.assignment import TaskSpec
@@ -20,8 +19,6 @@ from floe_optimizer.spark_runner import TaskOutcome, run_tasks_on_spark
 from floe_optimizer.spark_session import get_spark
 
 APP_NAME = "floe-optimizer"
-
-log = logging.getLogger(__name__)
 
 
 class TaskRunner(Protocol):
@@ -76,8 +73,4 @@ def start_spark(master: str | None, threads: int) -> SparkSession:
 def discard_written_files(spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
     """Delete the files a task wrote whose outcome the service refused: nothing will commit them."""
     io = load_file_io(executor_io_properties(spec), location=spec.output_dir)
-    for written in result.files:
-        try:
-            delete_quietly(io, written.path)
-        except OSError as exc:
-            log.warning("could not delete %s (left for orphan cleanup): %s", written.path, exc)
+    delete_paths(io, [written.path for written in result.files])

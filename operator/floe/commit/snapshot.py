@@ -52,6 +52,7 @@ from pyiceberg.table.update import (
 from pyiceberg.typedef import TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
+from floe.kit.files import delete_quietly
 from floe.tables.manifest_io import ROW_LINEAGE_VERSION, content_key, manifest_entries, snapshot_manifests
 from floe.tables.support import SUPPORTED_FORMAT_VERSIONS, UnsupportedTableError
 
@@ -529,14 +530,3 @@ def _with_status(entry: ManifestEntry, status: ManifestEntryStatus) -> ManifestE
         file_sequence_number=entry.file_sequence_number,
         data_file=entry.data_file,
     )
-
-
-def delete_quietly(io: FileIO, path: str) -> None:
-    """Delete a file, ignoring one that is already gone."""
-    try:
-        io.delete(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        if "not found" not in str(exc).lower() and "no such file" not in str(exc).lower():
-            raise

@@ -5,7 +5,7 @@ to tell what changed. Copied as it is, it would hold a table's inline catalog cr
 (``spec.catalog.properties``) in ``metadata.annotations``, where they outlive the spec's
 (a spec that moves them into a Secret still leaves them in the annotation until kopf handles
 it) and reach whatever shows annotations. Here every credential value in the spec, by the
-rule of `floe.tables.credentials` (a secret-suggesting key, a ``header.`` property, or a name
+rule of `floe.kit.redaction` (a secret-suggesting key, a ``header.`` property, or a name
 in a catalog's ``secretProperties``), is kept as a keyed digest: a changed value still changes
 the record, so kopf still calls the update handler, and the value itself is not there. The key
 is the operator's own secret (its registration token) with the object's uid: whoever reads the
@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import kopf
 
-from floe.tables.credentials import is_credential_key
+from floe.kit.redaction import is_credential_key
 
 DIGEST_PREFIX = "hmac-sha256:"
 

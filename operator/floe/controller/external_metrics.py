@@ -29,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from floe.service.background import BackgroundServer
+from floe.kit.background import BackgroundServer
 
 log = logging.getLogger(__name__)
 

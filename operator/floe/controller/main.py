@@ -19,7 +19,8 @@ import kopf
 from floe.controller import groups, table_sets, tables
 from floe.controller.diffbase import CredentialFreeDiffBase
 from floe.controller.kube import Kube, load_config
-from floe.controller.runtime import Controller, OperatorConfig, install_redaction
+from floe.controller.runtime import Controller, OperatorConfig
+from floe.kit.redaction import install_redaction
 
 # Their handlers are registered with kopf by importing them.
 HANDLER_MODULES = (groups, tables, table_sets)

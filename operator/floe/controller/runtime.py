@@ -44,13 +44,13 @@ from floe.controller.secrets import (
 )
 from floe.controller.settings import InheritedSettings
 from floe.controller.status import TableStatusFlusher, epoch, restore_maintenance
+from floe.kit.background import BackgroundServer
+from floe.kit.redaction import Redactor
 from floe.optimizer.task_spec import OUT_OF_MEMORY
-from floe.service.background import BackgroundServer
 from floe.service.client import TOKEN_ENV
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
-from floe.tables.credentials import RedactingFilter, Redactor
 
 log = logging.getLogger(__name__)
 
@@ -603,12 +603,6 @@ def post_event(controller: Controller, body: kopf.Body, kind: str, reason: str, 
         meta.uid or "",
     )
     controller.kube.event(involved.as_dict(), kind, reason, controller.redact(message))
-
-
-def install_redaction(redactor: Redactor) -> None:
-    """Mask secret values in every record the root logger's handlers write."""
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RedactingFilter(redactor))
 
 
 def operator_namespaces(values: Sequence[str] | None) -> list[str]:

@@ -2,7 +2,7 @@
 
 A table's ``spec.catalog.secretRef`` names a Secret in the table's namespace whose keys
 are pyiceberg catalog properties. The values reach the engine only; every status field
-and Event message passes through a `floe.tables.credentials.Redactor`, and the operator's
+and Event message passes through a `floe.kit.redaction.Redactor`, and the operator's
 log handlers filter too, because a catalog error can quote its URI, password included.
 
 A Secret that cannot be read is a `CatalogProblem` of each table naming it: the table's

@@ -29,12 +29,12 @@ from floe.api.models import (
     OptimizedTableSetSpec,
     OptimizerGroup,
 )
+from floe.kit.redaction import Redactor
 from floe.local.interrupt import Interrupted, deferred_interrupts, reinstall
 from floe.service.engine import EngineEvent, OptimizingEngine, TableView
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.tables.catalog import open_catalog
-from floe.tables.credentials import Redactor
 from floe.tables.selection import TableSelector, claim_tables, list_table_identifiers, set_table_manifest
 from floe_optimizer.app import Optimizer
 from floe_optimizer.spark_runner import wait_for_idle_executors

@@ -40,7 +40,8 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
-from floe.maintenance.reachable import delete_files, referenced_files
+from floe.kit.files import delete_paths
+from floe.maintenance.reachable import referenced_files
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport, require_gc_enabled
 
 log = logging.getLogger(__name__)
@@ -225,7 +226,7 @@ def _report(
     paths = tuple(sorted(sizes))
     if not dry_run:
         if delete is None:
-            delete_files(io, paths)
+            delete_paths(io, paths, workers=8, on_error="raise")
         else:
             delete(paths)
     verb = "would expire" if dry_run else "expired"

@@ -17,9 +17,9 @@ from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.serializers import FromInputFile
 
+from floe.kit.files import delete_paths
+from floe.kit.redaction import MAX_SECRET_NAME, STORAGE_SECRET_NAME
 from floe.maintenance.orphans import find_orphans, referenced_locations
-from floe.maintenance.reachable import delete_files
-from floe.tables.credentials import MAX_SECRET_NAME, STORAGE_SECRET_NAME
 from floe.tables.listing import fs_path, list_files
 
 DELETE_BATCH = 2000
@@ -95,7 +95,7 @@ def run_file_task(spec: FileTaskSpec, io_properties: Mapping[str, str]) -> FileT
     """Run `spec` with the complete FileIO `io_properties` (its own plus mounted credentials)."""
     if isinstance(spec, DeleteFilesSpec):
         io = load_file_io(dict(io_properties), location=spec.paths[0])
-        delete_files(io, spec.paths)
+        delete_paths(io, spec.paths, workers=8, on_error="raise")
         return DeleteFilesResult(task_id=spec.task_id, deleted=len(spec.paths))
     io = PyArrowFileIO(dict(io_properties))
     listed = list_files(io, spec.roots)

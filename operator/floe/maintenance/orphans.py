@@ -31,8 +31,9 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
 from floe.api.models import MIN_ORPHAN_AGE_S
+from floe.kit.files import delete_paths
 from floe.maintenance.orphan_roots import OrphanRoots, orphan_roots
-from floe.maintenance.reachable import delete_files, referenced_files
+from floe.maintenance.reachable import referenced_files
 from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.listing import fs_path, list_files
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport, require_gc_enabled
@@ -78,7 +79,7 @@ def remove_orphan_files(
     found = find_orphans(listed, referenced, cutoff_ns=cutoff_ns, protected_prefixes=protected_prefixes)
     paths = tuple(listed[info] for info in found.orphans)
     if not dry_run:
-        delete_files(io, paths)
+        delete_paths(io, paths, workers=8, on_error="raise")
     return orphans_report(
         len(found.orphans),
         sum(info.size or 0 for info in found.orphans),

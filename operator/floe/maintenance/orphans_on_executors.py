@@ -26,6 +26,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
 
+from floe.kit.files import delete_paths
 from floe.maintenance.file_tasks import (
     DELETE_BATCH,
     DeleteFilesSpec,
@@ -42,7 +43,6 @@ from floe.maintenance.orphans import (
     orphans_report,
     referenced_since,
 )
-from floe.maintenance.reachable import delete_files
 from floe.planning.files import TableFiles
 from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.listing import fs_path
@@ -84,7 +84,7 @@ class ExecutorPool:
             self.delete(locations)
         except Exception as exc:  # whatever stopped the executors, the files must still go
             log.warning("deleting %d files here, the executors did not: %s", len(locations), exc)
-            delete_files(io, locations)
+            delete_paths(io, locations, workers=8, on_error="raise")
 
 
 def remove_orphan_files_on_executors(

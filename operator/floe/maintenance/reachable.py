@@ -15,8 +15,6 @@ from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table.snapshots import Snapshot
 
-from floe.commit.snapshot import delete_quietly
-
 
 @dataclass
 class ReferencedFiles:
@@ -53,9 +51,3 @@ def referenced_files(io: FileIO, snapshots: Iterable[Snapshot], *, live_only: bo
             for entry in entries:
                 found.content_files[entry.data_file.file_path] = entry.data_file.file_size_in_bytes
     return found
-
-
-def delete_files(io: FileIO, paths: Iterable[str]) -> None:
-    """Delete `paths` in parallel (object stores answer one request at a time slowly)."""
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda path: delete_quietly(io, path), paths))

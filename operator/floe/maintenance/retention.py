@@ -30,8 +30,9 @@ from pyiceberg.types import DateType, NestedField, PrimitiveType, TimestampType,
 
 from floe.commit.retry import on_fresh_head
 from floe.commit.rewrite import removable_delete_paths
-from floe.commit.snapshot import SnapshotDraft, SnapshotRefused, delete_quietly
+from floe.commit.snapshot import SnapshotDraft, SnapshotRefused
 from floe.commit.vectors import check_one_vector_per_data_file
+from floe.kit.files import delete_quietly
 from floe.planning.files import partition_identity
 from floe.tables.deletion_vectors import read_deletion_vector
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport

@@ -16,7 +16,7 @@ from collections.abc import Collection
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-from floe.commit.snapshot import delete_quietly
+from floe.kit.files import delete_quietly
 from floe.tables.listing import fs_path, list_files
 
 

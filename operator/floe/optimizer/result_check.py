@@ -20,7 +20,6 @@ metrics) and whose message names the numbers or the file.
 
 from __future__ import annotations
 
-import logging
 import posixpath
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -40,7 +39,7 @@ from pyiceberg.io.pyarrow import (
 from pyiceberg.schema import Schema, sanitize_column_names
 from pyiceberg.types import FixedType, IcebergType, ListType, MapType, NestedField, StructType, UUIDType
 
-from floe.commit.snapshot import delete_quietly
+from floe.kit.files import delete_paths
 from floe.optimizer.lineage import with_lineage
 from floe.optimizer.parquet_options import metrics_properties
 from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTaskSpec, WrittenFile
@@ -56,8 +55,6 @@ from floe.tables.writer import (
     POSITION_DELETE_METRICS,
     POSITION_DELETE_SCHEMA,
 )
-
-log = logging.getLogger(__name__)
 
 
 class ResultCheckFailed(ValueError):
@@ -524,17 +521,8 @@ class ResultChecker:
     ) -> list[str]:
         """Delete the files `result` names that the attempt may have written (`is_own_file`);
         a file named elsewhere is never touched. Returns the paths deleted or already gone."""
-        io = self.io(spec, process_id)
-        deleted = []
-        for written in result.files:
-            if is_own_file(spec, written.path):
-                try:
-                    delete_quietly(io, written.path)
-                except OSError as exc:
-                    log.warning("could not delete %s (left for orphan cleanup): %s", written.path, exc)
-                    continue
-                deleted.append(written.path)
-        return deleted
+        own = [written.path for written in result.files if is_own_file(spec, written.path)]
+        return delete_paths(self.io(spec, process_id), own)
 
     def io(self, spec: RewriteTaskSpec, process_id: str = "") -> FileIO:
         """The FileIO for the task's storage."""

@@ -42,6 +42,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import DoubleType, FloatType, ListType, MapType
 
+from floe.kit.files import delete_paths
 from floe.optimizer.encodings import choose_encodings
 from floe.optimizer.layout import OrderedRows
 from floe.optimizer.lineage import fill_lineage, with_lineage
@@ -367,12 +368,13 @@ def _written_file(
 def _delete_created(io: FileIO, created: list[str]) -> None:
     """Delete the files an aborted task's writer created, and forget them; a file that cannot be
     deleted is logged and left for orphan cleanup."""
-    for path in created:
-        try:
-            io.delete(path)
-        except Exception:
-            logger.warning("could not delete %s of an aborted task", path, exc_info=True)
+    delete_paths(io, created, on_error=_warn_not_deleted)
     created.clear()
+
+
+def _warn_not_deleted(path: str, exc: Exception) -> None:
+    # An abort runs while another error is on its way out: warn, never raise over it.
+    logger.warning("could not delete %s of an aborted task", path, exc_info=exc)
 
 
 def written_file_to_data_file(

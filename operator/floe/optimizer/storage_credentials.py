@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from floe.tables.credentials import is_credential_key, without_catalog_credentials
+from floe.kit.redaction import is_credential_key, without_catalog_credentials
 
 CATALOG_SECRETS_DIR_ENV = "FLOE_CATALOG_SECRETS_DIR"
 DEFAULT_CATALOG_SECRETS_DIR = "/etc/floe/catalog-secrets"

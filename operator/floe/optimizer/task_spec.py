@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from floe.kit.redaction import MAX_SECRET_NAME, STORAGE_SECRET_NAME
 from floe.planning.plan import REWRITE, TaskKind
-from floe.tables.credentials import MAX_SECRET_NAME, STORAGE_SECRET_NAME
 
 OUT_OF_MEMORY = "ExecutorOutOfMemory"
 """How a task's error starts when its executor, or the Python worker in it, was killed for memory."""

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from floe.api.models import SchedulingPolicy
+from floe.kit.monitor import ChangeMonitor
 from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec
 from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest, StaleAttempt
-from floe.scheduling.monitor import ChangeMonitor
 from floe.scheduling.occupation import QUOTA_WINDOW_S, TaskTimeLedger, quota_limit
 from floe.scheduling.policy import policy_for
 

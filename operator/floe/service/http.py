@@ -29,10 +29,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
+from floe.kit.background import BackgroundServer
 from floe.optimizer.task_spec import RewriteTaskResult
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest, StaleAttempt
-from floe.service.background import BackgroundServer
 from floe.service.errors import ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
 from floe.service.openapi import ROUTES, build_openapi
 from floe.service.task_service import TaskService

@@ -25,11 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from floe.api.models import SchedulingPolicy
+from floe.kit.monitor import ChangeMonitor
 from floe.optimizer.result_check import ResultChecker, ResultCheckFailed
 from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest
-from floe.scheduling.monitor import ChangeMonitor
 from floe.scheduling.queue import GroupScheduler, GroupSchedulingStats
 from floe.service.errors import ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
 from floe.service.metrics import ServiceMetrics

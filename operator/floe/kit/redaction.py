@@ -1,7 +1,7 @@
 """Which catalog and FileIO properties are credentials, and hiding them wherever floe writes text.
 
 A property is a credential by its key, never by its value: a key whose name suggests a secret
-(`floe.tables.secret_names`: tokens, keys, signatures, credentials, passwords, secrets, sessions,
+(`floe.kit.secret_names`: tokens, keys, signatures, credentials, passwords, secrets, sessions,
 auth...; pyiceberg's S3, GCS and ADLS credential properties among them), a ``header.`` property,
 or one the user marks secret (a catalog's ``secretProperties``). In any text, the user-info part
 of a URI (``https://user:pass@host``), the value of a query parameter (``?X-Amz-Signature=...``,
@@ -17,7 +17,7 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 
-from floe.tables.secret_names import suggests_secret
+from floe.kit.secret_names import suggests_secret
 
 MASK = "***"
 
@@ -110,7 +110,7 @@ def without_catalog_credentials(properties: Mapping[str, str]) -> dict[str, str]
 
 class Redactor:
     """Masks credentials in a text: the values of the credential properties it was told about
-    (`floe.tables.credentials`: by key, never ordinary values), and URI user-info and secret query
+    (`floe.kit.redaction`: by key, never ordinary values), and URI user-info and secret query
     parameters wherever they appear."""
 
     def __init__(self) -> None:
@@ -154,3 +154,9 @@ class RedactingFilter(logging.Filter):
         if redacted != message:
             record.msg, record.args = redacted, None
         return True
+
+
+def install_redaction(redactor: Redactor) -> None:
+    """Mask secret values in every record the root logger's handlers write."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter(redactor))
