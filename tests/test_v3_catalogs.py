@@ -1,7 +1,7 @@
 """Every maintenance job on a format v3 table that Spark 3.5 + Iceberg 1.10 wrote, each in a fresh
 floe process, through each catalog type that can run here, judged by Iceberg Java.
 
-pyiceberg refuses to write v3 metadata unless floe lets it (`floe.tables.v3_metadata`); a job
+pyiceberg refuses to write v3 metadata unless floe lets it (`floe.tables.pyiceberg_compat`); a job
 that commits through pyiceberg's own path (expiry) in a process where nothing else committed
 first must find it allowed. So every job runs as a process of its own: ``floe optimize --type
 JOB`` through the installed ``floe`` entry point for the SQL catalog (a SQLite file), the REST

@@ -31,8 +31,8 @@ from floe.local.reference_reader import ReferenceReader, qualified_name
 from floe.maintenance.jobs import run_maintenance_job
 from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.manifest_io import deletion_vector_location, manifest_first_row_id, snapshot_manifests
+from floe.tables.pyiceberg_compat import allow_v3_metadata_writes
 from floe.tables.scan import scan_table
-from floe.tables.v3_metadata import allow_v3_metadata_writes
 
 
 def _spec(**jobs: dict[str, Any]) -> MaintenanceSpec:
@@ -171,7 +171,7 @@ def test_a_dangling_deletion_vector_goes_and_its_puffin_neighbours_stay(
 
 
 def test_v3_metadata_written_by_floe_keeps_every_field_iceberg_java_wrote(v3_table: SqlCatalog) -> None:
-    """pyiceberg refuses to serialize v3 metadata; floe lets it (`floe.tables.v3_metadata`)
+    """pyiceberg refuses to serialize v3 metadata; floe lets it (`floe.tables.pyiceberg_compat`)
     because nothing is lost: Spark's metadata file comes back field for field."""
     allow_v3_metadata_writes()
     location = v3_table.load_table("db.t").metadata_location

@@ -42,7 +42,6 @@ from floe.commit.vectors import check_one_vector_per_data_file
 from floe.planning.files import ContentFile, DeleteIndex
 from floe.tables.history import SUMMARY_DEFERRED_PARTITIONS, SUMMARY_OPTIMIZING_TYPE, SUMMARY_PROCESS_ID
 from floe.tables.manifest_io import (
-    ROW_LINEAGE_VERSION,
     content_key,
     deletion_vector_location,
     file_first_row_id,
@@ -50,6 +49,7 @@ from floe.tables.manifest_io import (
     manifest_first_row_id,
     snapshot_manifests,
 )
+from floe.tables.pyiceberg_compat import ROW_LINEAGE_VERSION
 from floe.tables.scan import content_file
 from floe.tables.support import UnsupportedTableError
 from floe.tables.writer import POS_DELETE_FILE_PATH_ID

@@ -14,25 +14,18 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from pyiceberg.avro.codecs import AvroCompressionCodec
-from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.io import FileIO, OutputFile
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
-    DATA_FILE_TYPE,
-    MANIFEST_LIST_FILE_SCHEMAS,
     DataFile,
     DataFileContent,
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
-    ManifestListWriterV2,
     ManifestWriter,
-    ManifestWriterV2,
-    write_manifest,
     write_manifest_list,
 )
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
@@ -49,15 +42,16 @@ from pyiceberg.table.update import (
     SetSnapshotRefUpdate,
     update_table_metadata,
 )
-from pyiceberg.typedef import TableVersion
-from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
 from floe.kit.files import delete_quietly
-from floe.tables.manifest_io import ROW_LINEAGE_VERSION, content_key, manifest_entries, snapshot_manifests
+from floe.tables.manifest_io import content_key, manifest_entries, snapshot_manifests
+from floe.tables.pyiceberg_compat import (
+    ROW_LINEAGE_VERSION,
+    ManifestListWriterV3,
+    RowIdsUnassignable,
+    manifest_writer,
+)
 from floe.tables.support import SUPPORTED_FORMAT_VERSIONS, UnsupportedTableError
-
-V3_DATA_FILE_FIELDS = len(DATA_FILE_TYPE[ROW_LINEAGE_VERSION].fields)
-V3_MANIFEST_FIELDS = len(MANIFEST_LIST_FILE_SCHEMAS[ROW_LINEAGE_VERSION].fields)
 
 
 class CommitStateUnknown(RuntimeError):
@@ -69,161 +63,6 @@ class CommitStateUnknown(RuntimeError):
 class SnapshotRefused(RuntimeError):
     """The snapshot would break a rule of the spec or of Iceberg Java's readers; it is not
     committed (its metadata files are the draft's to discard)."""
-
-
-_EQUALITY_IDS = NestedField(
-    field_id=135,
-    name="equality_ids",
-    field_type=ListType(element_id=136, element_type=IntegerType(), element_required=True),
-    required=False,
-    doc="Field ids used to determine row equality in equality delete files.",
-)
-
-
-def _spec_compliant(entry_schema: Schema) -> Schema:
-    """The manifest entry schema with ``equality_ids`` as ``list<int>``, as the spec says.
-
-    pyiceberg 0.12 declares it ``list<long>``, which Iceberg Java cannot read back
-    (ClassCastException Long -> Integer when planning a scan with equality deletes).
-    """
-    fields = []
-    for entry_field in entry_schema.fields:
-        if entry_field.field_id == 2 and isinstance(entry_field.field_type, StructType):
-            data_file = StructType(
-                *[_EQUALITY_IDS if f.field_id == 135 else f for f in entry_field.field_type.fields]
-            )
-            entry_field = NestedField(2, entry_field.name, data_file, required=entry_field.required)
-        fields.append(entry_field)
-    return Schema(*fields)
-
-
-class _DataManifestWriterV2(ManifestWriterV2):
-    """pyiceberg's v2 manifest writer with the spec's type for equality_ids, for the content
-    `manifest_content` names (pyiceberg's writes data manifests only)."""
-
-    manifest_content = ManifestContent.DATA
-
-    def content(self) -> ManifestContent:
-        return self.manifest_content
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {
-            **super()._meta,
-            "content": "deletes" if self.manifest_content == ManifestContent.DELETES else "data",
-        }
-
-    def _with_partition(self, format_version: TableVersion) -> Schema:
-        return _spec_compliant(super()._with_partition(format_version))
-
-
-class _DeleteManifestWriterV2(_DataManifestWriterV2):
-    """The v2 manifest writer for delete files (content=deletes)."""
-
-    manifest_content = ManifestContent.DELETES
-
-
-class _DataManifestWriterV3(_DataManifestWriterV2):
-    """A v3 manifest writer: v2's rules for sequence numbers, with the v3 file fields.
-
-    pyiceberg 0.12 writes manifests of v1 and v2 tables only. Entries read by
-    `floe.tables.manifest_io` carry the v3 fields (an inherited ``first_row_id`` included,
-    so an EXISTING file keeps its row ids); files floe creates get them empty: a new data
-    file inherits its ``first_row_id`` from the manifest, as the spec says.
-    """
-
-    @property
-    def version(self) -> TableVersion:
-        return ROW_LINEAGE_VERSION
-
-    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
-        schema = self._with_partition(ROW_LINEAGE_VERSION)
-        return AvroOutputFile[ManifestEntry](
-            output_file=self._output_file,
-            file_schema=schema,
-            record_schema=schema,
-            schema_name="manifest_entry",
-            metadata=self._meta,
-        )
-
-    def prepare_entry(self, entry: ManifestEntry) -> ManifestEntry:
-        entry = super().prepare_entry(entry)
-        missing = V3_DATA_FILE_FIELDS - len(entry.data_file)
-        if missing > 0:
-            padded = DataFile(*(entry.data_file[i] for i in range(len(entry.data_file))), *([None] * missing))
-            padded.spec_id = entry.data_file.spec_id
-            entry = ManifestEntry.from_args(
-                status=entry.status,
-                snapshot_id=entry.snapshot_id,
-                sequence_number=entry.sequence_number,
-                file_sequence_number=entry.file_sequence_number,
-                data_file=padded,
-            )
-        return entry
-
-
-class _DeleteManifestWriterV3(_DataManifestWriterV3):
-    """The v3 manifest writer for delete files (deletion vectors and equality deletes)."""
-
-    manifest_content = ManifestContent.DELETES
-
-
-class _ManifestListWriterV3(ManifestListWriterV2):
-    """A v3 manifest list: v2's, plus a ``first_row_id`` for each data manifest without one.
-
-    As the spec's "First Row ID Assignment" says: ids start at the table's ``next-row-id`` and
-    each assigned manifest takes as many as it holds added and existing rows; `added_rows` is
-    the number taken, the snapshot's ``added-rows``.
-    """
-
-    def __init__(
-        self,
-        output_file: OutputFile,
-        snapshot_id: int,
-        parent_snapshot_id: int | None,
-        sequence_number: int,
-        first_row_id: int,
-        compression: AvroCompressionCodec,
-    ) -> None:
-        super().__init__(output_file, snapshot_id, parent_snapshot_id, sequence_number, compression)
-        self._format_version = ROW_LINEAGE_VERSION
-        self._meta = {**self._meta, "format-version": "3", "first-row-id": str(first_row_id)}
-        self.first_row_id = first_row_id
-        self.next_row_id = first_row_id
-
-    @property
-    def added_rows(self) -> int:
-        """Row ids assigned so far."""
-        return self.next_row_id - self.first_row_id
-
-    def __enter__(self) -> _ManifestListWriterV3:
-        schema = MANIFEST_LIST_FILE_SCHEMAS[ROW_LINEAGE_VERSION]
-        self._writer = AvroOutputFile[ManifestFile](
-            output_file=self._output_file,
-            record_schema=schema,
-            file_schema=schema,
-            schema_name="manifest_file",
-            metadata=self._meta,
-        )
-        self._writer.__enter__()
-        return self
-
-    def prepare_manifest(self, manifest_file: ManifestFile) -> ManifestFile:
-        prepared = super().prepare_manifest(manifest_file)
-        fields = [prepared[i] for i in range(len(prepared))]
-        fields += [None] * (V3_MANIFEST_FIELDS - len(fields))
-        if prepared.content == ManifestContent.DATA and fields[V3_MANIFEST_FIELDS - 1] is None:
-            if prepared.added_rows_count is None or prepared.existing_rows_count is None:
-                # The manifest's rows take as many ids as the two counts say (Iceberg Java's V3
-                # manifest list writer adds them too): without them, none would be reserved and
-                # the next manifest's ids would overlap theirs; the v3 list requires them anyway.
-                raise SnapshotRefused(
-                    f"data manifest {prepared.manifest_path} has no first_row_id and no row counts "
-                    "(written before format v2): its rows cannot be given row ids"
-                )
-            fields[V3_MANIFEST_FIELDS - 1] = self.next_row_id
-            self.next_row_id += (prepared.added_rows_count or 0) + (prepared.existing_rows_count or 0)
-        return ManifestFile(*fields)
 
 
 @dataclass
@@ -304,16 +143,14 @@ class SnapshotDraft:
         """A writer for a new manifest of the given spec and content."""
         self._counter += 1
         output = self.io.new_output(self._new_path(f"{self.commit_uuid}-m{self._counter}.avro"))
-        spec = self.metadata.specs()[spec_id]
-        schema = self.metadata.schema()
-        compression = self._avro_compression()
-        if self.metadata.format_version >= ROW_LINEAGE_VERSION:
-            writer = _DeleteManifestWriterV3 if content == ManifestContent.DELETES else _DataManifestWriterV3
-            return writer(spec, schema, output, self.snapshot_id, compression)
-        if content == ManifestContent.DELETES:
-            return _DeleteManifestWriterV2(spec, schema, output, self.snapshot_id, compression)
-        return write_manifest(
-            self.metadata.format_version, spec, schema, output, self.snapshot_id, compression
+        return manifest_writer(
+            self.metadata.format_version,
+            content,
+            self.metadata.specs()[spec_id],
+            self.metadata.schema(),
+            output,
+            self.snapshot_id,
+            self._avro_compression(),
         )
 
     def write_entries(
@@ -422,15 +259,19 @@ class SnapshotDraft:
         row_ids: dict[str, int] = {}
         if self.metadata.format_version >= ROW_LINEAGE_VERSION:
             first_row_id = getattr(self.metadata, "next_row_id", None) or 0
-            with _ManifestListWriterV3(
-                output,
-                self.snapshot_id,
-                parent_id,
-                self.sequence_number,
-                first_row_id,
-                self._avro_compression(),
-            ) as lineage_writer:
-                lineage_writer.add_manifests(manifests)
+            try:
+                with ManifestListWriterV3(
+                    output,
+                    self.snapshot_id,
+                    parent_id,
+                    self.sequence_number,
+                    first_row_id,
+                    self._avro_compression(),
+                ) as lineage_writer:
+                    lineage_writer.add_manifests(manifests)
+            except RowIdsUnassignable as exc:
+                # The writer sits in floe.tables, below this layer's refusal.
+                raise SnapshotRefused(str(exc)) from exc
             row_ids = {"first-row-id": first_row_id, "added-rows": lineage_writer.added_rows}
         else:
             with write_manifest_list(

@@ -36,7 +36,8 @@ from floe.kit.files import delete_quietly
 from floe.planning.files import partition_identity
 from floe.tables.deletion_vectors import read_deletion_vector
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
-from floe.tables.manifest_io import ROW_LINEAGE_VERSION, content_key, deletion_vector_location
+from floe.tables.manifest_io import content_key, deletion_vector_location
+from floe.tables.pyiceberg_compat import ROW_LINEAGE_VERSION
 from floe.tables.writer import POS_DELETE_FILE_PATH_ID, write_deletion_vector_file, write_position_deletes
 
 SUMMARY_MAINTENANCE = "floe.maintenance"

@@ -46,7 +46,7 @@ from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTa
 from floe.planning.files import FileKind
 from floe.planning.plan import POSITIONS
 from floe.tables.deletion_vectors import DeletionVectorError, puffin_blob_properties, read_deletion_vector
-from floe.tables.manifest_io import ROW_LINEAGE_VERSION
+from floe.tables.pyiceberg_compat import ROW_LINEAGE_VERSION
 from floe.tables.writer import (
     POS_DELETE_FILE_PATH,
     POS_DELETE_FILE_PATH_ID,

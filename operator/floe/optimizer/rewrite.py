@@ -27,7 +27,6 @@ from pyiceberg.exceptions import ResolveError
 from pyiceberg.io import FileIO, InputStream, OutputStream, load_file_io
 from pyiceberg.io.pyarrow import (
     StatisticsCollector,
-    _to_requested_schema,
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
@@ -64,7 +63,7 @@ from floe.tables.deletion_vectors import (
     read_deletion_vector,
     write_deletion_vector,
 )
-from floe.tables.manifest_io import ROW_LINEAGE_VERSION
+from floe.tables.pyiceberg_compat import ROW_LINEAGE_VERSION, to_requested_schema
 from floe.tables.writer import (
     POS_DELETE_FILE_PATH,
     POS_DELETE_POS,
@@ -519,13 +518,7 @@ class _ParquetSource:
                 yield batch.cast(projection.target)
                 continue
             try:
-                shaped = _to_requested_schema(
-                    requested,
-                    projection.projected,
-                    batch,
-                    downcast_ns_timestamp_to_us=True,
-                    allow_timestamp_tz_mismatch=True,
-                )
+                shaped = to_requested_schema(requested, projection.projected, batch)
             except (ResolveError, ValueError) as exc:
                 raise RewriteError(f"{self.path} cannot be read as the table schema: {exc}") from exc
             yield shaped.cast(projection.target)

@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.rest import SNAPSHOT_LOADING_MODE, Endpoints, RestCatalog, TableResponse
-from pyiceberg.catalog.rest.response import _handle_non_200_response
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import AuthorizationExpiredError, NoSuchTableError, UnauthorizedError
 from pyiceberg.table import Table
 from requests import HTTPError
 
 from floe.tables.catalog import table_load_errors
+from floe.tables.pyiceberg_compat import raise_rest_error, rest_load_response, rest_table
 
 NOT_MODIFIED = 304
 
@@ -46,21 +46,15 @@ def load_table_if_changed(catalog: Catalog, identifier: str, etag: str | None) -
 
 def _load_rest_table(catalog: RestCatalog, identifier: str, etag: str | None) -> LoadedTable:
     # pyiceberg's own load_table, with the request's header added and the response's read.
-    mode = catalog.properties.get(SNAPSHOT_LOADING_MODE)
-    params = {"snapshots": mode} if mode in {"all", "refs"} else {}
-    url = catalog.url(Endpoints.load_table, prefixed=True, **catalog._split_identifier_for_path(identifier))
-    response = catalog._session.get(url, params=params, headers={"If-None-Match": etag} if etag else {})
+    response = rest_load_response(catalog, identifier, etag)
     if response.status_code == NOT_MODIFIED and etag:
         return LoadedTable(None, etag)
     try:
         response.raise_for_status()
     except HTTPError as exc:
         try:
-            _handle_non_200_response(exc, {404: NoSuchTableError})
+            raise_rest_error(exc, {404: NoSuchTableError})
         except (UnauthorizedError, AuthorizationExpiredError):
             # pyiceberg's load refreshes an expired token and tries again.
             return LoadedTable(catalog.load_table(identifier), None)
-    table = catalog._response_to_table(
-        catalog.identifier_to_tuple(identifier), TableResponse.model_validate_json(response.text)
-    )
-    return LoadedTable(table, response.headers.get("ETag"))
+    return LoadedTable(rest_table(catalog, identifier, response), response.headers.get("ETag"))

@@ -10,7 +10,7 @@ the spec's "First Row ID Inheritance" says. v1 and v2 tables are read by pyicebe
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any
 
 from pyiceberg.avro.file import AvroFile
 from pyiceberg.io import FileIO
@@ -25,21 +25,19 @@ from pyiceberg.manifest import (
     ManifestEntryStatus,
     ManifestFile,
     PartitionFieldSummary,
-    _inherit_from_manifest,
 )
 from pyiceberg.table.snapshots import Snapshot
 
 from floe.planning.files import deletion_vector_key
-
-ROW_LINEAGE_VERSION: Final[Literal[3]] = 3
-"""The first format version with row lineage and deletion vectors."""
-
-# Positions of the v3 fields in pyiceberg's records read with the v3 schemas.
-_MANIFEST_FIRST_ROW_ID = 15
-_FILE_FIRST_ROW_ID = 16
-_FILE_REFERENCED_DATA_FILE = 17
-_FILE_CONTENT_OFFSET = 18
-_FILE_CONTENT_SIZE = 19
+from floe.tables.pyiceberg_compat import (
+    ROW_LINEAGE_VERSION,
+    V3_FILE_CONTENT_OFFSET,
+    V3_FILE_CONTENT_SIZE,
+    V3_FILE_FIRST_ROW_ID,
+    V3_FILE_REFERENCED_DATA_FILE,
+    V3_MANIFEST_FIRST_ROW_ID,
+    inherit_from_manifest,
+)
 
 
 def snapshot_manifests(snapshot: Snapshot, io: FileIO, format_version: int) -> list[ManifestFile]:
@@ -69,27 +67,27 @@ def manifest_entries(
         read_types={-1: ManifestEntry, 2: DataFile},
         read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
     ) as reader:
-        entries = [_inherit_from_manifest(entry, manifest) for entry in reader]
+        entries = [inherit_from_manifest(entry, manifest) for entry in reader]
     next_row_id = manifest_first_row_id(manifest)
     if manifest.content == ManifestContent.DATA and next_row_id is not None:
         # Files without a first_row_id take the next ids in manifest order; deleted entries
         # take none (Iceberg Java's ManifestReader does the same).
         for entry in entries:
             if entry.status != ManifestEntryStatus.DELETED and file_first_row_id(entry.data_file) is None:
-                entry.data_file[_FILE_FIRST_ROW_ID] = next_row_id
+                entry.data_file[V3_FILE_FIRST_ROW_ID] = next_row_id
                 next_row_id += entry.data_file.record_count
     return [e for e in entries if not discard_deleted or e.status != ManifestEntryStatus.DELETED]
 
 
 def manifest_first_row_id(manifest: ManifestFile) -> int | None:
     """The first row id of a v3 data manifest; None before v3, and for a delete manifest."""
-    first_row_id: int | None = _field(manifest, _MANIFEST_FIRST_ROW_ID)
+    first_row_id: int | None = _field(manifest, V3_MANIFEST_FIRST_ROW_ID)
     return first_row_id
 
 
 def file_first_row_id(data_file: DataFile) -> int | None:
     """The ``_row_id`` of a v3 data file's first row (inherited values included once read here)."""
-    first_row_id: int | None = _field(data_file, _FILE_FIRST_ROW_ID)
+    first_row_id: int | None = _field(data_file, V3_FILE_FIRST_ROW_ID)
     return first_row_id
 
 
@@ -98,9 +96,9 @@ def deletion_vector_location(data_file: DataFile) -> tuple[str, int, int] | None
     other file, or one read without the v3 fields."""
     if data_file.file_format != FileFormat.PUFFIN:
         return None
-    referenced = _field(data_file, _FILE_REFERENCED_DATA_FILE)
-    offset = _field(data_file, _FILE_CONTENT_OFFSET)
-    size = _field(data_file, _FILE_CONTENT_SIZE)
+    referenced = _field(data_file, V3_FILE_REFERENCED_DATA_FILE)
+    offset = _field(data_file, V3_FILE_CONTENT_OFFSET)
+    size = _field(data_file, V3_FILE_CONTENT_SIZE)
     if referenced is None or offset is None or size is None:
         return None
     return referenced, offset, size

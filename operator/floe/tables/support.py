@@ -17,7 +17,6 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
 
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import FileFormat
@@ -41,6 +40,7 @@ from pyiceberg.types import (
 )
 
 from floe.planning.files import FileKind, TableFiles
+from floe.tables.pyiceberg_compat import unknown_transform_name
 from floe.tables.scan import ScannedTable, scan_table
 
 SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
@@ -106,7 +106,7 @@ def unsupported_features(
         features.extend(_unknown_partition_transforms(specs[spec_id]))
     sort_order = metadata.sort_order()
     features.extend(
-        f"sort order {sort_order.order_id} with the unknown transform {_transform_name(f.transform)}"
+        f"sort order {sort_order.order_id} with the unknown transform {unknown_transform_name(f.transform)}"
         for f in sort_order.fields
         if isinstance(f.transform, UnknownTransform)
     )
@@ -226,13 +226,8 @@ def _unknown_partition_transforms(spec: PartitionSpec) -> Iterator[str]:
         if isinstance(partition_field.transform, UnknownTransform):
             yield (
                 f"partition field {partition_field.name!r} (spec {spec.spec_id}) with the unknown "
-                f"transform {_transform_name(partition_field.transform)}"
+                f"transform {unknown_transform_name(partition_field.transform)}"
             )
-
-
-def _transform_name(transform: UnknownTransform[Any, Any]) -> str:
-    # pyiceberg keeps the name it could not parse private, and prints every one as "unknown".
-    return str(getattr(transform, "_transform", transform))
 
 
 def _join(items: Sequence[str]) -> str:

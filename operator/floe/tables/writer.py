@@ -14,8 +14,6 @@ from collections.abc import Sequence
 import pyarrow as pa
 from pyiceberg.io.pyarrow import (
     ParquetFormatWriter,
-    _dataframe_to_data_files,
-    _determine_partitions,
     schema_to_pyarrow,
 )
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -25,6 +23,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from floe.tables.deletion_vectors import deletion_vector_data_file, write_deletion_vector
+from floe.tables.pyiceberg_compat import dataframe_to_data_files, determine_partitions
 
 POS_DELETE_FILE_PATH_ID = 2147483546
 """Iceberg's reserved field id of the ``file_path`` column of position-delete files."""
@@ -116,7 +115,7 @@ def write_equality_deletes_by_partition(
             spec.spec_id,
             part.partition_key.partition,
         )
-        for part in _determine_partitions(spec, metadata.schema(), conform(table, rows))
+        for part in determine_partitions(spec, metadata.schema(), conform(table, rows))
     ]
 
 
@@ -165,7 +164,7 @@ def conform(table: Table, rows: pa.Table) -> pa.Table:
 
 def write_data_files(table: Table, rows: pa.Table) -> list[DataFile]:
     """Data files holding `rows`, split by the table's partition spec, not yet committed."""
-    files = list(_dataframe_to_data_files(table.metadata, conform(table, rows), table.io))
+    files = list(dataframe_to_data_files(table.metadata, conform(table, rows), table.io))
     for f in files:
         # pyiceberg writes with the default spec but leaves spec_id unset on the DataFile.
         f.spec_id = table.metadata.default_spec_id
