@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make test`: the venv, every build the tests use, lint beside pytest on two workers, and at
+# the end each phase's wall-clock time, so a phase that grows shows in every run's output.
+#
+# Usage: scripts/test/run.sh [PYTEST_ARGS...]   (make test passes none: every test runs)
+#
+# pytest runs with pytest-xdist on two workers (`--dist loadgroup`): tests/k8s share one control
+# plane and tests/e2e one kind cluster, so each of those folders stays on one worker (their
+# `xdist_group` marks, tests/conftest.py) while the other worker takes the rest.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+make=("${MAKE:-make}" --no-print-directory)
+phases="$(mktemp)"
+lint_log="$(mktemp)"
+start="$(date +%s)"
+trap 'rm -f "$phases" "$lint_log"' EXIT
+
+# phase NAME CMD...: run CMD, appending "NAME start end rc" (seconds from the start) to $phases.
+phase() {
+    local name="$1" began rc=0
+    shift
+    began="$(date +%s)"
+    "$@" || rc=$?
+    printf '%s\t%s\t%s\t%s\n' "$name" "$((began - start))" "$(($(date +%s) - start))" "$rc" >>"$phases"
+    return "$rc"
+}
+
+clock() { printf '%d:%02d' "$(($1 / 60))" "$(($1 % 60))"; }
+
+report() {
+    local name began ended rc
+    echo
+    echo "== make test: phases (wall clock from the start) =="
+    printf '%-10s %7s %7s %7s  %s\n' phase start end took result
+    while IFS=$'\t' read -r name began ended rc; do
+        printf '%-10s %7s %7s %7s  %s\n' "$name" "$(clock "$began")" "$(clock "$ended")" \
+            "$(clock $((ended - began)))" "$([ "$rc" -eq 0 ] && echo ok || echo "failed ($rc)")"
+    done <"$phases"
+    printf '%-10s %7s %7s %7s\n' total "" "" "$(clock $(($(date +%s) - start)))"
+}
+
+rc=0
+phase venv "${make[@]}" venv || rc=$?
+[ "$rc" -eq 0 ] && { phase builds "${make[@]}" test-envs || rc=$?; }
+if [ "$rc" -eq 0 ]; then
+    # Lint needs about one core for two minutes; it runs beside pytest, its output kept until
+    # pytest ends so the two do not interleave.
+    phase lint "${make[@]}" lint >"$lint_log" 2>&1 &
+    lint_pid=$!
+    pytest_rc=0
+    phase pytest .venv/bin/pytest -q -n 2 --dist loadgroup "$@" || pytest_rc=$?
+    lint_rc=0
+    wait "$lint_pid" || lint_rc=$?
+    echo
+    echo "== lint =="
+    cat "$lint_log"
+    if [ "$pytest_rc" -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi
+    rc=$((pytest_rc != 0 ? pytest_rc : lint_rc))
+fi
+report
+exit "$rc"
