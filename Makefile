@@ -100,10 +100,12 @@ lint: venv
 # Everything the tests use. The Go builds (the kube binaries and helm: CPU-bound, niced, most of a
 # cold run's build time) run beside the rest (pip, Maven, debootstrap, podman: mostly network and
 # disk), so a cold run waits for the longer of the two, not for their sum. Maven's builds stay in
-# one chain: concurrent runs would write the same local repository.
+# one chain: concurrent runs would write the same local repository. floe's images are not built
+# here: the e2e tests' session fixture builds them (minutes when the sources changed) on its pytest
+# worker while the other worker runs the rest.
 test-envs: venv
 	@$(MAKE) --no-print-directory k8s-env helm-env & go_builds=$$!; \
-	rc=0; $(MAKE) --no-print-directory jars checkov-env moto-env rest-catalog-env flink-env images || rc=$$?; \
+	rc=0; $(MAKE) --no-print-directory jars checkov-env moto-env rest-catalog-env flink-env host-env || rc=$$?; \
 	wait $$go_builds || rc=$$?; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi; \
 	$(MAKE) --no-print-directory kind-env

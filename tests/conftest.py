@@ -20,19 +20,6 @@ from floe_optimizer.spark_session import get_spark
 
 _catalog_numbers = itertools.count()
 
-_TESTS = Path(__file__).resolve().parent
-#: Folders whose tests share one expensive thing per pytest process (tests/k8s: a control plane;
-#: tests/e2e: a kind cluster): under pytest-xdist each folder runs on one worker.
-_ONE_WORKER_EACH = {_TESTS / "k8s": "k8s", _TESTS / "e2e": "kind"}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put each test of a shared-resource folder in that folder's ``xdist_group``."""
-    for item in items:
-        for folder, group in _ONE_WORKER_EACH.items():
-            if item.path.is_relative_to(folder):
-                item.add_marker(pytest.mark.xdist_group(group))
-
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:

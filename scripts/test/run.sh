@@ -4,9 +4,9 @@
 #
 # Usage: scripts/test/run.sh [PYTEST_ARGS...]   (make test passes none: every test runs)
 #
-# pytest runs with pytest-xdist on two workers (`--dist loadgroup`): tests/k8s share one control
-# plane and tests/e2e one kind cluster, so each of those folders stays on one worker (their
-# `xdist_group` marks, tests/conftest.py) while the other worker takes the rest.
+# pytest runs with pytest-xdist on two workers, one test file at a time each (`--dist loadfile`):
+# the tests of a file share its fixtures, and tests/e2e is one file on one kind cluster. Each
+# worker starts its own Spark session and, if it runs a tests/k8s file, its own control plane.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -50,7 +50,7 @@ if [ "$rc" -eq 0 ]; then
     phase lint "${make[@]}" lint >"$lint_log" 2>&1 &
     lint_pid=$!
     pytest_rc=0
-    phase pytest .venv/bin/pytest -q -n 2 --dist loadgroup "$@" || pytest_rc=$?
+    phase pytest .venv/bin/pytest -q -n 2 --dist loadfile "$@" || pytest_rc=$?
     lint_rc=0
     wait "$lint_pid" || lint_rc=$?
     echo
