@@ -25,7 +25,6 @@ MAX_CLASS_LINES = 400
 LONG_MODULES = frozenset(
     {
         "operator/floe/api/crd.py",
-        "operator/floe/api/models.py",
         "operator/floe/controller/runtime.py",
         "operator/floe/optimizer/rewrite.py",
         "operator/floe/scheduling/queue.py",

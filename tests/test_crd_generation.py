@@ -14,13 +14,10 @@ import yaml
 
 from floe.api import crd as crd_module
 from floe.api.crd import KIND_SPECS, RULES, crds, main, render
-from floe.api.models import (
-    MAX_GROUP_NAME_LENGTH,
-    OptimizedTable,
-    OptimizedTableStatus,
-    OptimizerGroup,
-    OptimizerGroupSpec,
-)
+from floe.api.group import OptimizerGroup, OptimizerGroupSpec
+from floe.api.meta import MAX_GROUP_NAME_LENGTH
+from floe.api.models import OptimizedTable
+from floe.api.status import OptimizedTableStatus
 from floe.api.units import (
     DURATION_PATTERN,
     MAX_UNIT_LENGTH,

@@ -74,24 +74,16 @@ from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import PydanticJsonSchemaWarning
 
-from floe.api.models import (
-    API_GROUP,
-    GROUP_PLURAL,
+from floe.api.group import (
     MANUAL_OR_AUTOSCALED,
-    MIN_ORPHAN_AGE_S,
-    SET_OWN_FIELDS,
-    SPARK_MIN_EXECUTOR_MEMORY,
     STARTUP_CPU_ABOVE_CORES,
     STARTUP_CPU_NEEDS_BURSTABLE,
-    TABLE_PLURAL,
-    TABLE_SET_PLURAL,
-    VERSION,
-    ObjectMeta,
-    OptimizedTable,
-    OptimizedTableSet,
-    OptimizedTableSpec,
     OptimizerGroup,
 )
+from floe.api.meta import SPARK_MIN_EXECUTOR_MEMORY, ObjectMeta
+from floe.api.models import API_GROUP, GROUP_PLURAL, TABLE_PLURAL, TABLE_SET_PLURAL, VERSION, OptimizedTable
+from floe.api.table import MIN_ORPHAN_AGE_S, SET_OWN_FIELDS, OptimizedTableSpec
+from floe.api.table_set import OptimizedTableSet
 from floe.api.units import _DURATION_FACTORS, _DURATION_PART, _QUANTITY_FACTORS
 
 ResourceModel = type[OptimizerGroup] | type[OptimizedTable] | type[OptimizedTableSet]
