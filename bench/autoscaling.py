@@ -46,7 +46,8 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
-from floe.api.models import OptimizedTable, OptimizerGroup, resource_from_dict
+from floe.api.group import OptimizerGroup
+from floe.api.models import OptimizedTable, resource_from_dict
 from floe.controller.scaling import GroupScaling
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer

@@ -79,7 +79,8 @@ class _CountingKube:
 
 def measure(tables: int, properties: dict[str, str], rounds: int, loop_seconds: float) -> dict[str, Any]:
     """Both measurements, with the floe this process imports (the child's source)."""
-    from floe.api.models import OptimizedTable, OptimizerGroup
+    from floe.api.group import OptimizerGroup
+    from floe.api.models import OptimizedTable
     from floe.controller.status import TableStatusFlusher
     from floe.kit.redaction import Redactor
     from floe.service.engine import OptimizingEngine

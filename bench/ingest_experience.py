@@ -37,7 +37,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from floe.api.models import OptimizedTable, OptimizerGroup, resource_from_dict
+from floe.api.group import OptimizerGroup
+from floe.api.models import OptimizedTable, resource_from_dict
 from floe.local.reference_reader import ReferenceReader, qualified_name
 from floe.optimizer.task_spec import RewriteTaskSpec
 from floe.service.engine import EngineEvent, OptimizingEngine

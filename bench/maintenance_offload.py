@@ -84,7 +84,7 @@ def make_orphans(table: Any, count: int, side: str) -> None:
 
 def measure(table: Any, executors: Any) -> dict[str, float]:
     """One orphan cleanup, with `executors` or without; its CPU and wall time."""
-    from floe.api.models import MaintenanceSpec
+    from floe.api.table import MaintenanceSpec
     from floe.maintenance.jobs import run_maintenance_job
     from floe.tables.maintenance_job import MaintenanceJob
 

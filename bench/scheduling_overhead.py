@@ -35,7 +35,7 @@ from harness.report import columns_table, emit, markdown_table
 from harness.steps import run_requested_step, run_step
 from harness.task_workload import Completions, build_service, group_name
 
-from floe.api.models import SchedulingPolicy
+from floe.api.group import SchedulingPolicy
 from floe.scheduling.assignment import TaskAssignment
 from floe.service.client import TaskServiceClient
 from floe.service.http import TaskServiceServer

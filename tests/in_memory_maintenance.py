@@ -15,7 +15,7 @@ import time
 
 from pyiceberg.catalog import load_catalog
 
-from floe.api.models import MaintenanceSpec
+from floe.api.table import MaintenanceSpec
 from floe.maintenance.jobs import run_maintenance_job
 from floe.tables.maintenance_job import MaintenanceJob
 

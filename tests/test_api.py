@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from floe.api.group import OptimizerGroup, SchedulingPolicy
 from floe.api.manifests import ManifestError, load_manifests
-from floe.api.models import OptimizedTable, OptimizerGroup, SchedulingPolicy
+from floe.api.models import OptimizedTable
 from floe.api.units import format_duration, format_quantity, parse_duration, parse_quantity
 from floe.planning.config import MiB
 

@@ -16,7 +16,8 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField
 from test_engine import _table
 
-from floe.api.models import AutoscalingSpec, OptimizedTable, OptimizerGroup, OptimizerGroupSpec
+from floe.api.group import AutoscalingSpec, OptimizerGroup, OptimizerGroupSpec
+from floe.api.models import OptimizedTable
 from floe.controller.scaling import GroupScaling, ScaleFigures
 from floe.scheduling.autoscale import ExecutorAutoscaler, table_demand
 from floe.service.engine import EngineEvent, OptimizingEngine

@@ -13,14 +13,12 @@ import pytest
 import yaml
 
 from floe.api import crd as crd_module
-from floe.api.crd import KIND_SPECS, RULES, crds, main, render
-from floe.api.models import (
-    MAX_GROUP_NAME_LENGTH,
-    OptimizedTable,
-    OptimizedTableStatus,
-    OptimizerGroup,
-    OptimizerGroupSpec,
-)
+from floe.api.crd import KIND_SPECS, crds, main, render
+from floe.api.crd_rules import RULES, cel_bytes, cel_seconds
+from floe.api.group import OptimizerGroup, OptimizerGroupSpec
+from floe.api.meta import MAX_GROUP_NAME_LENGTH
+from floe.api.models import OptimizedTable
+from floe.api.status import OptimizedTableStatus
 from floe.api.units import (
     DURATION_PATTERN,
     MAX_UNIT_LENGTH,
@@ -352,12 +350,12 @@ def test_every_cel_rule_is_rendered_and_explained() -> None:
 
 def test_cel_parsers_follow_the_unit_tables() -> None:
     """The CEL parsers know every unit the Python parsers know (their behaviour is checked on a server)."""
-    seconds = crd_module.cel_seconds("self")
+    seconds = cel_seconds("self")
     for unit in ("ms", "s", "m", "h", "d"):
         assert f"p.endsWith('{unit}')" in seconds
     assert seconds.index("endsWith('ms')") < seconds.index("endsWith('s')")
     assert parse_duration("1h30m") == 5400
-    nbytes = crd_module.cel_bytes("self")
+    nbytes = cel_bytes("self")
     for unit in ("Ki", "Mi", "Gi", "Ti", "k", "K", "M", "G", "T"):
         assert f"self.endsWith('{unit}') ? {float(parse_quantity('1' + unit))!r}" in nbytes
 

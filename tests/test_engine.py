@@ -15,7 +15,8 @@ from test_correctness import build_table, rows_at
 from test_service_http import scrape
 from v3_lineage import lineage
 
-from floe.api.models import OptimizedTable, OptimizerGroup
+from floe.api.group import OptimizerGroup
+from floe.api.models import OptimizedTable
 from floe.local.reference_reader import ReferenceReader
 from floe.planning.files import FileKind
 from floe.service.engine import EngineEvent, OptimizingEngine

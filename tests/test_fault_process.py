@@ -36,7 +36,8 @@ from pyspark.sql import SparkSession
 from rest_s3 import RestS3Stack, rest_s3_stack, s3_filesystem
 from test_correctness import CONFIG, LAYOUTS, MOR, SCHEMA, Writer
 
-from floe.api.models import OptimizedTable, OptimizerGroup
+from floe.api.group import OptimizerGroup
+from floe.api.models import OptimizedTable
 from floe.local.optimize import optimize_once
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.orphans import remove_orphan_files

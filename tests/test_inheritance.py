@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from floe.api.group import OptimizerGroup, OptimizerGroupSpec
 from floe.api.inheritance import (
     OWN_SOURCE,
     InheritedSettingsInvalid,
@@ -14,13 +15,8 @@ from floe.api.inheritance import (
     effective_spec,
     own_settings,
 )
-from floe.api.models import (
-    OptimizedTable,
-    OptimizedTableSpec,
-    OptimizedTableTemplate,
-    OptimizerGroup,
-    OptimizerGroupSpec,
-)
+from floe.api.models import OptimizedTable
+from floe.api.table import OptimizedTableSpec, OptimizedTableTemplate
 from floe.controller.settings import InheritedSettings, owning_set
 from floe.controller.status import merge_patch
 from floe.service.engine import OptimizingEngine

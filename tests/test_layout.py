@@ -30,7 +30,7 @@ from pyiceberg.types import DoubleType, ListType, LongType, NestedField, StringT
 from pyspark.sql import SparkSession
 from test_correctness import MOR, rows_at
 
-from floe.api.models import ClusteringSpec
+from floe.api.table import ClusteringSpec
 from floe.commit.row_delta import commit_row_delta
 from floe.local.optimize import optimize_once
 from floe.local.reference_reader import ReferenceReader, qualified_name

@@ -16,7 +16,7 @@ from maintenance_tables import (
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table.statistics import StatisticsFile
 
-from floe.api.models import MaintenanceSpec
+from floe.api.table import MaintenanceSpec
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.expire import expire_snapshots
 from floe.maintenance.jobs import run_maintenance_job

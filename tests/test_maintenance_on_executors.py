@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from test_correctness import build_table, rows_at
 from test_engine import Stack, _group, _start_optimizer, _table, _tick_until, stack
 
-from floe.api.models import MaintenanceSpec
+from floe.api.table import MaintenanceSpec
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.file_tasks import (
     DeleteFilesResult,

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from floe.api.models import OptimizedTableSpec, SchedulingPolicy
+from floe.api.group import SchedulingPolicy
+from floe.api.table import OptimizedTableSpec
 from floe.controller.status import maintenance_status, restore_maintenance
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType, PlannedTask

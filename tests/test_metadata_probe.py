@@ -13,7 +13,8 @@ from prometheus_client import generate_latest
 from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 
-from floe.api.models import OptimizedTable, OptimizerGroup
+from floe.api.group import OptimizerGroup
+from floe.api.models import OptimizedTable
 from floe.service.engine import OptimizingEngine
 from floe.service.task_service import TaskService
 from floe.tables.metadata_probe import metadata_locations

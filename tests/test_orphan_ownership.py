@@ -18,7 +18,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
-from floe.api.models import MaintenanceSpec
+from floe.api.table import MaintenanceSpec
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans import remove_orphan_files

@@ -12,7 +12,7 @@ import yaml
 from pyspark.sql import SparkSession
 from rich.console import Console
 
-from floe.api.models import CatalogRef
+from floe.api.table import CatalogRef
 from floe.cli import main
 from floe.local.demo import run_demo
 from floe.local.reference_reader import ReferenceReader

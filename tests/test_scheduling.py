@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 from synthetic import result, spec
 
-from floe.api.models import SchedulingPolicy
+from floe.api.group import SchedulingPolicy
 from floe.kit.monitor import ChangeMonitor
 from floe.maintenance.file_tasks import DeleteFilesResult, DeleteFilesSpec
 from floe.optimizer.task_spec import RewriteTaskSpec

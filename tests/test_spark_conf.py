@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from floe.api.models import OptimizerGroupSpec
+from floe.api.group import OptimizerGroupSpec
 from floe.controller.spark_conf import spark_properties
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from synthetic import spec
 
-from floe.api.models import OptimizerGroupSpec
+from floe.api.group import OptimizerGroupSpec
 from floe.controller.objects import GroupRef, config_hash, driver_pod, executor_template, spark_config_map
 from floe.optimizer.storage_credentials import (
     CATALOG_SECRETS_DIR_ENV,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from floe.api.models import OptimizedTableSpec
+from floe.api.table import OptimizedTableSpec
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType, PlannedTask
 from floe.tables.history import OptimizingHistory

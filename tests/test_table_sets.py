@@ -14,13 +14,10 @@ from pydantic import ValidationError
 from pyiceberg.catalog.sql import SqlCatalog
 
 from floe.api.inheritance import SettingsLayer, effective_spec, own_settings
-from floe.api.models import (
-    DNS1123_SUBDOMAIN,
-    TABLE_SET_LABEL,
-    OptimizedTableSet,
-    OptimizedTableSpec,
-    resource_from_dict,
-)
+from floe.api.meta import DNS1123_SUBDOMAIN
+from floe.api.models import resource_from_dict
+from floe.api.table import OptimizedTableSpec
+from floe.api.table_set import TABLE_SET_LABEL, OptimizedTableSet
 from floe.controller.quiet_listing import FULL_LISTING_INTERVAL_S, QuietListing
 from floe.controller.table_sets import owner_reference, plan_table_set
 from floe.local.run import ManifestWatcher

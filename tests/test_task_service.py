@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from synthetic import result, spec
 
-from floe.api.models import SchedulingPolicy
+from floe.api.group import SchedulingPolicy
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest, StaleAttempt
 from floe.scheduling.queue import GroupScheduler

@@ -25,7 +25,7 @@ from pyiceberg.table.snapshots import Operation
 from pyspark.sql import SparkSession
 from v3_lineage import lineage, merge_keeps_lineage
 
-from floe.api.models import MaintenanceSpec
+from floe.api.table import MaintenanceSpec
 from floe.commit.snapshot import SnapshotDraft
 from floe.local.reference_reader import ReferenceReader, qualified_name
 from floe.maintenance.jobs import run_maintenance_job

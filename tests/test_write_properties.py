@@ -23,7 +23,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
-from floe.api.models import OptimizedTableSpec
+from floe.api.table import OptimizedTableSpec
 from floe.api.table_properties import InvalidTableProperty
 from floe.cli import main
 from floe.local.optimize import optimize_once

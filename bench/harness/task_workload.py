@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from floe.api.models import SchedulingPolicy
+from floe.api.group import SchedulingPolicy
 from floe.local.workload import CLICKS_SCHEMA, CLICKS_SPEC
 from floe.optimizer.result_check import ResultChecker
 from floe.optimizer.task_spec import (

@@ -63,7 +63,7 @@ class UsageError(Exception):
 
 def _optimize(args: argparse.Namespace) -> int:
     out, console = _console(stderr=False), _console(stderr=True)
-    from floe.api.models import OptimizedTableSpec
+    from floe.api.table import OptimizedTableSpec
     from floe.local.optimize import optimize_once, plan_table
     from floe.local.report import human_bytes
     from floe.local.report import plan_table as render_plan
@@ -177,7 +177,7 @@ def _maintain(args: argparse.Namespace, table: Table, catalog_name: str) -> int:
     """`floe optimize --type expire|orphans|manifests|dangling-deletes|retention`: one run, now."""
     import time
 
-    from floe.api.models import OptimizedTableSpec
+    from floe.api.table import OptimizedTableSpec
     from floe.local.report import human_bytes
     from floe.maintenance.jobs import run_maintenance_job
     from floe.tables.maintenance_job import MaintenanceJob

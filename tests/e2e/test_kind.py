@@ -30,7 +30,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 from rest_s3 import RestS3Stack, free_port, kind_network_gateway, s3_filesystem
 
-from floe.api.models import OptimizedTableSpec
+from floe.api.table import OptimizedTableSpec
 from floe.commit.row_delta import commit_row_delta
 from floe.local.reference_reader import ReferenceReader
 from floe.local.workload import OrderCdcStream

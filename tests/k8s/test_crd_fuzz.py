@@ -43,14 +43,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from floe.api.models import (
-    API_GROUP,
-    API_VERSION,
-    OptimizedTable,
-    OptimizedTableSet,
-    OptimizerGroup,
-    resource_from_dict,
-)
+from floe.api.group import OptimizerGroup
+from floe.api.models import API_GROUP, API_VERSION, OptimizedTable, resource_from_dict
+from floe.api.table_set import OptimizedTableSet
 from floe.api.units import whole_number
 
 from .conftest import K8sCluster

@@ -15,15 +15,12 @@ import pytest
 import yaml
 
 from floe.api.crd import KIND_SPECS
-from floe.api.models import (
-    SPARK_MIN_EXECUTOR_MEMORY,
-    OptimizedTable,
-    OptimizedTableSet,
-    OptimizedTableStatus,
-    OptimizedTableTemplate,
-    OptimizerGroup,
-    OptimizerGroupStatus,
-)
+from floe.api.group import OptimizerGroup, OptimizerGroupStatus
+from floe.api.meta import SPARK_MIN_EXECUTOR_MEMORY
+from floe.api.models import OptimizedTable
+from floe.api.status import OptimizedTableStatus
+from floe.api.table import OptimizedTableTemplate
+from floe.api.table_set import OptimizedTableSet
 from floe.api.units import parse_duration, parse_quantity
 
 from .conftest import REPO_ROOT, K8sCluster

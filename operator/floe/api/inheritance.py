@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from floe.api.models import SET_OWN_FIELDS, OptimizedTableSpec, OptimizerGroup
+from floe.api.group import OptimizerGroup
+from floe.api.table import SET_OWN_FIELDS, OptimizedTableSpec
 
 OWN_SOURCE = "OptimizedTable"
 """The source of a setting the table's own manifest sets."""

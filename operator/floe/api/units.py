@@ -1,7 +1,7 @@
 """Kubernetes-style quantities (``128Mi``) and durations (``1h30m``) as validated pydantic types.
 
 The parsers read exactly what the CRD's patterns let through (and, through their CEL twins in
-`floe.api.crd`, compute the same values): no surrounding whitespace, nothing longer than
+`floe.api.crd_rules`, compute the same values): no surrounding whitespace, nothing longer than
 `MAX_UNIT_LENGTH`, integer quantities within int64. Python callers may also hand
 `parse_duration` a number of seconds; a manifest may not (see `Duration`).
 """

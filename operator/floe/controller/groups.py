@@ -24,7 +24,8 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from floe.api.models import API_GROUP, API_VERSION, GROUP_PLURAL, VERSION, OptimizerGroup, OptimizerGroupSpec
+from floe.api.group import OptimizerGroup, OptimizerGroupSpec
+from floe.api.models import API_GROUP, API_VERSION, GROUP_PLURAL, VERSION
 from floe.controller.objects import (
     CONFIG_HASH_ANNOTATION,
     EXECUTORS_KEY,

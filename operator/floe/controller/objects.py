@@ -32,7 +32,8 @@ from typing import Any
 
 import yaml
 
-from floe.api.models import API_VERSION, OptimizerGroupSpec
+from floe.api.group import OptimizerGroupSpec
+from floe.api.models import API_VERSION
 from floe.api.units import format_quantity
 from floe.controller.spark_conf import (
     BLOCK_MANAGER_PORT,

@@ -21,8 +21,9 @@ from typing import Any
 
 import kopf
 
+from floe.api.group import OptimizerGroupSpec
 from floe.api.inheritance import InheritedSettingsInvalid, effective_spec
-from floe.api.models import API_VERSION, TABLE_SET_PLURAL, OptimizedTable, OptimizerGroupSpec
+from floe.api.models import API_VERSION, TABLE_SET_PLURAL, OptimizedTable
 from floe.controller.external_metrics import (
     AUTHENTICATION_CONFIG_MAP,
     ClientAuthentication,

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from floe.api.models import OptimizerGroupSpec
+from floe.api.group import OptimizerGroupSpec
 from floe.controller.objects import GroupRef
 from floe.scheduling.autoscale import ExecutorAutoscaler, ScaleDecision
 

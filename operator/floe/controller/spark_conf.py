@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from floe.api.models import OptimizerGroupSpec
+from floe.api.group import OptimizerGroupSpec
 
 MiB = 1024 * 1024
 MIN_HEAP = 512 * MiB

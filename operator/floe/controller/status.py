@@ -33,7 +33,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from floe.api.models import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH, TABLE_PLURAL
+from floe.api.meta import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH
+from floe.api.models import TABLE_PLURAL
 from floe.controller.kube import Kube
 from floe.controller.secrets import CatalogProblem, CatalogProblems
 from floe.service.engine import OptimizingEngine

@@ -39,16 +39,9 @@ from typing import Any
 import kopf
 from pyiceberg.catalog import Catalog
 
-from floe.api.models import (
-    API_GROUP,
-    API_VERSION,
-    SET_OWN_FIELDS,
-    TABLE_PLURAL,
-    TABLE_SET_PLURAL,
-    VERSION,
-    OptimizedTableSet,
-    OptimizedTableSpec,
-)
+from floe.api.models import API_GROUP, API_VERSION, TABLE_PLURAL, TABLE_SET_PLURAL, VERSION
+from floe.api.table import SET_OWN_FIELDS, OptimizedTableSpec
+from floe.api.table_set import OptimizedTableSet
 from floe.controller.kube import Manifest
 from floe.controller.quiet_listing import QuietListing
 from floe.controller.runtime import Controller

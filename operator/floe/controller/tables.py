@@ -28,7 +28,8 @@ from typing import Any, TypeVar
 
 import kopf
 
-from floe.api.models import API_GROUP, TABLE_PLURAL, VERSION, OptimizedTable, OptimizedTableSet
+from floe.api.models import API_GROUP, TABLE_PLURAL, VERSION, OptimizedTable
+from floe.api.table_set import OptimizedTableSet
 from floe.controller.runtime import Controller, InvolvedObject
 from floe.controller.settings import owning_set
 

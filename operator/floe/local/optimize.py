@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from floe.api.models import ClusteringSpec
+from floe.api.table import ClusteringSpec
 from floe.commit.rewrite import (
     CommitFailed,
     CommitHistory,

@@ -20,15 +20,12 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table as RichTable
 
+from floe.api.group import OptimizerGroup
 from floe.api.inheritance import SettingsLayer, effective_spec, group_layer, set_layer
 from floe.api.manifests import load_manifests
-from floe.api.models import (
-    CatalogRef,
-    OptimizedTable,
-    OptimizedTableSet,
-    OptimizedTableSetSpec,
-    OptimizerGroup,
-)
+from floe.api.models import OptimizedTable
+from floe.api.table import CatalogRef
+from floe.api.table_set import OptimizedTableSet, OptimizedTableSetSpec
 from floe.kit.redaction import Redactor
 from floe.local.interrupt import Interrupted, deferred_interrupts, reinstall
 from floe.service.engine import EngineEvent, OptimizingEngine, TableView

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from pyiceberg.table import Table
 
-from floe.api.models import MaintenanceSpec
+from floe.api.table import MaintenanceSpec
 from floe.maintenance.dangling import remove_dangling_deletes
 from floe.maintenance.expire import expire_snapshots
 from floe.maintenance.manifests import rewrite_manifests

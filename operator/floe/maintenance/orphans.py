@@ -30,7 +30,7 @@ from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
-from floe.api.models import MIN_ORPHAN_AGE_S
+from floe.api.table import MIN_ORPHAN_AGE_S
 from floe.kit.files import delete_paths
 from floe.maintenance.orphan_roots import OrphanRoots, orphan_roots
 from floe.maintenance.reachable import referenced_files

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pyiceberg.manifest import ManifestContent, ManifestFile
 from pyiceberg.table.metadata import TableMetadata
 
-from floe.api.models import MaintenanceSpec
+from floe.api.table import MaintenanceSpec
 from floe.maintenance.expire import nothing_ages_out
 from floe.planning.files import TableFiles
 from floe.tables.maintenance_job import MaintenanceJob

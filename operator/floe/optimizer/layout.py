@@ -27,7 +27,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import NullOrder, SortDirection, SortOrder
 from pyiceberg.types import PrimitiveType
 
-from floe.api.models import ClusteringSpec
+from floe.api.table import ClusteringSpec
 from floe.optimizer.task_spec import OutputOrder
 from floe.planning.config import MiB
 

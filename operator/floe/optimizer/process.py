@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from floe.api.models import ClusteringSpec
+from floe.api.table import ClusteringSpec
 from floe.commit.rewrite import RewriteRequest
 from floe.optimizer.layout import output_order, output_sort_order_id
 from floe.optimizer.parquet_options import (

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from floe.api.models import AutoscalingSpec
+from floe.api.group import AutoscalingSpec
 from floe.scheduling.occupation import quota_limit
 
 

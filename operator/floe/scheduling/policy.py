@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol, TypeVar
 
-from floe.api.models import SchedulingPolicy
+from floe.api.group import SchedulingPolicy
 
 
 class Candidate(Protocol):

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from floe.api.models import SchedulingPolicy
+from floe.api.group import SchedulingPolicy
 from floe.kit.monitor import ChangeMonitor
 from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec
 from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec

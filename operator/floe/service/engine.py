@@ -33,7 +33,9 @@ from typing import Literal
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from floe.api.models import CatalogRef, OptimizedTable, OptimizedTableSpec, OptimizerGroup
+from floe.api.group import OptimizerGroup
+from floe.api.models import OptimizedTable
+from floe.api.table import CatalogRef, OptimizedTableSpec
 from floe.api.table_properties import InvalidTableProperty
 from floe.commit.rewrite import CommitFailed, CommitHistory, CommitPending, commit_rewrite
 from floe.maintenance.jobs import run_maintenance_job

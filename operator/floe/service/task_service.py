@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from floe.api.models import SchedulingPolicy
+from floe.api.group import SchedulingPolicy
 from floe.kit.monitor import ChangeMonitor
 from floe.optimizer.result_check import ResultChecker, ResultCheckFailed
 from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec

@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from floe.api.models import MAX_EXECUTOR_CORES, MAX_EXECUTORS, MAX_SUBDOMAIN_LENGTH
+from floe.api.meta import MAX_EXECUTOR_CORES, MAX_EXECUTORS, MAX_SUBDOMAIN_LENGTH
 from floe.maintenance.file_tasks import DeleteFilesResult, OrphanScanResult
 from floe.optimizer.task_spec import RewriteTaskResult
 from floe.scheduling.assignment import TaskAssignment

@@ -13,7 +13,7 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 
-from floe.api.models import CatalogRef
+from floe.api.table import CatalogRef
 from floe.tables.support import UnsupportedTableError, unreadable_schema_type
 
 

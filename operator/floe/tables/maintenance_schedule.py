@@ -6,7 +6,7 @@ import hashlib
 import math
 from collections.abc import Mapping
 
-from floe.api.models import MaintenanceSpec
+from floe.api.table import MaintenanceSpec
 from floe.tables.maintenance_job import MaintenanceJob
 
 # Retention first: the files it drops become history that expiry, then orphan cleanup, reclaim.

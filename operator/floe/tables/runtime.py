@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from floe.api.models import OptimizedTableSpec
+from floe.api.table import OptimizedTableSpec
 from floe.planning.files import TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.history import OptimizingHistory

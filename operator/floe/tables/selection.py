@@ -15,13 +15,9 @@ from typing import Any
 
 from pyiceberg.catalog import Catalog
 
-from floe.api.models import (
-    API_VERSION,
-    DNS1123_SUBDOMAIN,
-    MAX_SUBDOMAIN_LENGTH,
-    TABLE_SET_LABEL,
-    OptimizedTableSet,
-)
+from floe.api.meta import DNS1123_SUBDOMAIN, MAX_SUBDOMAIN_LENGTH
+from floe.api.models import API_VERSION
+from floe.api.table_set import TABLE_SET_LABEL, OptimizedTableSet
 
 _HASH_LENGTH = 8
 
