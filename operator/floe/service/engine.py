@@ -48,7 +48,8 @@ from floe.planning.files import TableFiles
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
 from floe.scheduling.autoscale import table_demand
-from floe.scheduling.queue import GroupScheduler, ProcessOutcome
+from floe.scheduling.group_scheduler import GroupScheduler
+from floe.scheduling.records import ProcessOutcome
 from floe.service.file_tasks import FileTaskDispatcher
 from floe.service.task_service import RefusedResult, TaskService
 from floe.tables.catalog import (
