@@ -35,7 +35,8 @@ from pyiceberg.table import Table
 
 from floe.api.models import CatalogRef, OptimizedTable, OptimizedTableSpec, OptimizerGroup
 from floe.api.table_properties import InvalidTableProperty
-from floe.commit.rewrite import CommitFailed, CommitHistory, CommitPending, commit_rewrite
+from floe.commit.request import CommitFailed, CommitPending
+from floe.commit.rewrite import CommitHistory, commit_rewrite
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans_on_executors import ExecutorPool
 from floe.maintenance.settled import settled_jobs
