@@ -442,9 +442,13 @@ def run_http(
 PROFILE_AREAS = (
     (
         "policy ordering: sort tables (quota: occupation ledger)",
-        ("floe/scheduling/policy.py", "floe/scheduling/occupation.py", "floe/scheduling/queue.py:occupation"),
+        (
+            "floe/scheduling/policy.py",
+            "floe/scheduling/occupation.py",
+            "floe/scheduling/records.py:occupation",
+        ),
     ),
-    ("rest of the scheduler (queue.py, monitor.py)", ("floe/scheduling/",)),
+    ("rest of the scheduler (group_scheduler.py, attempts.py)", ("floe/scheduling/",)),
     ("floe's task service and HTTP handlers", ("floe/service/",)),
     ("pydantic (validation, serialization)", ("pydantic",)),
     ("aiohttp", ("aiohttp", "multidict", "yarl")),

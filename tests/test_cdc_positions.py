@@ -13,7 +13,7 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 from test_correctness import LAYOUTS, MOR, SCHEMA, Writer, data_files_on_disk, rows_at
 
-from floe.commit.rewrite import CommitConflict
+from floe.commit.request import CommitConflict
 from floe.commit.row_delta import commit_row_delta
 from floe.local.optimize import OptimizeResult, optimize_once
 from floe.local.reference_reader import ReferenceReader, qualified_name

@@ -26,7 +26,6 @@ LONG_MODULES = frozenset(
     {
         "operator/floe/controller/runtime.py",
         "operator/floe/optimizer/rewrite.py",
-        "operator/floe/scheduling/queue.py",
         "operator/floe/service/engine.py",
     }
 )
@@ -35,7 +34,6 @@ LONG_MODULES = frozenset(
 LONG_CLASSES = frozenset(
     {
         "operator/floe/controller/runtime.py:Controller",
-        "operator/floe/scheduling/queue.py:GroupScheduler",
         "operator/floe/service/engine.py:OptimizingEngine",
         "operator/floe/tables/runtime.py:TableRuntime",
     }

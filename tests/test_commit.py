@@ -22,7 +22,8 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from floe.commit import snapshot as snapshot_module
-from floe.commit.rewrite import CommitConflict, RewriteRequest, commit_rewrite
+from floe.commit.request import CommitConflict, RewriteRequest
+from floe.commit.rewrite import commit_rewrite
 from floe.commit.row_delta import commit_row_delta
 from floe.local.reference_reader import ReferenceReader, qualified_name
 from floe.planning.files import FileKind

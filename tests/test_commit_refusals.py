@@ -15,7 +15,8 @@ from test_cdc_positions import cdc_table
 from test_conversion_commits import spark_table
 from test_correctness import LAYOUTS, MOR, SCHEMA, Writer, data_files_on_disk
 
-from floe.commit.rewrite import CommitConflict, RewriteRequest, commit_rewrite
+from floe.commit.request import CommitConflict, RewriteRequest
+from floe.commit.rewrite import commit_rewrite
 from floe.commit.snapshot import SnapshotDraft, SnapshotRefused
 from floe.local.optimize import optimize_once
 from floe.local.reference_reader import ReferenceReader, qualified_name

@@ -24,7 +24,7 @@ from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransfor
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestampType
 from pyspark.sql import SparkSession
 
-from floe.commit.rewrite import CommitConflict
+from floe.commit.request import CommitConflict
 from floe.commit.row_delta import commit_row_delta
 from floe.local.optimize import OptimizeResult, optimize_once
 from floe.local.reference_reader import ReferenceReader, qualified_name

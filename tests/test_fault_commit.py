@@ -16,12 +16,8 @@ from pyiceberg.table import Table
 from rest_s3 import RestS3Stack, rest_catalog, rest_s3_stack, s3_filesystem
 from test_correctness import CONFIG, LAYOUTS, MOR, SCHEMA, Writer
 
-from floe.commit.rewrite import (
-    CommitConflict,
-    CommitPending,
-    RewriteRequest,
-    commit_rewrite,
-)
+from floe.commit.request import CommitConflict, CommitPending, RewriteRequest
+from floe.commit.rewrite import commit_rewrite
 from floe.local.optimize import plan_table
 from floe.local.reference_reader import ReferenceReader
 from floe.optimizer.process import build_process, commit_request

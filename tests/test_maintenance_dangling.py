@@ -9,7 +9,8 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
-from floe.commit.rewrite import RewriteRequest, commit_rewrite
+from floe.commit.request import RewriteRequest
+from floe.commit.rewrite import commit_rewrite
 from floe.commit.row_delta import commit_row_delta
 from floe.local.reference_reader import ReferenceReader, qualified_name
 from floe.maintenance.dangling import remove_dangling_deletes

@@ -41,7 +41,7 @@ from floe.maintenance.orphans_on_executors import (
     remove_orphan_files_on_executors,
 )
 from floe.scheduling.assignment import TaskAssignment
-from floe.scheduling.queue import GroupScheduler
+from floe.scheduling.group_scheduler import GroupScheduler
 from floe.service.file_tasks import FileTaskDispatcher, FileTasksFailed
 from floe.service.task_service import TaskService
 from floe.service.wire import CompleteRequest

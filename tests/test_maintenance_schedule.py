@@ -11,8 +11,8 @@ from floe.api.table import OptimizedTableSpec
 from floe.controller.status import maintenance_status, restore_maintenance
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType, PlannedTask
+from floe.scheduling.group_scheduler import GroupScheduler
 from floe.scheduling.occupation import TaskTimeLedger
-from floe.scheduling.queue import GroupScheduler
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.maintenance_schedule import (
     JOB_ORDER,

@@ -33,7 +33,8 @@ from floe.optimizer.process import OptimizingProcess, build_process, commit_requ
 from floe.optimizer.task_spec import InputDataFile, RewriteTaskSpec
 from floe.planning.plan import OptimizingType
 from floe.scheduling.assignment import TaskAssignment
-from floe.scheduling.queue import GroupScheduler, ProcessOutcome
+from floe.scheduling.group_scheduler import GroupScheduler
+from floe.scheduling.records import ProcessOutcome
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.service.wire import PollRequest

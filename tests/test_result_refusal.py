@@ -24,7 +24,7 @@ from test_service_http import Clock, scrape
 from floe.optimizer.rewrite import run_rewrite_task
 from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.assignment import TaskAssignment
-from floe.scheduling.queue import GroupScheduler
+from floe.scheduling.group_scheduler import GroupScheduler
 from floe.service.client import RequestFailed, ServiceUnavailable, TaskServiceClient
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import RefusedResult, TaskService

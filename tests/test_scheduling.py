@@ -20,9 +20,10 @@ from floe.maintenance.file_tasks import DeleteFilesResult, DeleteFilesSpec
 from floe.optimizer.task_spec import RewriteTaskSpec
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest, StaleAttempt
+from floe.scheduling.group_scheduler import POLL_ORDER_TTL_S, GroupScheduler
 from floe.scheduling.occupation import TaskTimeLedger, occupation, quota_limit
 from floe.scheduling.policy import BalancedPolicy, QuotaPolicy, policy_for
-from floe.scheduling.queue import POLL_ORDER_TTL_S, GroupScheduler, ProcessOutcome
+from floe.scheduling.records import ProcessOutcome
 
 HOUR = 3600.0
 

@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from synthetic import result, spec
 
-from floe.scheduling.queue import GroupScheduler
+from floe.scheduling.group_scheduler import GroupScheduler
 from floe.service.client import (
     TOKEN_ENV,
     TOKEN_FILE_ENV,

@@ -10,7 +10,7 @@ from synthetic import result, spec
 from floe.api.group import SchedulingPolicy
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest, StaleAttempt
-from floe.scheduling.queue import GroupScheduler
+from floe.scheduling.group_scheduler import GroupScheduler
 from floe.service.errors import Unauthorized, UnknownGroup
 from floe.service.task_service import TaskService
 from floe.service.wire import CompleteRequest, NextPoll, PollRequest, RegisterRequest

@@ -15,7 +15,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 from v3_lineage import lineage, merge_keeps_lineage
 
-from floe.commit.rewrite import CommitFailed
+from floe.commit.request import CommitFailed
 from floe.commit.row_delta import commit_row_delta
 from floe.local.optimize import optimize_once
 from floe.local.reference_reader import qualified_name

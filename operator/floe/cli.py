@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from floe.api.manifests import ManifestError
 from floe.api.table_properties import InvalidTableProperty
-from floe.commit.rewrite import CommitAbandoned, CommitConflict, CommitPending
+from floe.commit.request import CommitAbandoned, CommitConflict, CommitPending
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.kit.redaction import RedactingFilter, Redactor
 from floe.local.interrupt import Interrupted, reinstall, stop_on_signals

@@ -21,14 +21,17 @@ The rules (DESIGN.md, "Commit rules that keep data safe"):
   abandoned, the caller deletes every file the process wrote (by name, in its output
   directories), unless the catalog may have applied an attempt after all, in this call or in
   an earlier one (`CommitHistory`).
+
+The checks against commits made since the start, and which delete files may go, are
+`floe.commit.validation`; the request and the ways a commit fails, `floe.commit.request`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestEntry, ManifestEntryStatus
@@ -36,79 +39,23 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot
 
+from floe.commit.request import CommitAbandoned, CommitConflict, CommitFailed, CommitPending, RewriteRequest
 from floe.commit.retry import on_fresh_head
 from floe.commit.snapshot import CommitStateUnknown, SnapshotDraft, SnapshotRefused
-from floe.commit.vectors import check_one_vector_per_data_file
-from floe.planning.files import ContentFile, DeleteIndex
-from floe.tables.history import SUMMARY_DEFERRED_PARTITIONS, SUMMARY_OPTIMIZING_TYPE, SUMMARY_PROCESS_ID
-from floe.tables.manifest_io import (
-    content_key,
-    deletion_vector_location,
-    file_first_row_id,
-    manifest_entries,
-    manifest_first_row_id,
-    snapshot_manifests,
+from floe.commit.validation import (
+    check_first_row_ids,
+    check_format_version,
+    committed_snapshots,
+    removable_delete_paths,
+    validate_since_start,
 )
+from floe.commit.vectors import check_one_vector_per_data_file
+from floe.tables.history import SUMMARY_DEFERRED_PARTITIONS, SUMMARY_OPTIMIZING_TYPE, SUMMARY_PROCESS_ID
+from floe.tables.manifest_io import content_key, manifest_first_row_id
 from floe.tables.pyiceberg_compat import ROW_LINEAGE_VERSION
-from floe.tables.scan import content_file
 from floe.tables.support import UnsupportedTableError
-from floe.tables.writer import POS_DELETE_FILE_PATH_ID
 
 log = logging.getLogger(__name__)
-
-
-class CommitFailed(RuntimeError):
-    """Nothing was committed, and this request never will be.
-
-    ``outcome_unknown``: an earlier attempt's catalog call failed after it may have been
-    applied, and was not found since; a catalog that applies requests late could still land
-    it, so the process's files stay for orphan cleanup (which keeps what a snapshot references)
-    instead of being deleted."""
-
-    outcome_unknown: bool = False
-
-
-class CommitConflict(CommitFailed):
-    """A concurrent commit makes this process's result unsafe; nothing was committed."""
-
-
-class CommitAbandoned(CommitFailed):
-    """The commit could not be made after all retries; nothing was committed."""
-
-
-class CommitPending(RuntimeError):
-    """The commit could not be finished now (the catalog or the storage did not answer, or
-    answered so that whether the snapshot landed is unknown): commit the same request again
-    later, which finds the snapshot if it landed. Every file the process wrote is kept.
-
-    ``outcome_unknown`` says whether a catalog call may have applied the commit; when it is
-    False, nothing was committed, and a caller that gives up may delete the files."""
-
-    def __init__(self, message: str, outcome_unknown: bool) -> None:
-        super().__init__(message)
-        self.outcome_unknown = outcome_unknown
-
-
-@dataclass(frozen=True)
-class RewriteRequest:
-    """What an optimizing process wants to swap in."""
-
-    process_id: str
-    optimizing_type: str
-    starting_snapshot_id: int
-    starting_sequence_number: int
-    rewritten_data_paths: frozenset[str]
-    candidate_delete_paths: frozenset[str]
-    added_files: tuple[DataFile, ...]
-    """New data files, and the position-delete files of converted data files."""
-    format_version: int
-    """The table's format version at planning: the files were written for it."""
-    deferred_partitions: int = 0
-    converted_data_paths: frozenset[str] = frozenset()
-    """Data files kept, whose deletes the added position-delete files hold."""
-    planned_first_row_ids: Mapping[str, int | None] = field(default_factory=dict)
-    """The ``first_row_id`` each rewritten or converted data file had at planning (None, or no
-    entry: it had none), which the rows the tasks wrote inherit."""
 
 
 @dataclass(frozen=True)
@@ -220,7 +167,7 @@ def _commit_with_retries(
                 int(s.summary.get("removed-delete-files") or 0) for s in landed if s.summary is not None
             )
             return _result_of(landed, request, attempts, removed)
-        _check_format_version(draft.metadata, request)
+        check_format_version(draft.metadata, request)
         validate_since_start(table, draft.metadata, request)
         try:
             snapshots, removed_deletes = _build_and_commit(draft, request)
@@ -235,34 +182,6 @@ def _commit_with_retries(
         return on_fresh_head(table, attempt, max_attempts)
     except CommitFailedException as exc:
         raise CommitAbandoned(f"commit of {request.process_id} failed {max_attempts} times: {exc}") from None
-
-
-def committed_snapshots(table: Table, metadata: TableMetadata, request: RewriteRequest) -> list[Snapshot]:
-    """The snapshots on main, since the starting one, that committed `request`, oldest first (none:
-    not committed): each carries the process's id, and together they added exactly the request's
-    files. One catalog commit added them all, so they follow each other."""
-    found: list[Snapshot] = []
-    snapshot = metadata.snapshot_by_name("main")
-    while snapshot is not None and snapshot.snapshot_id != request.starting_snapshot_id:
-        summary = snapshot.summary
-        if summary is not None and summary.get(SUMMARY_PROCESS_ID) == request.process_id:
-            found.insert(0, snapshot)
-        parent = snapshot.parent_snapshot_id
-        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
-    added = {path for s in found for path in _added_paths(table, s)}
-    return found if found and added == {f.file_path for f in request.added_files} else []
-
-
-def _added_paths(table: Table, snapshot: Snapshot) -> set[str]:
-    added = set()
-    version = table.metadata.format_version
-    for manifest in snapshot_manifests(snapshot, table.io, version):
-        if manifest.added_snapshot_id != snapshot.snapshot_id:
-            continue
-        for entry in manifest_entries(manifest, table.io, version):
-            if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot.snapshot_id:
-                added.add(entry.data_file.file_path)
-    return added
 
 
 def _result_of(
@@ -280,101 +199,6 @@ def _result_of(
         attempts=attempts,
         snapshot_ids=tuple(s.snapshot_id for s in snapshots),
     )
-
-
-def _check_format_version(metadata: TableMetadata, request: RewriteRequest) -> None:
-    """Raise CommitConflict when the table's format version is not the one the process planned
-    for: its files follow that version's rules (a v3 table takes no Parquet position deletes)."""
-    if metadata.format_version != request.format_version:
-        raise CommitConflict(
-            f"the table's format version changed from {request.format_version} to "
-            f"{metadata.format_version} since planning; the process's files were written for "
-            f"v{request.format_version}; nothing was committed"
-        )
-
-
-def _check_first_row_ids(live: Iterable[ManifestEntry], request: RewriteRequest) -> None:
-    """Raise CommitConflict when a rewritten or converted data file's ``first_row_id`` at the head
-    is not the one it had at planning: the tasks gave its rows the ids it had then (or none, and
-    the commit new ones), and another commit has assigned it ids meanwhile."""
-    replaced = request.rewritten_data_paths | request.converted_data_paths
-    for entry in live:
-        path = entry.data_file.file_path
-        if entry.data_file.content != DataFileContent.DATA or path not in replaced:
-            continue
-        planned, now = request.planned_first_row_ids.get(path), file_first_row_id(entry.data_file)
-        if planned != now:
-            raise CommitConflict(
-                f"data file {path} has first_row_id {now} where it had {planned} at planning "
-                "(another commit assigned its rows ids meanwhile); nothing was committed"
-            )
-
-
-def validate_since_start(table: Table, metadata: TableMetadata, request: RewriteRequest) -> None:
-    """Raise CommitConflict if a commit since the starting snapshot makes the rewrite unsafe."""
-    version = metadata.format_version
-    for snapshot in _snapshots_since(metadata, request.starting_snapshot_id):
-        for manifest in snapshot_manifests(snapshot, table.io, version):
-            if manifest.added_snapshot_id != snapshot.snapshot_id:
-                continue
-            for entry in manifest_entries(manifest, table.io, version, discard_deleted=False):
-                if entry.snapshot_id != snapshot.snapshot_id:
-                    continue
-                _check_entry(entry, snapshot, request)
-
-
-def _snapshots_since(metadata: TableMetadata, starting_snapshot_id: int) -> list[Snapshot]:
-    newer: list[Snapshot] = []
-    snapshot = metadata.snapshot_by_name("main")
-    while snapshot is not None and snapshot.snapshot_id != starting_snapshot_id:
-        newer.append(snapshot)
-        parent = snapshot.parent_snapshot_id
-        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
-    if snapshot is None:
-        raise CommitConflict(
-            f"starting snapshot {starting_snapshot_id} is no longer an ancestor of main "
-            "(the table was rolled back or its history replaced)"
-        )
-    return newer
-
-
-def _check_entry(entry: ManifestEntry, snapshot: Snapshot, request: RewriteRequest) -> None:
-    df = entry.data_file
-    op = snapshot.summary.operation.value if snapshot.summary else "?"
-    if entry.status == ManifestEntryStatus.DELETED and (
-        df.file_path in request.rewritten_data_paths or df.file_path in request.converted_data_paths
-    ):
-        raise CommitConflict(
-            f"data file {df.file_path} was removed by snapshot {snapshot.snapshot_id} ({op}) after planning"
-        )
-    if entry.status == ManifestEntryStatus.ADDED and df.content == DataFileContent.POSITION_DELETES:
-        vector = deletion_vector_location(df)
-        if vector is None:
-            target = _position_delete_targets(df, request.rewritten_data_paths)
-        else:
-            # A converted file gets a new deletion vector, and a data file may have only one.
-            replaced = request.rewritten_data_paths | request.converted_data_paths
-            target = vector[0] if vector[0] in replaced else None
-        if target is not None:
-            what = "position deletes" if vector is None else "a deletion vector in"
-            raise CommitConflict(
-                f"snapshot {snapshot.snapshot_id} ({op}) added {what} {df.file_path} "
-                f"that may target data file {target}, which this process rewrites or converts"
-            )
-
-
-def _position_delete_targets(delete: DataFile, rewritten: frozenset[str]) -> str | None:
-    """A rewritten path the position delete may reference, judged by its file_path bounds."""
-    lower_b = (delete.lower_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
-    upper_b = (delete.upper_bounds or {}).get(POS_DELETE_FILE_PATH_ID)
-    if lower_b is None or upper_b is None:
-        return next(iter(sorted(rewritten)), None)
-    lower, upper = lower_b.decode("utf-8", "replace"), upper_b.decode("utf-8", "replace")
-    # Bounds may be truncated prefixes; a path inside [lower, upper + anything] may match.
-    for path in sorted(rewritten):
-        if lower <= path and (path <= upper or path.startswith(upper)):
-            return path
-    return None
 
 
 @dataclass(frozen=True)
@@ -448,7 +272,7 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[li
     missing = (request.rewritten_data_paths | request.converted_data_paths) - live_paths
     if missing:
         raise CommitConflict(f"rewritten or converted data file {sorted(missing)[0]} is no longer live")
-    _check_first_row_ids(live, request)
+    check_first_row_ids(live, request)
 
     parts, removed_deletes = _snapshot_parts(draft.metadata, live, request)
     tags = {
@@ -496,36 +320,3 @@ def _build_and_commit(draft: SnapshotDraft, request: RewriteRequest) -> tuple[li
         snapshots.append(part_draft.build(manifests, summary))
     draft.swap(snapshots)
     return snapshots, removed_deletes
-
-
-def removable_delete_paths(
-    metadata: TableMetadata,
-    live: Iterable[ManifestEntry],
-    removed_data_paths: Collection[str],
-    candidate_delete_paths: Collection[str],
-    converted_data_paths: Collection[str] = (),
-) -> set[str]:
-    """Candidate delete files that no live data file, but those removed or converted, can be
-    affected by.
-
-    A converted data file needs none of the candidates: each candidate that applies to it
-    existed when it was planned, so its task applied it. A rewrite's added files are not
-    considered: position deletes cannot name them and they carry the starting sequence
-    number, which no pre-existing equality delete exceeds.
-    A position delete without a single referenced data file is taken to apply to every
-    data file of its partition with a sequence number not above its own.
-    """
-    remaining_data: list[ContentFile] = []
-    candidates: list[ContentFile] = []
-    for entry in live:
-        path = content_key(entry.data_file)
-        if entry.data_file.content == DataFileContent.DATA:
-            if path not in removed_data_paths and path not in converted_data_paths:
-                remaining_data.append(content_file(metadata, entry))
-        elif path in candidate_delete_paths:
-            candidates.append(content_file(metadata, entry))
-    still_needed: set[str] = set()
-    index = DeleteIndex(candidates)
-    for data in remaining_data:
-        still_needed.update(d.path for d in index.deletes_for(data))
-    return {c.path for c in candidates if c.path not in still_needed}

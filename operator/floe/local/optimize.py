@@ -10,14 +10,8 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from floe.api.table import ClusteringSpec
-from floe.commit.rewrite import (
-    CommitFailed,
-    CommitHistory,
-    CommitPending,
-    RewriteCommitResult,
-    RewriteRequest,
-    commit_rewrite,
-)
+from floe.commit.request import CommitFailed, CommitPending, RewriteRequest
+from floe.commit.rewrite import CommitHistory, RewriteCommitResult, commit_rewrite
 from floe.local.interrupt import Interrupted, deferred_interrupts
 from floe.optimizer.leftovers import remove_uncommitted_outputs
 from floe.optimizer.process import (

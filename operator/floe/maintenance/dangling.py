@@ -8,7 +8,7 @@ Iceberg's scoping rules decide (floe.planning.files.delete_applies_to): an equal
 delete applies to data files of its partition (of any partition when its spec is
 unpartitioned) with a smaller data sequence number; a position delete to data files of
 its partition with a data sequence number not above its own, and only to the paths it
-names. The shared rule (floe.commit.rewrite.removable_delete_paths) knows the named path
+names. The shared rule (floe.commit.validation.removable_delete_paths) knows the named path
 only when the file references a single one; for the other position deletes the
 ``file_path`` bounds, and when needed the ``file_path`` column itself, say which paths
 they name.
@@ -28,8 +28,8 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation
 
 from floe.commit.retry import on_fresh_head
-from floe.commit.rewrite import removable_delete_paths
 from floe.commit.snapshot import SnapshotDraft
+from floe.commit.validation import removable_delete_paths
 from floe.planning.files import ContentFile, FileKind, PartitionKey
 from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.manifest_io import content_key

@@ -29,8 +29,8 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.types import DateType, NestedField, PrimitiveType, TimestampType, TimestamptzType
 
 from floe.commit.retry import on_fresh_head
-from floe.commit.rewrite import removable_delete_paths
 from floe.commit.snapshot import SnapshotDraft, SnapshotRefused
+from floe.commit.validation import removable_delete_paths
 from floe.commit.vectors import check_one_vector_per_data_file
 from floe.kit.files import delete_quietly
 from floe.planning.files import partition_identity

@@ -16,7 +16,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from floe.api.table import ClusteringSpec
-from floe.commit.rewrite import RewriteRequest
+from floe.commit.request import RewriteRequest
 from floe.optimizer.layout import output_order, output_sort_order_id
 from floe.optimizer.parquet_options import (
     COMPRESSION_CODEC,

@@ -37,7 +37,8 @@ from floe.api.group import OptimizerGroup
 from floe.api.models import OptimizedTable
 from floe.api.table import CatalogRef, OptimizedTableSpec
 from floe.api.table_properties import InvalidTableProperty
-from floe.commit.rewrite import CommitFailed, CommitHistory, CommitPending, commit_rewrite
+from floe.commit.request import CommitFailed, CommitPending
+from floe.commit.rewrite import CommitHistory, commit_rewrite
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans_on_executors import ExecutorPool
 from floe.maintenance.settled import settled_jobs
@@ -50,7 +51,8 @@ from floe.planning.files import TableFiles
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
 from floe.scheduling.autoscale import table_demand
-from floe.scheduling.queue import GroupScheduler, ProcessOutcome
+from floe.scheduling.group_scheduler import GroupScheduler
+from floe.scheduling.records import ProcessOutcome
 from floe.service.file_tasks import FileTaskDispatcher
 from floe.service.task_service import RefusedResult, TaskService
 from floe.tables.catalog import (

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec
-from floe.scheduling.queue import GroupScheduler
+from floe.scheduling.group_scheduler import GroupScheduler
 from floe.service.task_service import TaskService
 
 FILE_TASK_RETRIES = 2

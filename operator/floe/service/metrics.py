@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from floe.scheduling.queue import GroupSchedulingStats
+from floe.scheduling.records import GroupSchedulingStats
 
 
 class TableGauges(Protocol):

@@ -30,7 +30,8 @@ from floe.optimizer.result_check import ResultChecker, ResultCheckFailed
 from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.assignment import TaskAssignment
 from floe.scheduling.errors import InvalidRequest
-from floe.scheduling.queue import GroupScheduler, GroupSchedulingStats
+from floe.scheduling.group_scheduler import GroupScheduler
+from floe.scheduling.records import GroupSchedulingStats
 from floe.service.errors import ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
 from floe.service.metrics import ServiceMetrics
 from floe.service.wire import (

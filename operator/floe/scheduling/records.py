@@ -1,0 +1,165 @@
+"""What a group's scheduler records: tasks, processes and tables, and what it reports of them.
+
+The records are plain mutable state, changed only by `floe.scheduling.group_scheduler` and
+`floe.scheduling.attempts` under the group's lock. A task's states: PLANNED → SCHEDULED
+(handed out) → ACKED (running) → SUCCESS | FAILED, or CANCELED with its process.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec
+from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
+from floe.scheduling.assignment import TaskAssignment
+from floe.scheduling.occupation import TaskTimeLedger
+
+
+class TaskStatus(StrEnum):
+    """Where a task is in its life."""
+
+    PLANNED = "PLANNED"
+    SCHEDULED = "SCHEDULED"
+    ACKED = "ACKED"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+    CANCELED = "CANCELED"
+
+
+@dataclass(frozen=True)
+class ProcessOutcome:
+    """A finished process, for the engine to commit (or clean up after).
+
+    ``results`` holds every succeeded task's result, in plan order; ``failures`` the last
+    error of each task that ran out of retries. ``succeeded`` is True when every task
+    succeeded; otherwise the process failed and the tasks neither succeeded nor failed
+    were cancelled. ``allow_partial_commit`` is the process's own flag, passed back so
+    the commit knows whether the results of a failed process may be committed.
+    """
+
+    table_id: str
+    process_id: str
+    results: list[RewriteTaskResult]
+    failures: dict[str, str]
+    succeeded: bool
+    allow_partial_commit: bool
+
+
+@dataclass(frozen=True)
+class FileTasksOutcome:
+    """A finished process of file tasks: every result in task order when ``succeeded``,
+    otherwise the last error of each task that ran out of retries."""
+
+    process_id: str
+    results: list[FileTaskResult]
+    failures: dict[str, str]
+    succeeded: bool
+
+
+@dataclass(frozen=True)
+class TableSchedulingStats:
+    """A table as the scheduler sees it, for status and the live view."""
+
+    table_id: str
+    occupation: float
+    quota_limit: float
+    pending: bool
+    planning: bool
+    process_id: str | None
+    running: int
+    planned: int
+    succeeded: int
+    failed: int
+    retries: int
+
+
+@dataclass(frozen=True)
+class GroupSchedulingStats:
+    """A group's totals; ``utilization`` is the task time of the last hour over its threads."""
+
+    threads: int
+    tables: int
+    pending_tables: int
+    planning_tables: int
+    running_tasks: int
+    pending_tasks: int
+    utilization: float
+
+
+@dataclass(eq=False)
+class TaskRecord:
+    """A task of a process and its current attempt, if one is out."""
+
+    spec: RewriteTaskSpec | FileTaskSpec
+    process: ProcessRecord
+    status: TaskStatus = TaskStatus.PLANNED
+    retries: int = 0
+    attempts: int = 0
+    attempt_id: str | None = None
+    optimizer_id: str | None = None
+    thread: int | None = None
+    scheduled_at: float = 0.0
+    acked_at: float = 0.0
+    result: RewriteTaskResult | FileTaskResult | None = None
+    error: str | None = None
+    assignment: TaskAssignment | None = None
+    """The current attempt as handed out (its spec carries the attempt's file-name prefix)."""
+
+
+@dataclass(eq=False)
+class ProcessRecord:
+    """A process in the scheduler: its tasks, the PLANNED ones in hand-out order, those in flight."""
+
+    process_id: str
+    table: TableRecord
+    max_retries: int
+    allow_partial_commit: bool
+    file_tasks: bool = False
+    """A maintenance job's file tasks, not the table's optimizing process."""
+    tasks: list[TaskRecord] = field(default_factory=list)
+    planned: deque[TaskRecord] = field(default_factory=deque)
+    in_flight: set[TaskRecord] = field(default_factory=set)
+    finished: bool = False
+
+    def headroom(self) -> int:
+        """PLANNED tasks that could be handed out now without breaking the table's cap."""
+        return min(len(self.planned), max(0, math.ceil(self.table.limit) - len(self.in_flight)))
+
+
+@dataclass(eq=False)
+class TableRecord:
+    """A table of the group: its quota and cap, whether work is due, its optimizing process."""
+
+    table_id: str
+    quota: float
+    last_optimized_s: float | None
+    ledger: TaskTimeLedger
+    limit: float = 0.0
+    pending: bool = False
+    planning: bool = False
+    process: ProcessRecord | None = None
+
+    def occupation(self, now: float) -> float:
+        """The table's quota occupation at ``now``."""
+        return self.ledger.occupation(self.table_id, now, self.limit)
+
+    def stats(self, now: float) -> TableSchedulingStats:
+        """The table as the scheduler sees it at ``now``."""
+        process = self.process
+        tasks = process.tasks if process is not None else []
+        return TableSchedulingStats(
+            table_id=self.table_id,
+            occupation=self.occupation(now),
+            quota_limit=self.limit,
+            pending=self.pending,
+            planning=self.planning,
+            process_id=process.process_id if process is not None else None,
+            running=len(process.in_flight) if process is not None else 0,
+            planned=len(process.planned) if process is not None else 0,
+            succeeded=sum(t.status is TaskStatus.SUCCESS for t in tasks),
+            failed=sum(t.status is TaskStatus.FAILED for t in tasks),
+            retries=sum(t.retries for t in tasks),
+        )
