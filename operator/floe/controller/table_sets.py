@@ -49,9 +49,9 @@ from floe.api.models import (
     OptimizedTableSet,
     OptimizedTableSpec,
 )
+from floe.controller.controller import Controller
 from floe.controller.kube import Manifest
 from floe.controller.quiet_listing import QuietListing
-from floe.controller.runtime import Controller
 from floe.controller.secrets import CatalogSecretError, read_catalog_properties
 from floe.controller.status import clip, condition, epoch, timestamp, with_transition_times
 from floe.controller.tables import resource_model

@@ -1,0 +1,96 @@
+"""Kubernetes Events on floe's resources: what they point at, and the engine's events posted as Events."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import kopf
+
+from floe.api.models import API_VERSION, OptimizedTable
+from floe.controller.kube import Kube, Manifest
+from floe.controller.pod_health import PodProblem, PodProblemLog
+from floe.kit.redaction import Redactor
+from floe.optimizer.task_spec import OUT_OF_MEMORY
+from floe.service.engine import EngineEvent
+
+
+@dataclass(frozen=True)
+class InvolvedObject:
+    """What an Event about a resource points at."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    uid: str
+
+    def as_dict(self) -> dict[str, str]:
+        """The ``involvedObject`` of a core/v1 Event."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "namespace": self.namespace,
+            "uid": self.uid,
+        }
+
+
+class ControllerEvents:
+    """Every Event the controller posts: its own, and the engine's on the tables they are about.
+
+    `tables` and `resources` are the controller's own maps (table id to its Event target and to
+    its resource as applied), read when an engine event comes.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        redact: Redactor,
+        tables: Mapping[str, InvolvedObject],
+        resources: Mapping[str, OptimizedTable],
+        pod_problems: PodProblemLog,
+        clock: Callable[[], float],
+    ) -> None:
+        self.kube = kube
+        self.redact = redact
+        self.tables = tables
+        self.resources = resources
+        self.pod_problems = pod_problems
+        self.clock = clock
+
+    def post(self, involved: Manifest, kind: str, reason: str, message: str) -> None:
+        """Post an Event about ``involved`` (an ``involvedObject``); `message` as it is."""
+        self.kube.event(involved, kind, reason, message)
+
+    def on_engine_event(self, event: EngineEvent) -> None:
+        """An engine event becomes a Kubernetes Event on its OptimizedTable (redacted).
+
+        A task lost to an executor's memory is the group's problem too: the Event goes to the
+        group as well, and its Degraded condition names it (`PodProblemLog`).
+        """
+        involved = self.tables.get(event.table_id)
+        if involved is None:
+            return
+        message = self.redact(event.message)
+        self.post(involved.as_dict(), event.kind, event.reason, message)
+        resource = self.resources.get(event.table_id)
+        if event.reason == OUT_OF_MEMORY and resource is not None:
+            group, namespace = resource.spec.group, involved.namespace
+            problem = PodProblem(group, "", f"process:{message.split(':', 1)[0]}", OUT_OF_MEMORY, message, 0)
+            self.pod_problems.record(namespace, [problem], self.clock())
+            owner = InvolvedObject(API_VERSION, "OptimizerGroup", group, namespace, "")
+            self.post(owner.as_dict(), event.kind, event.reason, f"table {involved.name}: {message}")
+
+
+def post_event(events: ControllerEvents, body: kopf.Body, kind: str, reason: str, message: str) -> None:
+    """An Event on one of floe's resources, posted now (kopf's own posting is left for its errors)."""
+    meta = body.metadata
+    involved = InvolvedObject(
+        str(body.get("apiVersion")),
+        str(body.get("kind")),
+        meta.name or "",
+        meta.namespace or "",
+        meta.uid or "",
+    )
+    events.post(involved.as_dict(), kind, reason, events.redact(message))
