@@ -104,6 +104,7 @@ class Controller:
             self.settings.status,
             max_writes_per_s=config.status_writes_per_s,
             burst_s=config.status_interval_s,
+            drain_events=self.events.drain,
         )
         self.leadership = Leadership(
             kube,
@@ -133,7 +134,8 @@ class Controller:
         self.engine.subscribe(self.events.on_engine_event)
 
     def start(self) -> None:
-        """Serve the task service and start ticking (as leader) in the background."""
+        """Post Events, serve the task service and start ticking (as leader) in the background."""
+        self.events.start()
         if self.config.create_peering_objects:
             self.leadership.ensure_peering_objects()
         self.server.start()
@@ -150,7 +152,7 @@ class Controller:
         )
 
     def stop(self) -> None:
-        """Stop ticking, flush status one last time, stop serving."""
+        """Stop ticking, flush status one last time, stop serving; then post the Events left."""
         self._stop.set()
         for thread in (self._thread, self._status_thread):
             if thread is not None:
@@ -160,6 +162,7 @@ class Controller:
         if self.metrics_server is not None:
             self.metrics_server.stop()
         self.engine.close()
+        self.events.stop()
 
     def _serve_external_metrics(self, config: ExternalMetricsConfig) -> BackgroundServer | None:
         """Start the external metrics API; None, with the reason logged, when it cannot be: the

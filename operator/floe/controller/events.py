@@ -1,4 +1,9 @@
-"""Kubernetes Events on floe's resources: what they point at, and the engine's events posted as Events."""
+"""Kubernetes Events on floe's resources: what they point at, and the engine's events posted as Events.
+
+Every Event the controller posts goes through one `EventPoster`: the thread that raises it (the
+engine's, a refresh or maintenance worker, the task service's, a kopf handler) only queues it,
+and the poster's thread makes the API call, in order.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import kopf
 from floe.api.models import API_VERSION, OptimizedTable
 from floe.controller.kube import Kube, Manifest
 from floe.controller.pod_health import PodProblem, PodProblemLog
+from floe.kit.posting import EventPoster
 from floe.kit.redaction import Redactor
 from floe.optimizer.task_spec import OUT_OF_MEMORY
 from floe.service.engine import EngineEvent
@@ -36,6 +42,16 @@ class InvolvedObject:
         }
 
 
+@dataclass(frozen=True)
+class _Event:
+    """An Event waiting for the poster."""
+
+    involved: Manifest
+    kind: str
+    reason: str
+    message: str
+
+
 class ControllerEvents:
     """Every Event the controller posts: its own, and the engine's on the tables they are about.
 
@@ -58,13 +74,31 @@ class ControllerEvents:
         self.resources = resources
         self.pod_problems = pod_problems
         self.clock = clock
+        self.poster: EventPoster[_Event] = EventPoster(self._post_now, name="floe-events")
+
+    def start(self) -> None:
+        """Start posting (what was queued before first)."""
+        self.poster.start()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until the Events queued so far are posted; False if they are not after `timeout_s`."""
+        return self.poster.drain(timeout_s)
+
+    def stop(self) -> None:
+        """Post what is queued, then stop."""
+        self.poster.stop()
 
     def post(self, involved: Manifest, kind: str, reason: str, message: str) -> None:
-        """Post an Event about ``involved`` (an ``involvedObject``); `message` as it is."""
-        self.kube.event(involved, kind, reason, message)
+        """Queue an Event about ``involved`` (an ``involvedObject``), `message` as it is; the
+        poster's thread posts it. Dropped, and counted, when the queue is full."""
+        self.poster.submit(_Event(dict(involved), kind, reason, message))
+
+    def _post_now(self, event: _Event) -> None:
+        self.kube.event(event.involved, event.kind, event.reason, event.message)
 
     def on_engine_event(self, event: EngineEvent) -> None:
-        """An engine event becomes a Kubernetes Event on its OptimizedTable (redacted).
+        """An engine event becomes a Kubernetes Event on its OptimizedTable (redacted), queued
+        for the poster: the engine's threads never wait for the API server.
 
         A task lost to an executor's memory is the group's problem too: the Event goes to the
         group as well, and its Degraded condition names it (`PodProblemLog`).
@@ -84,7 +118,8 @@ class ControllerEvents:
 
 
 def post_event(events: ControllerEvents, body: kopf.Body, kind: str, reason: str, message: str) -> None:
-    """An Event on one of floe's resources, posted now (kopf's own posting is left for its errors)."""
+    """An Event on one of floe's resources, queued for the poster (kopf's own posting is left for
+    its errors)."""
     meta = body.metadata
     involved = InvolvedObject(
         str(body.get("apiVersion")),

@@ -118,7 +118,7 @@ def watch_group_pod(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     namespace = body.metadata.namespace or "default"
     for problem in controller.pod_problems.record(namespace, pod_problems(pod), controller.engine.clock()):
         group = _group_object(pod, problem.group, namespace)
-        controller.kube.event(group.as_dict(), "Warning", problem.reason, controller.redact(problem.message))
+        controller.events.post(group.as_dict(), "Warning", problem.reason, controller.redact(problem.message))
 
 
 def _group_object(pod: dict[str, Any], group: str, namespace: str) -> InvolvedObject:

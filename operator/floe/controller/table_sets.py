@@ -204,7 +204,7 @@ def sync_table_set(
         reason = exc.problem.reason if isinstance(exc, CatalogSecretError) else "ListFailed"
         old = {c.get("type"): c for c in previous.get("conditions") or []}.get("CatalogReady") or {}
         if old.get("reason") != reason or old.get("status") != "False":
-            controller.kube.event(involved, "Warning", "ListFailed", message)
+            controller.events.post(involved, "Warning", "ListFailed", message)
         log.warning("table set %s/%s: %s", meta.namespace, meta.name, message)
         ready = condition("CatalogReady", False, reason, message)
     else:
@@ -266,7 +266,7 @@ def _carry_out(controller: Controller, plan: SetPlan, namespace: str, involved: 
         renamed = (
             f"OptimizedTable {name}: its table was renamed to {identifier} (the same table UUID): followed"
         )
-        controller.kube.event(involved, "Normal", "TableRenamed", renamed)
+        controller.events.post(involved, "Normal", "TableRenamed", renamed)
     for manifest in plan.create:
         controller.kube.create_custom(TABLE_PLURAL, namespace, manifest)
     for name, fields in plan.update.items():
@@ -274,7 +274,7 @@ def _carry_out(controller: Controller, plan: SetPlan, namespace: str, involved: 
     for name in plan.delete:
         controller.kube.delete_custom(TABLE_PLURAL, name, namespace)
         removed = f"OptimizedTable {name}: its table is no longer selected or was dropped"
-        controller.kube.event(involved, "Normal", "TableRemoved", removed)
+        controller.events.post(involved, "Normal", "TableRemoved", removed)
 
 
 def _open_catalog(controller: Controller, table_set: OptimizedTableSet) -> Catalog:
