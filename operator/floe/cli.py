@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import SparkSession
 
-    from floe.controller.runtime import OperatorConfig
+    from floe.controller.config import OperatorConfig
 
 
 _REDACT = Redactor()
@@ -245,8 +245,8 @@ def _operator(args: argparse.Namespace) -> int:
 
 def operator_config(args: argparse.Namespace) -> OperatorConfig:
     """The operator's configuration from ``floe operator`` arguments (and the environment)."""
+    from floe.controller.config import OperatorConfig, operator_namespaces
     from floe.controller.external_metrics import ExternalMetricsConfig
-    from floe.controller.runtime import OperatorConfig, operator_namespaces
     from floe.service.client import read_token_file
 
     token = ""

@@ -667,8 +667,8 @@ def _operator_as_the_chart_runs_it(k8s: K8sCluster, namespace: str, tmp: Path) -
     """
     from floe.cli import build_parser, operator_config
     from floe.controller import kube as kube_module
+    from floe.controller.controller import Controller
     from floe.controller.main import run_kopf
-    from floe.controller.runtime import Controller
 
     kubeconfig = k8s.service_account_kubeconfig("floe", namespace)
 

@@ -30,10 +30,11 @@ from test_autoscale import partitioned_small_files
 from test_correctness import build_table
 
 from floe.controller import kube as kube_module
+from floe.controller.config import OperatorConfig
+from floe.controller.controller import Controller
 from floe.controller.external_metrics import ExternalMetricsConfig
 from floe.controller.main import run_kopf
 from floe.controller.objects import PROPERTIES_KEY, REGISTRATION_KEY, REGISTRATION_SECRET, TEMPLATE_KEY
-from floe.controller.runtime import Controller, OperatorConfig
 from floe.local.reference_reader import ReferenceReader
 from floe.service.client import TOKEN_FILE_ENV
 from floe_optimizer.app import Optimizer
@@ -486,7 +487,7 @@ def test_table_status_after_optimizing_keeps_secrets_out(
     k8s.wait_for(
         "the group's pods to mount the catalog Secret, and the table's tasks to rely on it",
         lambda: (
-            controller.mounted_secrets.get(f"{namespace}/local") == frozenset({"catalog"})
+            controller.catalog_secrets.mounted_secrets.get(f"{namespace}/local") == frozenset({"catalog"})
             and controller.engine.uses_mounted_secret(f"{namespace}/orders")
         ),
         timeout=60,
@@ -844,7 +845,7 @@ def test_an_operator_that_cannot_serve_external_metrics_says_why_and_runs_on(
             external_metrics=ExternalMetricsConfig(0, tmp_path / "not-mounted"),
         )
         ctrl = Controller(config, kube_module.Kube())
-        with caplog.at_level("ERROR", logger="floe.controller.runtime"):
+        with caplog.at_level("ERROR", logger="floe.controller.controller"):
             ctrl.start()
         try:
             assert ctrl.metrics_server is None

@@ -39,9 +39,10 @@ from pyspark.sql import SparkSession
 from refused_tables import UNKNOWN_SORT
 
 from floe.controller import kube as kube_module
+from floe.controller.config import OperatorConfig
+from floe.controller.controller import Controller
 from floe.controller.main import run_kopf
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
-from floe.controller.runtime import Controller, OperatorConfig
 from floe.controller.status import epoch, timestamp
 from floe.local.reference_reader import ReferenceReader
 from floe.scheduling.assignment import TaskAssignment

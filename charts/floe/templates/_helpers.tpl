@@ -138,7 +138,7 @@ What the operator does in a namespace it serves, as RBAC rules, each verb for a 
   No update or delete, and no patch of any other Secret.
 - events: Events on the groups and tables.
 - kopfpeerings: kopf's peering (which replica leads) lives in the object floe
-  (floe.controller.runtime.PEERING_NAME), which the chart makes; only it may be patched.
+  (floe.controller.config.PEERING_NAME), which the chart makes; only it may be patched.
 Nothing on ServiceAccounts, Roles or RoleBindings: the chart renders the driver's
 (templates/driver-rbac.yaml), so the operator neither writes RBAC nor holds what the driver's Role
 grants (Kubernetes demands both of whoever creates or binds a Role).

@@ -26,6 +26,8 @@ from kubernetes.client.exceptions import ApiException
 
 from floe.api.group import OptimizerGroup, OptimizerGroupSpec
 from floe.api.models import API_GROUP, API_VERSION, GROUP_PLURAL, VERSION
+from floe.controller.controller import Controller
+from floe.controller.events import InvolvedObject, post_event
 from floe.controller.objects import (
     CONFIG_HASH_ANNOTATION,
     EXECUTORS_KEY,
@@ -39,7 +41,6 @@ from floe.controller.objects import (
     spark_config_map,
 )
 from floe.controller.pod_health import PodProblem, pod_problems
-from floe.controller.runtime import Controller, InvolvedObject, post_event
 from floe.controller.scaling import ScaleFigures
 from floe.controller.spark_conf import GROUP_LABEL, ROLE_LABEL, executor_selector
 from floe.controller.status import condition, with_transition_times
@@ -118,7 +119,7 @@ def watch_group_pod(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     namespace = body.metadata.namespace or "default"
     for problem in controller.pod_problems.record(namespace, pod_problems(pod), controller.engine.clock()):
         group = _group_object(pod, problem.group, namespace)
-        controller.kube.event(group.as_dict(), "Warning", problem.reason, controller.redact(problem.message))
+        controller.events.post(group.as_dict(), "Warning", problem.reason, controller.redact(problem.message))
 
 
 def _group_object(pod: dict[str, Any], group: str, namespace: str) -> InvolvedObject:
@@ -135,7 +136,7 @@ def ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGroup
     when needed. One group's at a time: its handlers and its status timer run in parallel."""
     meta = body.metadata
     ref = GroupRef(name=meta.name, namespace=meta.namespace or "default", uid=meta.uid or "")
-    with controller.group_lock(ref.service_group):
+    with controller.catalog_secrets.group_lock(ref.service_group):
         _ensure_driver(controller, body, group, ref)
 
 
@@ -144,7 +145,7 @@ def _ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGrou
     spec = group.spec
     image = spec.image or controller.config.default_image
     template = executor_template_of(body)
-    secrets = controller.storage_secrets_of(ref.namespace, ref.name)
+    secrets = controller.catalog_secrets.storage_secrets_of(ref.namespace, ref.name)
     spark_config = spark_config_map(ref, spec, image, template, secrets)
 
     before = _followed_executors(controller, ref)
@@ -158,7 +159,9 @@ def _ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGrou
     )
     if before is not None and before != executors:
         scaled = "Scaled" if spec.autoscaling is None else "ScaledDown" if executors < before else "ScaledUp"
-        post_event(controller, body, "Normal", reason=scaled, message=f"executors {before} → {executors}")
+        post_event(
+            controller.events, body, "Normal", reason=scaled, message=f"executors {before} → {executors}"
+        )
 
     digest = config_hash(spark_config)
     account = controller.config.driver_service_account
@@ -167,9 +170,9 @@ def _ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGrou
         raise kopf.TemporaryError("the previous driver pod is still terminating", delay=RESTART_DELAY_S)
     reason = _replacement_reason(pod, digest, account) if pod is not None else None
     if reason is not None:
-        controller.mounted_secrets.pop(ref.service_group, None)
+        controller.catalog_secrets.mounted_secrets.pop(ref.service_group, None)
         kube.delete_pod(ref.driver_name, ref.namespace)
-        post_event(controller, body, "Normal", reason="DriverRestarting", message=reason)
+        post_event(controller.events, body, "Normal", reason="DriverRestarting", message=reason)
         raise kopf.TemporaryError("waiting for the old driver pod to go", delay=RESTART_DELAY_S)
     if pod is None:
         manifest = driver_pod(
@@ -177,7 +180,7 @@ def _ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGrou
         )
         _create_driver_pod(controller, body, ref, manifest)
         post_event(
-            controller,
+            controller.events,
             body,
             "Normal",
             reason="DriverCreated",
@@ -187,10 +190,10 @@ def _ensure_driver(controller: Controller, body: kopf.Body, group: OptimizerGrou
             ),
         )
     # The running (or new) driver and its executors mount these Secrets: their tables' tasks may
-    # now leave the storage credentials to them (`Controller.mounted_secret_properties`).
-    if controller.mounted_secrets.get(ref.service_group) != frozenset(secrets):
-        controller.mounted_secrets[ref.service_group] = frozenset(secrets)
-        controller.secrets_remounted.set()
+    # now leave the storage credentials to them (`CatalogSecretRefresher.mounted_secret_properties`).
+    if controller.catalog_secrets.mounted_secrets.get(ref.service_group) != frozenset(secrets):
+        controller.catalog_secrets.mounted_secrets[ref.service_group] = frozenset(secrets)
+        controller.catalog_secrets.remounted.set()
 
 
 def _followed_executors(controller: Controller, ref: GroupRef) -> int | None:
@@ -254,7 +257,9 @@ def _create_driver_pod(
         )
         if ref.service_group not in controller.refused_drivers:
             controller.refused_drivers.add(ref.service_group)
-            post_event(controller, body, "Warning", reason="DriverServiceAccountMissing", message=message)
+            post_event(
+                controller.events, body, "Warning", reason="DriverServiceAccountMissing", message=message
+            )
         raise DriverServiceAccountMissing(message, delay=SERVICE_ACCOUNT_RETRY_S) from exc
     controller.refused_drivers.discard(ref.service_group)
 
@@ -271,8 +276,8 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
     refused: str | None = None
     service_group = controller.engine.group_key(name, namespace)
     # A driver that is gone, or whose tables name other catalog Secrets than its pods mount.
-    secrets = frozenset(controller.storage_secrets_of(namespace, name))
-    if driver is None or controller.mounted_secrets.get(service_group) != secrets:
+    secrets = frozenset(controller.catalog_secrets.storage_secrets_of(namespace, name))
+    if driver is None or controller.catalog_secrets.mounted_secrets.get(service_group) != secrets:
         try:
             ensure_driver(controller, body, group)
         except DriverServiceAccountMissing as exc:
@@ -304,7 +309,7 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
         woke = None
     if woke is not None:
         post_event(
-            controller,
+            controller.events,
             body,
             "Normal",
             reason="FirstTaskHandedOut",
@@ -356,7 +361,7 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
         if service_group not in controller.warned_groups:
             controller.warned_groups.add(service_group)
             post_event(
-                controller,
+                controller.events,
                 body,
                 "Warning",
                 reason="NoReadyExecutors",

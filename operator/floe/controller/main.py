@@ -1,7 +1,7 @@
 """The operator process: kopf running floe's handlers beside the controller's engine.
 
 Importing `floe.controller.groups` and `floe.controller.tables` here registers their kopf
-handlers; `floe.controller.runtime`, which they import for the `Controller`, never imports
+handlers; `floe.controller.controller`, which they import for the `Controller`, never imports
 them back.
 """
 
@@ -17,9 +17,10 @@ from typing import Any
 import kopf
 
 from floe.controller import groups, table_sets, tables
+from floe.controller.config import OperatorConfig
+from floe.controller.controller import Controller
 from floe.controller.diffbase import CredentialFreeDiffBase
 from floe.controller.kube import Kube, load_config
-from floe.controller.runtime import Controller, OperatorConfig
 from floe.kit.redaction import install_redaction
 
 # Their handlers are registered with kopf by importing them.

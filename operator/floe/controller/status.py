@@ -57,6 +57,8 @@ MAINTENANCE_ALLOWED = "MaintenanceAllowed"
 PATCH_CONCURRENCY = 4
 """Status patches of one flush in flight at once: each waits ~10 ms on the API server, so a
 burst of a few hundred takes a second rather than several."""
+EVENT_DRAIN_S = 2.0
+"""How long a flush waits for the Events queued before it (`TableStatusFlusher.drain_events`)."""
 
 
 @dataclass
@@ -337,8 +339,12 @@ class TableStatusFlusher:
         settings: Mapping[str, Mapping[str, Any]] | None = None,
         max_writes_per_s: float | None = None,
         burst_s: float = 5.0,
+        drain_events: Callable[[float], bool] | None = None,
     ) -> None:
         self.kube = kube
+        self.drain_events = drain_events
+        """Waits for the Events queued so far (`ControllerEvents.drain`): each flush first gives
+        them `EVENT_DRAIN_S`, so an Event is never later than the status showing its state."""
         self.engine = engine
         self.redact = redact
         self.now = now
@@ -373,6 +379,8 @@ class TableStatusFlusher:
 
     def flush(self, only: Collection[str] | None = None) -> int:
         """Patch every table (or those in ``only``) whose status changed; returns the patches sent."""
+        if self.drain_events is not None:
+            self.drain_events(EVENT_DRAIN_S)
         with self._lock:
             return self._flush(only)
 

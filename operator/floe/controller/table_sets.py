@@ -42,9 +42,9 @@ from pyiceberg.catalog import Catalog
 from floe.api.models import API_GROUP, API_VERSION, TABLE_PLURAL, TABLE_SET_PLURAL, VERSION
 from floe.api.table import SET_OWN_FIELDS, OptimizedTableSpec
 from floe.api.table_set import OptimizedTableSet
+from floe.controller.controller import Controller
 from floe.controller.kube import Manifest
 from floe.controller.quiet_listing import QuietListing
-from floe.controller.runtime import Controller
 from floe.controller.secrets import CatalogSecretError, read_catalog_properties
 from floe.controller.status import clip, condition, epoch, timestamp, with_transition_times
 from floe.controller.tables import resource_model
@@ -197,7 +197,7 @@ def sync_table_set(
         reason = exc.problem.reason if isinstance(exc, CatalogSecretError) else "ListFailed"
         old = {c.get("type"): c for c in previous.get("conditions") or []}.get("CatalogReady") or {}
         if old.get("reason") != reason or old.get("status") != "False":
-            controller.kube.event(involved, "Warning", "ListFailed", message)
+            controller.events.post(involved, "Warning", "ListFailed", message)
         log.warning("table set %s/%s: %s", meta.namespace, meta.name, message)
         ready = condition("CatalogReady", False, reason, message)
     else:
@@ -259,7 +259,7 @@ def _carry_out(controller: Controller, plan: SetPlan, namespace: str, involved: 
         renamed = (
             f"OptimizedTable {name}: its table was renamed to {identifier} (the same table UUID): followed"
         )
-        controller.kube.event(involved, "Normal", "TableRenamed", renamed)
+        controller.events.post(involved, "Normal", "TableRenamed", renamed)
     for manifest in plan.create:
         controller.kube.create_custom(TABLE_PLURAL, namespace, manifest)
     for name, fields in plan.update.items():
@@ -267,7 +267,7 @@ def _carry_out(controller: Controller, plan: SetPlan, namespace: str, involved: 
     for name in plan.delete:
         controller.kube.delete_custom(TABLE_PLURAL, name, namespace)
         removed = f"OptimizedTable {name}: its table is no longer selected or was dropped"
-        controller.kube.event(involved, "Normal", "TableRemoved", removed)
+        controller.events.post(involved, "Normal", "TableRemoved", removed)
 
 
 def _open_catalog(controller: Controller, table_set: OptimizedTableSet) -> Catalog:

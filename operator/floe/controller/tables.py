@@ -1,7 +1,7 @@
 """kopf handlers of OptimizedTable: register with the engine, catalog Secrets, finalizer.
 
 Status is not written here but by the batched flush (`floe.controller.status`); the
-engine's events become Events through `Controller.on_engine_event`.
+engine's events become Events through `ControllerEvents.on_engine_event`.
 
 Restarts: on resume (a new operator process, or a follower that just became the leader)
 the table's last minor/major/full optimizing times come back from its status, so interval
@@ -12,7 +12,7 @@ the table is evaluated and planned afresh from the table's current snapshot.
 
 Catalog Secrets: the properties in ``spec.catalog.secretRef`` are read when the table is
 reconciled, and re-read by the leader every ``OperatorConfig.secret_interval_s``
-(`Controller.refresh_catalog_secrets`: one GET per referenced Secret, whatever the number of
+(`CatalogSecretRefresher.refresh`: one GET per referenced Secret, whatever the number of
 tables using it; no list or watch on Secrets, which the operator is not granted). A table
 whose catalog properties changed is re-applied. Fixing a wrong Secret therefore heals its
 tables without touching them; meanwhile their Degraded condition says what failed
@@ -30,7 +30,8 @@ import kopf
 
 from floe.api.models import API_GROUP, TABLE_PLURAL, VERSION, OptimizedTable
 from floe.api.table_set import OptimizedTableSet
-from floe.controller.runtime import Controller, InvolvedObject
+from floe.controller.controller import Controller
+from floe.controller.events import InvolvedObject
 from floe.controller.settings import owning_set
 
 Model = TypeVar("Model", OptimizedTable, OptimizedTableSet)

@@ -11,19 +11,17 @@ is flushed from a fourth, both only while this replica is the leader (see
 from __future__ import annotations
 
 import logging
-import os
-import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
-
-import kopf
 
 from floe.api.group import OptimizerGroupSpec
 from floe.api.inheritance import InheritedSettingsInvalid, effective_spec
 from floe.api.models import API_VERSION, TABLE_SET_PLURAL, OptimizedTable
+from floe.controller.catalog_secrets import CatalogSecretRefresher
+from floe.controller.config import OperatorConfig
+from floe.controller.events import ControllerEvents, InvolvedObject
 from floe.controller.external_metrics import (
     AUTHENTICATION_CONFIG_MAP,
     ClientAuthentication,
@@ -31,112 +29,21 @@ from floe.controller.external_metrics import (
     external_metrics_server,
 )
 from floe.controller.kube import Kube
-from floe.controller.leader import CHECK_INTERVAL_S, Leadership, random_priority
-from floe.controller.objects import DRIVER_SERVICE_ACCOUNT, scale_config_map
-from floe.controller.pod_health import PodProblem, PodProblemLog
+from floe.controller.leader import Leadership
+from floe.controller.objects import scale_config_map
+from floe.controller.pod_health import PodProblemLog
 from floe.controller.quiet_listing import QuietListing
 from floe.controller.scaling import GroupScaling
-from floe.controller.secrets import (
-    CatalogProblem,
-    CatalogProblems,
-    CatalogSecretError,
-    read_catalog_properties,
-    with_catalog_properties,
-)
+from floe.controller.secrets import CatalogSecretError, read_catalog_properties, with_catalog_properties
 from floe.controller.settings import InheritedSettings
 from floe.controller.status import TableStatusFlusher, epoch, restore_maintenance
 from floe.kit.background import BackgroundServer
 from floe.kit.redaction import Redactor
-from floe.optimizer.task_spec import OUT_OF_MEMORY
-from floe.service.client import TOKEN_ENV
-from floe.service.engine import EngineEvent, OptimizingEngine
+from floe.service.engine import OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 
 log = logging.getLogger(__name__)
-
-DEFAULT_IMAGE = "ghcr.io/floe-dev/floe-optimizer:0.1.0"
-PEERING_NAME = "floe"
-
-
-@dataclass
-class OperatorConfig:
-    """How ``floe operator`` runs; the environment fills what the command line does not."""
-
-    namespaces: list[str] = field(default_factory=list)
-    service_port: int = 7070
-    service_url: str = ""
-    default_image: str = ""
-    driver_service_account: str = DRIVER_SERVICE_ACCOUNT
-    """The ServiceAccount the driver pods run as, in every served namespace. The operator only
-    names it: the chart renders it, with the Role Spark needs, in each watched namespace."""
-    standalone: bool = False
-    peering_name: str = PEERING_NAME
-    priority: int = field(default_factory=random_priority)
-    identity: str = ""
-    tick_interval_s: float = 1.0
-    status_interval_s: float = 5.0
-    status_writes_per_s: float = 20.0
-    """Table status patches a second, on average (`TableStatusFlusher`)."""
-    refresh_interval_s: float = 10.0
-    spread_first_maintenance: bool = True
-    """Spread new tables' first maintenance runs over their interval (`spread_first_runs`)."""
-    create_peering_objects: bool = True
-    """Create the (Cluster)KopfPeering objects when missing; the Helm chart makes its own, and an
-    operator creating them too could beat `helm install` to it, which then fails."""
-    peering_lifetime_s: int = 60
-    """How long a replica's peering record counts without renewal: a crashed leader's successor
-    takes over after at most this long (a replica that stops cleanly removes its record at once)."""
-    leader_check_interval_s: float = CHECK_INTERVAL_S
-    secret_interval_s: float = 30.0
-    """How often the leader re-reads the catalog Secrets tables refer to."""
-    registration_token: str = ""
-    """What optimizers must present to register; empty: ``$FLOE_REGISTRATION_TOKEN``, else a
-    random one for this process (which then reaches the drivers through the namespaces'
-    registration Secrets, but differs per replica: the chart gives every replica the same)."""
-    liveness_endpoint: str | None = None
-    """Where kopf serves the liveness probe (e.g. ``http://0.0.0.0:8081/healthz``); None: nowhere."""
-    engine_stall_s: float = 600.0
-    """The liveness probe fails once the engine loop has not come round for this long."""
-    external_metrics: ExternalMetricsConfig | None = None
-    """Serve ``external.metrics.k8s.io`` (each group's demand, for HPAs) here; None: not at all."""
-
-    def __post_init__(self) -> None:
-        namespace = os.environ.get("POD_NAMESPACE", "default")
-        self.service_url = self.service_url or os.environ.get(
-            "FLOE_SERVICE_URL", f"http://floe-operator.{namespace}.svc:{self.service_port}"
-        )
-        self.default_image = self.default_image or os.environ.get("FLOE_OPTIMIZER_IMAGE", DEFAULT_IMAGE)
-        self.identity = self.identity or os.environ.get("POD_NAME") or f"floe-{os.getpid()}-{self.priority}"
-        self.registration_token = self.registration_token or os.environ.get(TOKEN_ENV, "").strip()
-        if not self.registration_token:
-            log.warning(
-                "no registration token given (--registration-token-file or $%s): using a random one "
-                "for this process; replicas of one install need the same token",
-                TOKEN_ENV,
-            )
-            self.registration_token = secrets.token_urlsafe(32)
-
-
-@dataclass(frozen=True)
-class InvolvedObject:
-    """What an Event about a resource points at."""
-
-    api_version: str
-    kind: str
-    name: str
-    namespace: str
-    uid: str
-
-    def as_dict(self) -> dict[str, str]:
-        """The ``involvedObject`` of a core/v1 Event."""
-        return {
-            "apiVersion": self.api_version,
-            "kind": self.kind,
-            "name": self.name,
-            "namespace": self.namespace,
-            "uid": self.uid,
-        }
 
 
 class Controller:
@@ -157,8 +64,34 @@ class Controller:
         self.metrics_server: BackgroundServer | None = None
         """The external metrics API, once serving (`OperatorConfig.external_metrics`)."""
         self.redact = Redactor()
-        self.catalog_problems = CatalogProblems()
-        """Tables whose catalog Secret cannot be read now (their CatalogReady condition)."""
+        self.tables: dict[str, InvolvedObject] = {}
+        self.resources: dict[str, OptimizedTable] = {}
+        """Each table as applied, before its Secret's catalog properties are merged in."""
+        self.awaiting_secret: dict[str, dict[str, Any]] = {}
+        """Tables whose spec waits for its catalog Secret, with the status they had then (see
+        `reconcile_table`)."""
+        self.apply_lock = threading.RLock()
+        """Held while a table's spec is applied to the engine (kopf handlers, Secret refresh)."""
+        self.table_changes = 0
+        """How many times an OptimizedTable was applied or removed (its spec or metadata changed:
+        kopf's handlers; a status patch is no such change) since the operator started."""
+        self.pod_problems = PodProblemLog()
+        self.events = ControllerEvents(
+            kube, self.redact, self.tables, self.resources, self.pod_problems, lambda: self.engine.clock()
+        )
+        self.catalog_secrets = CatalogSecretRefresher(
+            kube,
+            self.engine,
+            self.redact,
+            self.events,
+            resources=self.resources,
+            tables=self.tables,
+            awaiting_secret=self.awaiting_secret,
+            apply_lock=self.apply_lock,
+            register=self._register,
+            resolved=self._resolved,
+            table_changes=lambda: self.table_changes,
+        )
         self.settings = InheritedSettings(
             self.engine, lambda namespace, name: kube.get_custom(TABLE_SET_PLURAL, name, namespace)
         )
@@ -168,10 +101,11 @@ class Controller:
             self.engine,
             self.redact,
             time.time,
-            self.catalog_problems,
+            self.catalog_secrets.problems,
             self.settings.status,
             max_writes_per_s=config.status_writes_per_s,
             burst_s=config.status_interval_s,
+            drain_events=self.events.drain,
         )
         self.leadership = Leadership(
             kube,
@@ -182,35 +116,12 @@ class Controller:
             check_interval_s=config.leader_check_interval_s,
             standalone=config.standalone,
         )
-        self.tables: dict[str, InvolvedObject] = {}
-        self.resources: dict[str, OptimizedTable] = {}
-        """Each table as applied, before its Secret's catalog properties are merged in."""
-        self._group_secrets: dict[tuple[str, str], tuple[int, list[str]]] = {}
-        """`storage_secrets_of` each group, with the `table_changes` it was worked out at."""
-        self.table_changes = 0
-        """How many times an OptimizedTable was applied or removed (its spec or metadata changed:
-        kopf's handlers; a status patch is no such change) since the operator started."""
         self.quiet_listings: dict[str, QuietListing] = {}
         """Per OptimizedTableSet (uid), its last full listing if that changed nothing."""
-        self.awaiting_secret: dict[str, dict[str, Any]] = {}
-        """Tables whose spec waits for its catalog Secret, with the status they had then (see
-        `reconcile_table`)."""
-        self.apply_lock = threading.RLock()
-        """Held while a table's spec is applied to the engine (kopf handlers, Secret refresh)."""
-        self._secret_errors: dict[tuple[str, str], str] = {}
         self.warned_groups: set[str] = set()
         self.refused_drivers: set[str] = set()
         """Groups (namespace/name) whose driver pod was refused for want of its ServiceAccount, and
         said so: the Warning Event is posted once, not at every retry."""
-        self.mounted_secrets: dict[str, frozenset[str]] = {}
-        """Per group (namespace/name): the catalog Secrets its driver and executors mount. Tasks
-        of a table whose Secret is among them leave its storage credentials out."""
-        self._group_locks: dict[str, threading.Lock] = {}
-        self._group_locks_lock = threading.Lock()
-        self.secrets_remounted = threading.Event()
-        """Set when a group's pods mount other Secrets: the next round re-applies the tables'
-        catalog properties at once, rather than at the next Secret refresh."""
-        self.pod_problems = PodProblemLog()
         self.scaling = GroupScaling(publish=self.service.set_executors)
         """Each group's executor count: fixed or autoscaled, and the figures the metrics show."""
         self.service.metrics.watch_scaling(self.scaling.samples)
@@ -221,10 +132,11 @@ class Controller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._status_thread: threading.Thread | None = None
-        self.engine.subscribe(self.on_engine_event)
+        self.engine.subscribe(self.events.on_engine_event)
 
     def start(self) -> None:
-        """Serve the task service and start ticking (as leader) in the background."""
+        """Post Events, serve the task service and start ticking (as leader) in the background."""
+        self.events.start()
         if self.config.create_peering_objects:
             self.leadership.ensure_peering_objects()
         self.server.start()
@@ -241,7 +153,7 @@ class Controller:
         )
 
     def stop(self) -> None:
-        """Stop ticking, flush status one last time, stop serving."""
+        """Stop ticking, flush status one last time, stop serving; then post the Events left."""
         self._stop.set()
         for thread in (self._thread, self._status_thread):
             if thread is not None:
@@ -251,6 +163,7 @@ class Controller:
         if self.metrics_server is not None:
             self.metrics_server.stop()
         self.engine.close()
+        self.events.stop()
 
     def _serve_external_metrics(self, config: ExternalMetricsConfig) -> BackgroundServer | None:
         """Start the external metrics API; None, with the reason logged, when it cannot be: the
@@ -285,10 +198,10 @@ class Controller:
             try:
                 if self.leadership.is_leader():
                     due = time.monotonic() - last_secrets >= self.config.secret_interval_s
-                    if due or self.secrets_remounted.is_set():
-                        self.secrets_remounted.clear()
+                    if due or self.catalog_secrets.remounted.is_set():
+                        self.catalog_secrets.remounted.clear()
                         last_secrets = time.monotonic()
-                        self.refresh_catalog_secrets()
+                        self.catalog_secrets.refresh()
                     self.engine.tick()
                     self.autoscale_groups()
                     self.rounds += 1
@@ -325,7 +238,7 @@ class Controller:
         is known (its status pass reads it)."""
         # The engine round and the group's status pass both decide: one at a time, each from
         # the count the other wrote.
-        with self.group_lock(group_key):
+        with self.catalog_secrets.group_lock(group_key):
             followed = self.scaling.followed(group_key)
             if followed is None or spec.autoscaling is None:
                 return None
@@ -339,7 +252,7 @@ class Controller:
         self.scaling.note_scaled(group_key, message)
         involved = InvolvedObject(API_VERSION, "OptimizerGroup", ref.name, ref.namespace, ref.uid)
         reason = "ScaledUp" if decision.executors > current else "ScaledDown"
-        self.kube.event(involved.as_dict(), "Normal", reason, message)
+        self.events.post(involved.as_dict(), "Normal", reason, message)
         return decision.executors
 
     def reconcile_table(
@@ -354,7 +267,7 @@ class Controller:
 
         A Secret that cannot be read leaves the table waiting for it: CatalogReady turns False
         (its status is written at once, even for a table the engine does not know yet), a
-        Warning Event names the Secret, and `refresh_catalog_secrets` reads it again every
+        Warning Event names the Secret, and `CatalogSecretRefresher.refresh` reads it again every
         ``secret_interval_s`` until it can apply the table. A table the engine already had
         keeps running on its last properties meanwhile. `table_set`: the OptimizedTableSet that
         made the table, whose template it inherits.
@@ -366,7 +279,7 @@ class Controller:
             self.table_changes += 1
         secret = base.spec.catalog.secret_ref
         if not secret:
-            self.catalog_problems.clear(table_id)  # it names no Secret any more: nothing to wait for
+            self.catalog_secrets.problems.clear(table_id)  # it names no Secret any more: nothing to wait for
             self._register(table_id, base, status)
             return
         try:
@@ -375,11 +288,11 @@ class Controller:
             self.awaiting_secret[table_id] = dict(status)
             if table_id not in self.engine.runtimes:
                 self.flusher.seed(table_id, status)
-            self._catalog_secret_failed(table_id, exc.problem)
+            self.catalog_secrets.failed(table_id, exc.problem)
             self.flusher.flush(only={table_id})
             return
         self.redact.add(properties, base.spec.catalog.secret_properties)
-        self._catalog_secret_read(table_id)
+        self.catalog_secrets.read(table_id)
         self._register(table_id, with_catalog_properties(base, properties), status, properties)
 
     def forget_table(self, table_id: str) -> None:
@@ -389,7 +302,7 @@ class Controller:
             self.table_changes += 1
             self.awaiting_secret.pop(table_id, None)
             self.engine.remove_table(table_id)
-        self.catalog_problems.clear(table_id)
+        self.catalog_secrets.problems.clear(table_id)
         self.flusher.forget(table_id)
         self.settings.forget(table_id)
         self.tables.pop(table_id, None)
@@ -431,7 +344,7 @@ class Controller:
         except InheritedSettingsInvalid as exc:
             involved = self.tables.get(table_id)
             if involved is not None:
-                self.kube.event(involved.as_dict(), "Warning", "InvalidSettings", self.redact(str(exc)))
+                self.events.post(involved.as_dict(), "Warning", "InvalidSettings", self.redact(str(exc)))
             log.warning("%s: %s", table_id, self.redact(str(exc)))
             effective = effective_spec(resource.spec, [])
         return resource.model_copy(update={"spec": effective.spec})
@@ -448,7 +361,11 @@ class Controller:
         `secret_properties`: what the table's catalog Secret holds, if it names one."""
         # Inline credentials too, and the names the user marks secret.
         self.redact.add(resource.spec.catalog.properties, resource.spec.catalog.secret_properties)
-        mounted = self.mounted_secret_properties(resource, secret_properties) if secret_properties else None
+        mounted = (
+            self.catalog_secrets.mounted_secret_properties(resource, secret_properties)
+            if secret_properties
+            else None
+        )
         with self.apply_lock:  # against a concurrent Secret refresh applying an older spec
             self.awaiting_secret.pop(table_id, None)
             known = table_id in self.engine.runtimes
@@ -462,150 +379,3 @@ class Controller:
                 restore_maintenance(runtime, status)
                 # Re-applying hands the restored last-optimized time to the group's scheduler.
                 self.engine.apply_table(resource, secret_properties=mounted)
-
-    def _catalog_secret_failed(self, table_id: str, problem: CatalogProblem) -> None:
-        """Record the problem; a new one (or a changed one) gets a Warning Event on the table."""
-        if not self.catalog_problems.record(table_id, problem):
-            return
-        involved = self.tables.get(table_id)
-        if involved is not None:
-            self.kube.event(involved.as_dict(), "Warning", problem.reason, problem.message)
-
-    def _catalog_secret_read(self, table_id: str) -> None:
-        """The table's Secret was read: a problem it had is over, and a Normal Event says so."""
-        problem = self.catalog_problems.clear(table_id)
-        involved = self.tables.get(table_id)
-        if problem is not None and involved is not None:
-            message = f"catalog Secret {problem.secret!r} in namespace {involved.namespace!r} is readable"
-            self.kube.event(involved.as_dict(), "Normal", "SecretReadable", message)
-
-    def refresh_catalog_secrets(self) -> int:
-        """Re-read each Secret a table's catalog refers to; apply the tables waiting for it, and re-apply
-        the tables whose properties changed.
-
-        One GET per Secret, however many tables use it. A Secret that cannot be read is a
-        CatalogReady problem of each of its tables (an Event when it starts or changes; logged
-        once per failure, reason only); the tables the engine has keep their properties.
-        Returns how many tables were applied.
-        """
-        users: dict[tuple[str, str], list[str]] = {}
-        for table_id, resource in list(self.resources.items()):
-            secret = resource.spec.catalog.secret_ref
-            if secret:
-                users.setdefault((resource.metadata.namespace, secret), []).append(table_id)
-        applied = 0
-        for (namespace, name), table_ids in users.items():
-            try:
-                properties = read_catalog_properties(self.kube, name, namespace)
-            except CatalogSecretError as exc:
-                if self._secret_errors.get((namespace, name)) != exc.problem.message:
-                    log.warning("%s", exc.problem.message)
-                self._secret_errors[(namespace, name)] = exc.problem.message
-                for table_id in table_ids:
-                    self._catalog_secret_failed(table_id, exc.problem)
-                continue
-            self._secret_errors.pop((namespace, name), None)
-            self.redact.add(properties)
-            for table_id in table_ids:
-                self._catalog_secret_read(table_id)
-                applied += self._apply_catalog_properties(table_id, name, properties)
-        return applied
-
-    def group_lock(self, group: str) -> threading.Lock:
-        """The lock that serializes changes to one group's Kubernetes objects (namespace/name)."""
-        with self._group_locks_lock:
-            return self._group_locks.setdefault(group, threading.Lock())
-
-    def storage_secrets_of(self, namespace: str, group: str) -> list[str]:
-        """The catalog Secrets the tables of a group name, which its pods mount; worked out again
-        only when a table was applied or removed since (the group's status asks every few seconds)."""
-        changes = self.table_changes
-        cached = self._group_secrets.get((namespace, group))
-        if cached is not None and cached[0] == changes:
-            return cached[1]
-        secrets = sorted(
-            {
-                resource.spec.catalog.secret_ref
-                for resource in list(self.resources.values())
-                if resource.metadata.namespace == namespace
-                and resource.spec.group == group
-                and resource.spec.catalog.secret_ref
-            }
-        )
-        self._group_secrets[(namespace, group)] = (changes, secrets)
-        return secrets
-
-    def mounted_secret_properties(
-        self, resource: OptimizedTable, properties: dict[str, str]
-    ) -> dict[str, str] | None:
-        """`properties` (the table's Secret's) when its group's pods mount that Secret, else None:
-        until they do, the table's tasks carry the storage credentials themselves."""
-        group = self.engine.group_key(resource.spec.group, resource.metadata.namespace)
-        secret = resource.spec.catalog.secret_ref
-        return properties if secret and secret in self.mounted_secrets.get(group, frozenset()) else None
-
-    def _apply_catalog_properties(self, table_id: str, secret: str, properties: dict[str, str]) -> int:
-        with self.apply_lock:
-            base = self.resources.get(table_id)
-            if base is None or base.spec.catalog.secret_ref != secret:
-                return 0
-            resource = with_catalog_properties(base, properties)
-            waiting = self.awaiting_secret.get(table_id)
-            if waiting is not None:
-                self._register(table_id, resource, waiting, properties)
-                log.info("catalog Secret of %s is readable: applied", table_id)
-                return 1
-            runtime = self.engine.runtimes.get(table_id)
-            if runtime is None:
-                return 0
-            mounted = self.mounted_secret_properties(base, properties)
-            unchanged = resource.spec.catalog.properties == runtime.spec.catalog.properties
-            if unchanged and self.engine.uses_mounted_secret(table_id) == (mounted is not None):
-                return 0
-            self.engine.apply_table(self._resolved(table_id, resource), secret_properties=mounted)
-            if unchanged:
-                log.info("%s: its tasks now read storage credentials from the mounted Secret", table_id)
-                return 1
-        involved = self.tables.get(table_id)
-        if involved is not None:
-            message = f"catalog Secret {secret!r} changed: the table is read with its new properties"
-            self.kube.event(involved.as_dict(), "Normal", "CatalogSecretChanged", message)
-        log.info("catalog Secret of %s changed: re-applied", table_id)
-        return 1
-
-    def on_engine_event(self, event: EngineEvent) -> None:
-        """An engine event becomes a Kubernetes Event on its OptimizedTable (redacted).
-
-        A task lost to an executor's memory is the group's problem too: the Event goes to the
-        group as well, and its Degraded condition names it (`PodProblemLog`).
-        """
-        involved = self.tables.get(event.table_id)
-        if involved is None:
-            return
-        message = self.redact(event.message)
-        self.kube.event(involved.as_dict(), event.kind, event.reason, message)
-        resource = self.resources.get(event.table_id)
-        if event.reason == OUT_OF_MEMORY and resource is not None:
-            group, namespace = resource.spec.group, involved.namespace
-            problem = PodProblem(group, "", f"process:{message.split(':', 1)[0]}", OUT_OF_MEMORY, message, 0)
-            self.pod_problems.record(namespace, [problem], self.engine.clock())
-            owner = InvolvedObject(API_VERSION, "OptimizerGroup", group, namespace, "")
-            self.kube.event(owner.as_dict(), event.kind, event.reason, f"table {involved.name}: {message}")
-
-
-def post_event(controller: Controller, body: kopf.Body, kind: str, reason: str, message: str) -> None:
-    """An Event on one of floe's resources, posted now (kopf's own posting is left for its errors)."""
-    meta = body.metadata
-    involved = InvolvedObject(
-        str(body.get("apiVersion")),
-        str(body.get("kind")),
-        meta.name or "",
-        meta.namespace or "",
-        meta.uid or "",
-    )
-    controller.kube.event(involved.as_dict(), kind, reason, controller.redact(message))
-
-
-def operator_namespaces(values: Sequence[str] | None) -> list[str]:
-    """``--namespace`` values, comma lists allowed; empty means the whole cluster."""
-    return [ns for value in values or () for ns in value.split(",") if ns]
