@@ -29,7 +29,7 @@ LONG_MODULES = frozenset(
         "operator/floe/controller/runtime.py",
         "operator/floe/optimizer/rewrite.py",
         "operator/floe/scheduling/queue.py",
-        "operator/floe/service/engine.py",
+        "operator/floe/optimizing/engine.py",
     }
 )
 
@@ -38,8 +38,8 @@ LONG_CLASSES = frozenset(
     {
         "operator/floe/controller/runtime.py:Controller",
         "operator/floe/scheduling/queue.py:GroupScheduler",
-        "operator/floe/service/engine.py:OptimizingEngine",
-        "operator/floe/tables/runtime.py:TableRuntime",
+        "operator/floe/optimizing/engine.py:OptimizingEngine",
+        "operator/floe/optimizing/table_state.py:TableRuntime",
     }
 )
 

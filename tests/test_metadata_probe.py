@@ -14,7 +14,7 @@ from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 
 from floe.api.models import OptimizedTable, OptimizerGroup
-from floe.service.engine import OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
 from floe.service.task_service import TaskService
 from floe.tables.metadata_probe import metadata_locations
 

@@ -36,6 +36,7 @@ from pyiceberg.table import Table
 from floe.api.models import CatalogRef, OptimizedTable, OptimizedTableSpec, OptimizerGroup
 from floe.api.table_properties import InvalidTableProperty
 from floe.commit.rewrite import CommitFailed, CommitHistory, CommitPending, commit_rewrite
+from floe.maintenance.job import MaintenanceJob, MaintenanceRefused
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans_on_executors import ExecutorPool
 from floe.maintenance.settled import settled_jobs
@@ -44,6 +45,14 @@ from floe.optimizer.parquet_options import check_write_properties
 from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
 from floe.optimizer.storage_credentials import task_io_properties
 from floe.optimizer.task_spec import OUT_OF_MEMORY
+from floe.optimizing.table_state import (
+    INVALID_TABLE_PROPERTY,
+    UNSUPPORTED,
+    MaintenanceRun,
+    TableRuntime,
+    TableState,
+)
+from floe.optimizing.wakeups import TableWakeups
 from floe.planning.files import TableFiles
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
@@ -61,18 +70,9 @@ from floe.tables.catalog import (
 from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.conditional_load import LoadedTable, load_table_if_changed
 from floe.tables.history import optimizing_history
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceRefused
 from floe.tables.metadata_probe import metadata_locations
-from floe.tables.runtime import (
-    INVALID_TABLE_PROPERTY,
-    UNSUPPORTED,
-    MaintenanceRun,
-    TableRuntime,
-    TableState,
-)
 from floe.tables.scan import ScannedTable
 from floe.tables.support import UnsupportedTableError, check_supported, scan_supported
-from floe.tables.wakeups import TableWakeups
 
 log = logging.getLogger(__name__)
 
