@@ -18,7 +18,8 @@ from test_engine import _table
 
 from floe.api.models import AutoscalingSpec, OptimizedTable, OptimizerGroup, OptimizerGroupSpec
 from floe.controller.scaling import GroupScaling, ScaleFigures
-from floe.optimizing.engine import EngineEvent, OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
 from floe.optimizing.table_state import TableState
 from floe.scheduling.autoscale import ExecutorAutoscaler, table_demand
 from floe.service.task_service import TaskService

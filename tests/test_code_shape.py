@@ -29,7 +29,6 @@ LONG_MODULES = frozenset(
         "operator/floe/controller/runtime.py",
         "operator/floe/optimizer/rewrite.py",
         "operator/floe/scheduling/queue.py",
-        "operator/floe/optimizing/engine.py",
     }
 )
 
@@ -38,7 +37,6 @@ LONG_CLASSES = frozenset(
     {
         "operator/floe/controller/runtime.py:Controller",
         "operator/floe/scheduling/queue.py:GroupScheduler",
-        "operator/floe/optimizing/engine.py:OptimizingEngine",
         "operator/floe/optimizing/table_state.py:TableRuntime",
     }
 )

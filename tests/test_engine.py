@@ -17,7 +17,8 @@ from v3_lineage import lineage
 
 from floe.api.models import OptimizedTable, OptimizerGroup
 from floe.local.reference_reader import ReferenceReader
-from floe.optimizing.engine import EngineEvent, OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
 from floe.optimizing.table_state import TableState
 from floe.planning.files import FileKind
 from floe.service.http import TaskServiceServer

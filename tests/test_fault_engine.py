@@ -30,7 +30,8 @@ from floe.controller.status import degraded_reason
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.reachable import referenced_files
 from floe.optimizer.rewrite import run_task
-from floe.optimizing.engine import EngineEvent, OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
 from floe.optimizing.table_state import TableRuntime, TableState
 from floe.service.client import RequestFailed, TaskServiceClient
 from floe.service.http import TaskServiceServer

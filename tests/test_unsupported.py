@@ -41,7 +41,8 @@ from test_engine import _group, _table
 
 from floe.cli import main
 from floe.controller.status import table_status
-from floe.optimizing.engine import EngineEvent, OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
 from floe.optimizing.table_state import TableState
 from floe.planning.files import FileKind
 from floe.service.task_service import TaskService

@@ -44,7 +44,7 @@ from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.controller.runtime import Controller, OperatorConfig
 from floe.controller.status import epoch, timestamp
 from floe.local.reference_reader import ReferenceReader
-from floe.optimizing.engine import EngineEvent
+from floe.optimizing.registry import EngineEvent
 from floe.optimizing.table_state import TableRuntime, TableState
 from floe.scheduling.assignment import TaskAssignment
 from floe.service.client import TaskServiceClient, Unauthorized

@@ -47,7 +47,8 @@ from floe.controller.status import TableStatusFlusher, epoch, restore_maintenanc
 from floe.kit.background import BackgroundServer
 from floe.kit.redaction import Redactor
 from floe.optimizer.task_spec import OUT_OF_MEMORY
-from floe.optimizing.engine import EngineEvent, OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
 from floe.service.client import TOKEN_ENV
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService

@@ -31,7 +31,9 @@ from floe.api.models import (
 )
 from floe.kit.redaction import Redactor
 from floe.local.interrupt import Interrupted, deferred_interrupts, reinstall
-from floe.optimizing.engine import EngineEvent, OptimizingEngine, TableView
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
+from floe.optimizing.views import TableView
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.tables.catalog import open_catalog
