@@ -49,7 +49,8 @@ from pyspark.sql import SparkSession
 from floe.api.group import OptimizerGroup
 from floe.api.models import OptimizedTable, resource_from_dict
 from floe.controller.scaling import GroupScaling
-from floe.service.engine import EngineEvent, OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.tables.writer import conform

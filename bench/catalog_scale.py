@@ -83,7 +83,7 @@ def measure(tables: int, properties: dict[str, str], rounds: int, loop_seconds: 
     from floe.api.models import OptimizedTable
     from floe.controller.status import TableStatusFlusher
     from floe.kit.redaction import Redactor
-    from floe.service.engine import OptimizingEngine
+    from floe.optimizing.engine import OptimizingEngine
     from floe.service.task_service import TaskService
 
     def make_engine(refresh_interval_s: float) -> OptimizingEngine:

@@ -41,7 +41,8 @@ from floe.api.group import OptimizerGroup
 from floe.api.models import OptimizedTable, resource_from_dict
 from floe.local.reference_reader import ReferenceReader, qualified_name
 from floe.optimizer.task_spec import RewriteTaskSpec
-from floe.service.engine import EngineEvent, OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.tables.scan import scan_table

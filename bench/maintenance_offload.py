@@ -84,9 +84,9 @@ def make_orphans(table: Any, count: int, side: str) -> None:
 
 def measure(table: Any, executors: Any) -> dict[str, float]:
     """One orphan cleanup, with `executors` or without; its CPU and wall time."""
-    from floe.api.table import MaintenanceSpec
+    from floe.api.models import MaintenanceSpec
+    from floe.maintenance.job import MaintenanceJob
     from floe.maintenance.jobs import run_maintenance_job
-    from floe.tables.maintenance_job import MaintenanceJob
 
     process_before = resource.getrusage(resource.RUSAGE_SELF)
     thread_before, wall_before = time.thread_time(), time.perf_counter()

@@ -16,8 +16,8 @@ import time
 from pyiceberg.catalog import load_catalog
 
 from floe.api.table import MaintenanceSpec
+from floe.maintenance.job import MaintenanceJob
 from floe.maintenance.jobs import run_maintenance_job
-from floe.tables.maintenance_job import MaintenanceJob
 
 
 def main(argv: list[str]) -> None:

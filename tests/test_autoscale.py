@@ -19,10 +19,11 @@ from test_engine import _table
 from floe.api.group import AutoscalingSpec, OptimizerGroup, OptimizerGroupSpec
 from floe.api.models import OptimizedTable
 from floe.controller.scaling import GroupScaling, ScaleFigures
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
+from floe.optimizing.table_state import TableState
 from floe.scheduling.autoscale import ExecutorAutoscaler, table_demand
-from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.task_service import TaskService
-from floe.tables.runtime import TableState
 from floe.tables.writer import conform
 
 SPEC = AutoscalingSpec.model_validate({"minExecutors": 0, "maxExecutors": 4, "scaleDownDelay": "60s"})

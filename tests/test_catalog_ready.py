@@ -30,10 +30,10 @@ from floe.controller.secrets import (
 )
 from floe.controller.status import PATCH_CONCURRENCY, TableStatusFlusher, catalog_condition, table_status
 from floe.kit.redaction import Redactor
-from floe.service.engine import OptimizingEngine
+from floe.maintenance.job import MaintenanceJob
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.table_state import TableRuntime
 from floe.service.task_service import TaskService
-from floe.tables.maintenance_job import MaintenanceJob
-from floe.tables.runtime import TableRuntime
 
 SECRET_VALUE = "p4ssw0rd-never-shown"
 

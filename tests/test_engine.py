@@ -18,11 +18,12 @@ from v3_lineage import lineage
 from floe.api.group import OptimizerGroup
 from floe.api.models import OptimizedTable
 from floe.local.reference_reader import ReferenceReader
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
+from floe.optimizing.table_state import TableState
 from floe.planning.files import FileKind
-from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
-from floe.tables.runtime import TableState
 from floe.tables.scan import scan_table
 from floe_optimizer.app import Optimizer
 

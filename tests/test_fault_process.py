@@ -43,12 +43,12 @@ from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.orphans import remove_orphan_files
 from floe.maintenance.reachable import referenced_files
 from floe.optimizer.process import ProcessFailed
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.table_state import TableRuntime, TableState
 from floe.planning.plan import OptimizingType
-from floe.service.engine import OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.tables.history import SUMMARY_PROCESS_ID
-from floe.tables.runtime import TableRuntime, TableState
 from floe_optimizer.app import Optimizer
 
 BIN = Path(sys.executable).parent

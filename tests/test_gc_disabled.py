@@ -19,9 +19,9 @@ from pyspark.sql import SparkSession
 from floe.api.table import MaintenanceSpec
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.expire import expire_snapshots
+from floe.maintenance.job import GC_DISABLED, MaintenanceJob, MaintenanceRefused
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans import remove_orphan_files
-from floe.tables.maintenance_job import GC_DISABLED, MaintenanceJob, MaintenanceRefused
 
 HOUR = 3600.0
 DAY = 86400.0

@@ -19,7 +19,7 @@ from floe.api.models import OptimizedTable
 from floe.api.table import OptimizedTableSpec, OptimizedTableTemplate
 from floe.controller.settings import InheritedSettings, owning_set
 from floe.controller.status import merge_patch
-from floe.service.engine import OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
 from floe.service.task_service import TaskService
 
 SET = "OptimizedTableSet/lake"

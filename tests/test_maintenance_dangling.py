@@ -14,8 +14,8 @@ from floe.commit.rewrite import commit_rewrite
 from floe.commit.row_delta import commit_row_delta
 from floe.local.reference_reader import ReferenceReader, qualified_name
 from floe.maintenance.dangling import remove_dangling_deletes
+from floe.maintenance.job import MaintenanceJob
 from floe.planning.files import ContentFile
-from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.scan import scan_table
 from floe.tables.writer import conform, write_data_files, write_position_deletes
 

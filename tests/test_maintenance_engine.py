@@ -15,8 +15,8 @@ from test_engine import TOKEN, Stack, _group, _table, _tick_until, stack
 
 from floe.controller.status import table_status
 from floe.local.reference_reader import ReferenceReader
+from floe.maintenance.job import MaintenanceJob
 from floe.service.wire import RegisterRequest
-from floe.tables.maintenance_job import MaintenanceJob
 
 DAY = 86400.0
 __all__ = ["stack"]  # the real-stack fixture of test_engine, used here as is

@@ -19,8 +19,8 @@ from pyiceberg.table.statistics import StatisticsFile
 from floe.api.table import MaintenanceSpec
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.expire import expire_snapshots
+from floe.maintenance.job import MaintenanceJob
 from floe.maintenance.jobs import run_maintenance_job
-from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.writer import conform
 
 DAY = 86400.0

@@ -13,8 +13,8 @@ from pyiceberg.transforms import BucketTransform
 
 from floe.commit import snapshot as snapshot_module
 from floe.local.reference_reader import ReferenceReader
+from floe.maintenance.job import MaintenanceJob
 from floe.maintenance.manifests import rewrite_manifests
-from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.scan import live_entries
 from floe.tables.writer import conform
 

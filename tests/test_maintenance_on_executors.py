@@ -34,6 +34,7 @@ from floe.maintenance.file_tasks import (
     OrphanScanSpec,
     run_file_task,
 )
+from floe.maintenance.job import MaintenanceJob
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans_on_executors import (
     ExecutorPool,
@@ -46,7 +47,6 @@ from floe.service.file_tasks import FileTaskDispatcher, FileTasksFailed
 from floe.service.task_service import TaskService
 from floe.service.wire import CompleteRequest
 from floe.tables.listing import fs_path
-from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.scan import scan_table
 
 DAY = 86400.0

@@ -13,8 +13,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
 from floe.local.reference_reader import ReferenceReader
+from floe.maintenance.job import MaintenanceJob
 from floe.maintenance.orphans import remove_orphan_files
-from floe.tables.maintenance_job import MaintenanceJob
 
 HOUR = 3600.0
 DAY = 86400.0

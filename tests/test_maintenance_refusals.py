@@ -15,8 +15,8 @@ from test_engine import Stack, _group, _table, stack
 
 from floe.cli import main
 from floe.controller.status import restore_maintenance, table_status
-from floe.tables.maintenance_job import MaintenanceJob
-from floe.tables.runtime import TableRuntime
+from floe.maintenance.job import MaintenanceJob
+from floe.optimizing.table_state import TableRuntime
 from floe.tables.writer import conform
 
 __all__ = ["stack"]  # the real-stack fixture of test_engine, used here as is

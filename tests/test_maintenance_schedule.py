@@ -9,19 +9,19 @@ import pytest
 from floe.api.group import SchedulingPolicy
 from floe.api.table import OptimizedTableSpec
 from floe.controller.status import maintenance_status, restore_maintenance
-from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
-from floe.planning.plan import OptimizingPlan, OptimizingType, PlannedTask
-from floe.scheduling.group_scheduler import GroupScheduler
-from floe.scheduling.occupation import TaskTimeLedger
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
-from floe.tables.maintenance_schedule import (
+from floe.maintenance.job import MaintenanceJob, MaintenanceReport
+from floe.optimizing.maintenance_schedule import (
     JOB_ORDER,
     due_jobs,
     job_intervals,
     next_due_s,
     spread_first_runs,
 )
-from floe.tables.runtime import IllegalTransition, MaintenanceRun, TableRuntime, TableState
+from floe.optimizing.table_state import IllegalTransition, MaintenanceRun, TableRuntime, TableState
+from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
+from floe.planning.plan import OptimizingPlan, OptimizingType, PlannedTask
+from floe.scheduling.group_scheduler import GroupScheduler
+from floe.scheduling.occupation import TaskTimeLedger
 
 P = PartitionKey(0, ())
 EXPIRE, ORPHANS, MANIFESTS, DANGLING, RETENTION = (

@@ -15,7 +15,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from floe.api.group import OptimizerGroup
 from floe.api.models import OptimizedTable
-from floe.service.engine import OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
 from floe.service.task_service import TaskService
 from floe.tables.metadata_probe import metadata_locations
 

@@ -20,15 +20,15 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from floe.api.table import MaintenanceSpec
 from floe.local.reference_reader import ReferenceReader
-from floe.maintenance.jobs import run_maintenance_job
-from floe.maintenance.orphans import remove_orphan_files
-from floe.tables.catalog_locations import CatalogLocations
-from floe.tables.maintenance_job import (
+from floe.maintenance.job import (
     LOCATION_NOT_OWNED,
     LOCATION_SHARED,
     MaintenanceJob,
     MaintenanceRefused,
 )
+from floe.maintenance.jobs import run_maintenance_job
+from floe.maintenance.orphans import remove_orphan_files
+from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.writer import conform
 
 HOUR = 3600.0

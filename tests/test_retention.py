@@ -20,8 +20,8 @@ from pyspark.sql import SparkSession
 
 from floe.local.reference_reader import ReferenceReader, arrow_rows, qualified_name
 from floe.maintenance import retention
+from floe.maintenance.job import MaintenanceJob
 from floe.maintenance.retention import expire_rows
-from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.manifest_io import manifest_entries, snapshot_manifests
 from floe.tables.scan import scan_table
 from floe.tables.writer import conform

@@ -22,7 +22,9 @@ from floe.controller.status import table_status
 from floe.kit.redaction import MASK, Redactor, is_credential_key, mask_credentials
 from floe.kit.secret_names import suggests_secret
 from floe.local.run import ManifestWatcher, render
-from floe.service.engine import EngineEvent, OptimizingEngine, TableView
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
+from floe.optimizing.views import TableView
 from floe.service.task_service import TaskService
 from floe.tables.catalog import CatalogConfigError, catalog_ref_from_file
 

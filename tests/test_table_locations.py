@@ -5,10 +5,7 @@ from __future__ import annotations
 import pytest
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-from floe.maintenance.orphan_roots import check_roots, listed_roots
-from floe.tables.catalog_locations import OtherTables
-from floe.tables.listing import fs_path
-from floe.tables.maintenance_job import (
+from floe.maintenance.job import (
     GC_DISABLED,
     LOCATION_NOT_OWNED,
     LOCATION_SHARED,
@@ -16,6 +13,9 @@ from floe.tables.maintenance_job import (
     MaintenanceRefused,
     require_gc_enabled,
 )
+from floe.maintenance.orphan_roots import check_roots, listed_roots
+from floe.tables.catalog_locations import OtherTables
+from floe.tables.listing import fs_path
 from floe.tables.table_locations import (
     Overlap,
     TableLocations,

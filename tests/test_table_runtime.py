@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from floe.api.table import OptimizedTableSpec
+from floe.maintenance.job import MaintenanceJob, MaintenanceReport
+from floe.optimizing.table_state import IllegalTransition, TableRuntime, TableState
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType, PlannedTask
 from floe.tables.history import OptimizingHistory
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
-from floe.tables.runtime import IllegalTransition, TableRuntime, TableState
 
 P = PartitionKey(0, ())
 

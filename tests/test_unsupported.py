@@ -41,11 +41,12 @@ from test_engine import _group, _table
 
 from floe.cli import main
 from floe.controller.status import table_status
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
+from floe.optimizing.table_state import TableState
 from floe.planning.files import FileKind
-from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.task_service import TaskService
 from floe.tables.catalog import load_table
-from floe.tables.runtime import TableState
 from floe.tables.scan import scan_table
 from floe.tables.support import UnsupportedTableError, unsupported_features
 from floe.tables.writer import conform

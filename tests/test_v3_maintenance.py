@@ -28,8 +28,8 @@ from v3_lineage import lineage, merge_keeps_lineage
 from floe.api.table import MaintenanceSpec
 from floe.commit.snapshot import SnapshotDraft
 from floe.local.reference_reader import ReferenceReader, qualified_name
+from floe.maintenance.job import MaintenanceJob
 from floe.maintenance.jobs import run_maintenance_job
-from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.manifest_io import deletion_vector_location, manifest_first_row_id, snapshot_manifests
 from floe.tables.pyiceberg_compat import allow_v3_metadata_writes
 from floe.tables.scan import scan_table

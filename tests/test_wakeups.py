@@ -6,11 +6,11 @@ import math
 from typing import Any
 
 from floe.api.table import OptimizedTableSpec
+from floe.maintenance.job import MaintenanceJob, MaintenanceReport
+from floe.optimizing.table_state import TableRuntime
+from floe.optimizing.wakeups import TableWakeups
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType, PlannedTask
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
-from floe.tables.runtime import TableRuntime
-from floe.tables.wakeups import TableWakeups
 
 P = PartitionKey(0, ())
 REFRESH_S = 10.0

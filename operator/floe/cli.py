@@ -21,10 +21,10 @@ from floe.commit.request import CommitAbandoned, CommitConflict, CommitPending
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.kit.redaction import RedactingFilter, Redactor
 from floe.local.interrupt import Interrupted, reinstall, stop_on_signals
+from floe.maintenance.job import MaintenanceRefused
 from floe.optimizer.process import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_table, open_catalog
-from floe.tables.maintenance_job import MaintenanceRefused
 from floe.tables.support import UnsupportedTableError
 
 if TYPE_CHECKING:
@@ -179,8 +179,8 @@ def _maintain(args: argparse.Namespace, table: Table, catalog_name: str) -> int:
 
     from floe.api.table import OptimizedTableSpec
     from floe.local.report import human_bytes
+    from floe.maintenance.job import MaintenanceJob
     from floe.maintenance.jobs import run_maintenance_job
-    from floe.tables.maintenance_job import MaintenanceJob
 
     try:
         spec = OptimizedTableSpec.model_validate(

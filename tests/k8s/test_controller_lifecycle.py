@@ -45,12 +45,12 @@ from floe.controller.main import run_kopf
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.controller.status import epoch, timestamp
 from floe.local.reference_reader import ReferenceReader
+from floe.optimizing.registry import EngineEvent
+from floe.optimizing.table_state import TableRuntime, TableState
 from floe.scheduling.assignment import TaskAssignment
 from floe.service.client import TaskServiceClient, Unauthorized
-from floe.service.engine import EngineEvent
 from floe.service.errors import UnknownGroup
 from floe.service.wire import RegisterRequest, RegisterResponse
-from floe.tables.runtime import TableRuntime, TableState
 from floe.tables.scan import scan_table
 from floe_optimizer.app import Optimizer
 

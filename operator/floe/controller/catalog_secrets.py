@@ -23,7 +23,7 @@ from floe.controller.secrets import (
     with_catalog_properties,
 )
 from floe.kit.redaction import Redactor
-from floe.service.engine import OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
 
 log = logging.getLogger(__name__)
 

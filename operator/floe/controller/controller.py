@@ -39,7 +39,7 @@ from floe.controller.settings import InheritedSettings
 from floe.controller.status import TableStatusFlusher, epoch, restore_maintenance
 from floe.kit.background import BackgroundServer
 from floe.kit.redaction import Redactor
-from floe.service.engine import OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 

@@ -18,7 +18,7 @@ from floe.controller.pod_health import PodProblem, PodProblemLog
 from floe.kit.posting import EventPoster
 from floe.kit.redaction import Redactor
 from floe.optimizer.task_spec import OUT_OF_MEMORY
-from floe.service.engine import EngineEvent
+from floe.optimizing.registry import EngineEvent
 
 
 @dataclass(frozen=True)

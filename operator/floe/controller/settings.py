@@ -19,7 +19,7 @@ from typing import Any
 from floe.api.inheritance import EffectiveSpec, SettingsLayer, effective_spec, group_layer, set_layer
 from floe.api.models import OptimizedTable
 from floe.api.table import OptimizedTableTemplate
-from floe.service.engine import OptimizingEngine
+from floe.optimizing.engine import OptimizingEngine
 
 log = logging.getLogger(__name__)
 

@@ -37,9 +37,9 @@ from floe.api.meta import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH
 from floe.api.models import TABLE_PLURAL
 from floe.controller.kube import Kube
 from floe.controller.secrets import CatalogProblem, CatalogProblems
-from floe.service.engine import OptimizingEngine
-from floe.tables.maintenance_job import MaintenanceJob
-from floe.tables.runtime import MaintenanceRun, TableRuntime, TableState
+from floe.maintenance.job import MaintenanceJob
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.table_state import MaintenanceRun, TableRuntime, TableState
 
 log = logging.getLogger(__name__)
 

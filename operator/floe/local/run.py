@@ -3,7 +3,7 @@
 Manifests are read from a file or directory and re-read when they change, so quota,
 policy and thresholds can be edited while it runs. With ``--once`` it exits when every
 table is settled (idle on its current snapshot) or stuck (reported, exit code 1); a maintenance
-job floe refused (`floe.tables.maintenance_job.MaintenanceRefused`) is reported too, exit code 1.
+job floe refused (`floe.maintenance.job.MaintenanceRefused`) is reported too, exit code 1.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from floe.api.table import CatalogRef
 from floe.api.table_set import OptimizedTableSet, OptimizedTableSetSpec
 from floe.kit.redaction import Redactor
 from floe.local.interrupt import Interrupted, deferred_interrupts, reinstall
-from floe.service.engine import EngineEvent, OptimizingEngine, TableView
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.registry import EngineEvent
+from floe.optimizing.views import TableView
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.tables.catalog import open_catalog

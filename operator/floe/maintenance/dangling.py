@@ -30,8 +30,8 @@ from pyiceberg.table.snapshots import Operation
 from floe.commit.retry import on_fresh_head
 from floe.commit.snapshot import SnapshotDraft
 from floe.commit.validation import removable_delete_paths
+from floe.maintenance.job import MaintenanceJob, MaintenanceReport
 from floe.planning.files import ContentFile, FileKind, PartitionKey
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.manifest_io import content_key
 from floe.tables.scan import content_file
 from floe.tables.writer import POS_DELETE_FILE_PATH_ID

@@ -41,8 +41,8 @@ from pyiceberg.table.update import (
 )
 
 from floe.kit.files import delete_paths
+from floe.maintenance.job import MaintenanceJob, MaintenanceReport, require_gc_enabled
 from floe.maintenance.reachable import referenced_files
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport, require_gc_enabled
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ from pyiceberg.table import Table
 from floe.api.table import MaintenanceSpec
 from floe.maintenance.dangling import remove_dangling_deletes
 from floe.maintenance.expire import expire_snapshots
+from floe.maintenance.job import MaintenanceJob, MaintenanceReport
 from floe.maintenance.manifests import rewrite_manifests
 from floe.maintenance.orphans import remove_orphan_files
 from floe.maintenance.orphans_on_executors import ExecutorPool, remove_orphan_files_on_executors
 from floe.maintenance.retention import expire_rows
 from floe.planning.files import TableFiles
 from floe.tables.catalog_locations import CatalogLocations
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.support import check_supported
 
 METADATA_ONLY = frozenset({MaintenanceJob.MANIFESTS, MaintenanceJob.DANGLING_DELETES})

@@ -20,8 +20,8 @@ from pyiceberg.table.snapshots import Operation
 
 from floe.commit.retry import on_fresh_head
 from floe.commit.snapshot import SnapshotDraft
+from floe.maintenance.job import MaintenanceJob, MaintenanceReport
 from floe.planning.files import partition_identity
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.manifest_io import manifest_entries
 
 SUMMARY_MANIFESTS_CREATED = "manifests-created"

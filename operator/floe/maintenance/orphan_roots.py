@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
 
-from floe.tables.catalog_locations import CatalogLocations, OtherTables
-from floe.tables.listing import fs_path
-from floe.tables.maintenance_job import (
+from floe.maintenance.job import (
     LOCATION_NOT_OWNED,
     LOCATION_SHARED,
     MaintenanceJob,
     MaintenanceRefused,
 )
+from floe.tables.catalog_locations import CatalogLocations, OtherTables
+from floe.tables.listing import fs_path
 from floe.tables.table_locations import TableLocations, find_overlap, nest_roots, relation, table_locations
 
 

@@ -32,11 +32,11 @@ from pyiceberg.table.metadata import TableMetadata
 
 from floe.api.table import MIN_ORPHAN_AGE_S
 from floe.kit.files import delete_paths
+from floe.maintenance.job import MaintenanceJob, MaintenanceReport, require_gc_enabled
 from floe.maintenance.orphan_roots import OrphanRoots, orphan_roots
 from floe.maintenance.reachable import referenced_files
 from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.listing import fs_path, list_files
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport, require_gc_enabled
 
 # Hadoop-catalog tables point at their current metadata with this file; no metadata names it.
 VERSION_HINT = "version-hint.text"

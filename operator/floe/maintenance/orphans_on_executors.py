@@ -36,6 +36,7 @@ from floe.maintenance.file_tasks import (
     OrphanScanResult,
     OrphanScanSpec,
 )
+from floe.maintenance.job import MaintenanceJob, MaintenanceReport, require_gc_enabled
 from floe.maintenance.orphans import (
     checksummed_path,
     cleanup_roots,
@@ -46,7 +47,6 @@ from floe.maintenance.orphans import (
 from floe.planning.files import TableFiles
 from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.listing import fs_path
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport, require_gc_enabled
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,9 @@ from floe.commit.snapshot import SnapshotDraft, SnapshotRefused
 from floe.commit.validation import removable_delete_paths
 from floe.commit.vectors import check_one_vector_per_data_file
 from floe.kit.files import delete_quietly
+from floe.maintenance.job import MaintenanceJob, MaintenanceReport
 from floe.planning.files import partition_identity
 from floe.tables.deletion_vectors import read_deletion_vector
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
 from floe.tables.manifest_io import content_key, deletion_vector_location
 from floe.tables.pyiceberg_compat import ROW_LINEAGE_VERSION
 from floe.tables.writer import POS_DELETE_FILE_PATH_ID, write_deletion_vector_file, write_position_deletes

@@ -14,8 +14,8 @@ from pyiceberg.table.metadata import TableMetadata
 
 from floe.api.table import MaintenanceSpec
 from floe.maintenance.expire import nothing_ages_out
+from floe.maintenance.job import MaintenanceJob
 from floe.planning.files import TableFiles
-from floe.tables.maintenance_job import MaintenanceJob
 
 
 def settled_jobs(

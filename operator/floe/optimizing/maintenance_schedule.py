@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 
 from floe.api.table import MaintenanceSpec
-from floe.tables.maintenance_job import MaintenanceJob
+from floe.maintenance.job import MaintenanceJob
 
 # Retention first: the files it drops become history that expiry, then orphan cleanup, reclaim.
 # Dangling deletes before manifests, so the rewritten manifests no longer carry them.

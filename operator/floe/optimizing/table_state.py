@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from floe.api.table import OptimizedTableSpec
+from floe.maintenance.job import MaintenanceJob, MaintenanceReport
+from floe.optimizing.maintenance_schedule import due_jobs, job_intervals, next_due_s, spread_first_runs
 from floe.planning.files import TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.history import OptimizingHistory
-from floe.tables.maintenance_job import MaintenanceJob, MaintenanceReport
-from floe.tables.maintenance_schedule import due_jobs, job_intervals, next_due_s, spread_first_runs
 
 
 class TableState(StrEnum):
@@ -61,7 +61,7 @@ class MaintenanceRun:
     bytes_removed: int = 0
     failed: bool = False
     refused: str = ""
-    """Why floe refused the run (`floe.tables.maintenance_job.MaintenanceRefused.reason`); empty when
+    """Why floe refused the run (`floe.maintenance.job.MaintenanceRefused.reason`); empty when
     it was not refused."""
 
 

@@ -1,0 +1,120 @@
+"""The engine's way to its catalogs: one open catalog per name and properties, table loads
+(conditional where the catalog can say "not modified"), one-call probes of every table's
+metadata location, and the counts of each kind of call."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Literal
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from floe.api.table import CatalogRef
+from floe.optimizing.table_state import TableRuntime
+from floe.service.metrics import ServiceMetrics
+from floe.tables.catalog import load_table, open_catalog
+from floe.tables.catalog_locations import CatalogLocations
+from floe.tables.conditional_load import LoadedTable, load_table_if_changed
+from floe.tables.metadata_probe import metadata_locations
+
+CatalogKey = tuple[str, tuple[tuple[str, str], ...]]
+"""A catalog's name and properties: the tables that share them share one open catalog."""
+
+
+class CatalogAccess:
+    """Open catalogs, loads and probes, counted; safe from the refresh threads."""
+
+    def __init__(self, metrics: ServiceMetrics) -> None:
+        self._metrics = metrics
+        self._catalogs: dict[CatalogKey, Catalog] = {}
+        self._keys: dict[str, tuple[CatalogRef, CatalogKey]] = {}
+        """Per table: its catalog reference and `catalog_key` of it, which each probe asks of
+        every table and which stays the same while the reference does."""
+        self._locations: dict[CatalogKey, CatalogLocations] = {}
+        """Per catalog: its tables' locations, which orphan cleanups check their roots against."""
+        self._lock = threading.Lock()  # the refresh threads load tables concurrently
+        self.table_loads = 0
+        """Tables loaded through their catalog so far (refreshes, plans, maintenance)."""
+        self.not_modified_loads = 0
+        """Refreshes the catalog answered with "not modified" (`load_table_if_changed`): no load."""
+        self.catalog_probes = 0
+        """Calls that told the metadata locations of a catalog's tables at once (`metadata_locations`)."""
+
+    def key_of(self, runtime: TableRuntime) -> CatalogKey:
+        """The table's catalog key, kept while its catalog reference is the same object."""
+        ref = runtime.spec.catalog
+        cached = self._keys.get(runtime.table_id)
+        if cached is None or cached[0] is not ref:
+            cached = self._keys[runtime.table_id] = (ref, catalog_key(ref))
+        return cached[1]
+
+    def forget(self, table_id: str) -> None:
+        """Drop what is kept of a removed table."""
+        self._keys.pop(table_id, None)
+
+    def catalog(self, ref: CatalogRef) -> Catalog:
+        """The open catalog of `ref`, opened on first use."""
+        key = catalog_key(ref)
+        catalog = self._catalogs.get(key)
+        if catalog is None:
+            catalog = open_catalog(ref)
+            self._catalogs[key] = catalog
+        return catalog
+
+    def load(self, runtime: TableRuntime) -> Table:
+        """Load the table through its catalog."""
+        self._count("load")
+        return load_table(self.catalog(runtime.spec.catalog), runtime.spec.table)
+
+    def load_if_changed(self, runtime: TableRuntime) -> LoadedTable:
+        """A refresh's load: none where the catalog says the table's metadata file is still the
+        one its last evaluation read (`load_table_if_changed`)."""
+        try:
+            loaded = load_table_if_changed(
+                self.catalog(runtime.spec.catalog), runtime.spec.table, runtime.etag_to_send()
+            )
+        except Exception:
+            self._count("load")  # a call that failed, as `load` counts it
+            raise
+        self._count("load" if loaded.table is not None else "not-modified")
+        return loaded
+
+    def metadata_locations(self, runtimes: Sequence[TableRuntime]) -> dict[CatalogKey, dict[str, str]]:
+        """The metadata locations of every table of each catalog of `runtimes` that can tell them
+        all in one call (`metadata_locations`). A table whose metadata file is the one its last
+        evaluation read needs no load (`TableRuntime.unchanged_at`); the others are loaded. A
+        catalog that fails here fails again in the loads, which report it."""
+        found: dict[CatalogKey, dict[str, str]] = {}
+        for key, ref in {self.key_of(r): r.spec.catalog for r in runtimes}.items():
+            try:
+                locations = metadata_locations(self.catalog(ref))
+            except Exception:  # the loads that follow report the catalog's error
+                continue
+            if locations is not None:
+                self._count("probe")
+                found[key] = locations
+        return found
+
+    def catalog_locations(self, ref: CatalogRef) -> CatalogLocations:
+        """The locations of the tables of `ref`'s catalog, one index shared by all its tables."""
+        catalog = self.catalog(ref)
+        with self._lock:
+            return self._locations.setdefault(catalog_key(ref), CatalogLocations(catalog))
+
+    def _count(self, kind: Literal["load", "probe", "not-modified"]) -> None:
+        """One call to a catalog: its counter and its metric."""
+        with self._lock:
+            if kind == "load":
+                self.table_loads += 1
+            elif kind == "probe":
+                self.catalog_probes += 1
+            else:
+                self.not_modified_loads += 1
+        self._metrics.catalog_calls.labels(kind).inc()
+
+
+def catalog_key(ref: CatalogRef) -> CatalogKey:
+    """The key of `ref`'s catalog: its name and properties."""
+    return ref.name, tuple(sorted(ref.properties.items()))

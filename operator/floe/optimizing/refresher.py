@@ -1,0 +1,204 @@
+"""Refreshing the engine's tables: which are due, one probe per catalog where it can tell every
+table's metadata file, loads within a round's budget, evaluation and planning of what is
+found, refusal of tables floe cannot optimize safely, and the pending flag each group's
+scheduler plans by."""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from floe.api.table_properties import InvalidTableProperty
+from floe.maintenance.settled import settled_jobs
+from floe.optimizer.parquet_options import check_write_properties
+from floe.optimizing.catalog_access import CatalogAccess
+from floe.optimizing.registry import TableRegistry
+from floe.optimizing.table_state import INVALID_TABLE_PROPERTY, UNSUPPORTED, TableRuntime, TableState
+from floe.planning.files import TableFiles
+from floe.planning.planner import plan_optimizing
+from floe.tables.catalog import CatalogConfigError, CatalogUnreachable, TableAccessError
+from floe.tables.history import optimizing_history
+from floe.tables.support import UnsupportedTableError, scan_supported
+
+
+class TableRefresher:
+    """Brings the engine's picture of each table up to date with its catalog."""
+
+    def __init__(
+        self,
+        registry: TableRegistry,
+        catalogs: CatalogAccess,
+        refresh_interval_s: float,
+        io_threads: int,
+        refresh_budget_s: float,
+    ) -> None:
+        self._registry = registry
+        self._catalogs = catalogs
+        self.refresh_interval_s = refresh_interval_s
+        self.refresh_budget_s = refresh_budget_s
+        """How long a round goes on loading due tables; the rest are loaded in the next rounds."""
+        self._batch = 4 * io_threads
+        self._pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="floe-refresh")
+
+    def close(self) -> None:
+        """Stop the refresh threads."""
+        self._pool.shutdown(wait=True)
+
+    def refresh_due(self, visit: list[TableRuntime]) -> list[TableRuntime]:
+        """Refresh the tables of `visit` that are due, and with them every table of a catalog
+        probed for them; returns those others, whose next visit changes too."""
+        registry = self._registry
+        now = registry.clock()
+        due = [
+            r
+            for r in visit
+            if not r.busy
+            and r.state != TableState.DISABLED
+            and (r.last_refresh_s is None or now - r.last_refresh_s >= self.refresh_interval_s)
+        ]
+        locations = self._catalogs.metadata_locations(due)
+        unchanged: set[str] = set()
+        also: list[TableRuntime] = []
+        if locations:
+            # A probe answers for every table of its catalog: they are all refreshed with the due
+            # ones, so that the catalog's tables stay due together and one probe serves a round.
+            with registry.lock:
+                eligible = [
+                    r for r in registry.runtimes.values() if not r.busy and r.state != TableState.DISABLED
+                ]
+            keys = {r.table_id: self._catalogs.key_of(r) for r in eligible}
+            visited = {r.table_id for r in visit}
+            also = [r for r in eligible if r.table_id not in visited and keys[r.table_id] in locations]
+            due += also
+            unchanged = {
+                r.table_id
+                for r in due
+                if r.unchanged_at(locations.get(keys[r.table_id], {}).get(r.spec.table))
+            }
+        with registry.lock:
+            for runtime in due:
+                if runtime.table_id in unchanged:
+                    runtime.on_loaded(now)
+        self._load_within_budget([r for r in due if r.table_id not in unchanged])
+        with registry.lock:
+            for runtime in visit + also:
+                self.update_pending(runtime, now)
+        return also
+
+    def _refresh(self, runtime: TableRuntime) -> None:
+        now = self._registry.clock()
+        try:
+            loaded = self._catalogs.load_if_changed(runtime)
+            if loaded.table is None:
+                runtime.on_loaded(now)  # the catalog says the file last evaluated is still current
+                return
+            table = loaded.table
+            runtime.catalog_etag = (table.metadata_location, loaded.etag) if loaded.etag else None
+            runtime.on_loaded(now, str(table.metadata.table_uuid))
+            current = table.metadata.current_snapshot()
+            snapshot_id = current.snapshot_id if current else None
+            if not runtime.needs_evaluation(snapshot_id, table.metadata_location):
+                return
+            # Properties first: they need no scan, and a refused table is checked every refresh.
+            config = runtime.spec.optimizing_config(table.metadata.properties)
+            check_write_properties(table.metadata.properties, table.metadata.schema())
+            scanned = scan_supported(runtime.spec.table, table)
+            # The scan read the manifest list: pyiceberg's cache answers this.
+            manifests = current.manifests(table.io) if current else []
+            settled = settled_jobs(table.metadata, scanned.files, manifests, runtime.spec.maintenance)
+            history = optimizing_history(table.metadata)
+            plan = plan_optimizing(
+                scanned.files,
+                config,
+                now_s=now,
+                last_minor_s=history.last_minor_s,
+                last_full_s=history.last_full_s,
+            )
+        except UnsupportedTableError as exc:
+            self.refuse_unsupported(runtime, exc, now)
+            return
+        except InvalidTableProperty as exc:
+            self.refuse_property(runtime, exc, now)
+            return
+        except TableAccessError as exc:
+            if runtime.last_error != str(exc):
+                self._registry.emit(runtime.table_id, "Warning", "TableUnavailable", str(exc))
+            runtime.on_access_error(
+                str(exc), now, catalog_failed=isinstance(exc, CatalogConfigError | CatalogUnreachable)
+            )
+            return
+        with self._registry.lock:
+            self._registry.scans[runtime.table_id] = scanned
+            runtime.on_history(history)
+            runtime.on_evaluated(scanned.files, plan, now, table.metadata_location)
+            runtime.on_settled(settled, table.metadata_location)
+
+    def _refuse(
+        self,
+        runtime: TableRuntime,
+        reason: str,
+        message: str,
+        files: TableFiles | None,
+        metadata_location: str | None,
+        now: float,
+    ) -> None:
+        """Floe refuses the table (`reason`, `message`): shown, with an Event when the message is new."""
+        with self._registry.lock:
+            new = runtime.refusal != message
+            runtime.on_refused(reason, message, files, now, metadata_location)
+            self._registry.scans.pop(runtime.table_id, None)
+        if new:
+            self._registry.emit(runtime.table_id, "Warning", reason, message)
+
+    def refuse_unsupported(self, runtime: TableRuntime, exc: UnsupportedTableError, now: float) -> None:
+        """Refuse a table with a feature floe does not optimize safely."""
+        self._refuse(runtime, UNSUPPORTED, str(exc), exc.files, exc.metadata_location, now)
+
+    def refuse_property(self, runtime: TableRuntime, exc: InvalidTableProperty, now: float) -> None:
+        """Refuse a table whose properties floe cannot honour."""
+        # No files and no metadata location: the next refresh checks the properties again,
+        # which needs no scan, and a fixed manifest (targetSize) clears it as well as the table.
+        message = f"table {runtime.spec.table} is not optimized: {exc}"
+        self._refuse(runtime, INVALID_TABLE_PROPERTY, message, None, None, now)
+
+    def update_pending(self, runtime: TableRuntime, now: float) -> None:
+        """Tell the table's group scheduler whether it may be planned, and say why it waits
+        (hold the lock)."""
+        registry = self._registry
+        if runtime.state != TableState.PENDING and runtime.table_id not in registry.marked_pending:
+            return  # neither pending nor marked so: nothing to say or undo (most tables, most rounds)
+        key = registry.table_group_key(runtime)
+        if key not in registry.groups:
+            if runtime.state == TableState.PENDING:
+                runtime.pending_reason = f"group {runtime.group!r} does not exist"
+            return
+        scheduler = registry.service.group(key)
+        pending = runtime.may_plan(now)
+        scheduler.set_pending(runtime.table_id, pending)
+        if pending:
+            registry.marked_pending.add(runtime.table_id)
+        else:
+            registry.marked_pending.discard(runtime.table_id)
+        if runtime.state == TableState.PENDING and scheduler.threads == 0:
+            if registry.groups[key].spec.autoscaling is not None:
+                # Not a problem: the group's demand brings its executors back.
+                runtime.pending_reason = f"group {runtime.group!r} is scaling up from no executors"
+                return
+            reason = f"group {runtime.group!r} has no ready optimizer"
+            if runtime.pending_reason != reason:
+                registry.emit(runtime.table_id, "Warning", "NoOptimizer", f"pending: {reason}")
+            runtime.pending_reason = reason
+
+    def _load_within_budget(self, runtimes: list[TableRuntime]) -> None:
+        """Refresh `runtimes` through their catalogs, longest unrefreshed first, in batches while
+        the round's budget lasts (one batch at least): thousands of new tables are loaded over
+        several rounds, and status flushes, planning and commits go on between them."""
+        ordered = sorted(runtimes, key=lambda r: -math.inf if r.last_refresh_s is None else r.last_refresh_s)
+        started = time.monotonic()
+        for start in range(0, len(ordered), self._batch):
+            if start and time.monotonic() - started >= self.refresh_budget_s:
+                return  # the rest stay due: the next rounds load them first
+            batch = ordered[start : start + self._batch]
+            for future in [self._pool.submit(self._refresh, r) for r in batch]:
+                future.result()

@@ -1,0 +1,130 @@
+"""What the engine shows of its tables and groups: each table's status row, its quota
+occupation, the tables that cannot progress without help, and each group's demand for
+executors. Read under the registry's lock, from the schedulers' figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from floe.maintenance.job import MaintenanceJob
+from floe.optimizing.registry import TableRegistry
+from floe.optimizing.table_state import MaintenanceRun, TableState
+from floe.scheduling.autoscale import table_demand
+
+
+@dataclass(frozen=True)
+class TableView:
+    """One row of status: the runtime plus its scheduling figures."""
+
+    table_id: str
+    table: str
+    group: str
+    group_key: str
+    """The group's name in the TaskService (`OptimizingEngine.group_key`)."""
+    state: str
+    quota: float
+    occupation: float
+    data_files: int
+    delete_files: int
+    running_tasks: int
+    queued_tasks: int
+    pending_reason: str
+    last_result: str
+    last_error: str
+    maintenance: dict[MaintenanceJob, MaintenanceRun] = field(default_factory=dict)
+    maintaining: MaintenanceJob | None = None
+
+
+def table_views(registry: TableRegistry) -> list[TableView]:
+    """Status of every table, ordered by id."""
+    now = registry.clock()
+    with registry.lock:
+        stats = {name: registry.service.group(name).stats(now) for name in registry.groups}
+        views = []
+        for table_id in sorted(registry.runtimes):
+            r = registry.runtimes[table_id]
+            s = stats.get(registry.table_group_key(r), {}).get(table_id)
+            views.append(
+                TableView(
+                    table_id=table_id,
+                    table=r.spec.table,
+                    group=r.group,
+                    group_key=registry.table_group_key(r),
+                    state=r.state.value,
+                    quota=r.spec.quota,
+                    occupation=s.occupation if s else 0.0,
+                    data_files=r.data_files,
+                    delete_files=r.delete_files,
+                    running_tasks=s.running if s else 0,
+                    queued_tasks=s.planned if s else 0,
+                    pending_reason=r.pending_reason,
+                    last_result=r.last_result,
+                    last_error=r.last_error,
+                    maintenance=dict(r.maintenance_runs),
+                    maintaining=r.maintaining,
+                )
+            )
+        return views
+
+
+def occupations(registry: TableRegistry) -> dict[str, float]:
+    """Each table's quota occupation over the last hour (1.0 = its whole quota), by table id:
+    what `table_views` says of it, for a fraction of the cost."""
+    now = registry.clock()
+    with registry.lock:
+        by_group = {name: registry.service.group(name).occupations(now) for name in registry.groups}
+        return {
+            table_id: by_group.get(registry.table_group_key(r), {}).get(table_id, 0.0)
+            for table_id, r in registry.runtimes.items()
+        }
+
+
+def stuck_tables(registry: TableRegistry) -> dict[str, str]:
+    """Tables that cannot progress without outside help, with the reason."""
+    with registry.lock:
+        stuck = {}
+        for r in registry.runtimes.values():
+            if r.busy:
+                continue
+            if r.refusal:
+                stuck[r.table_id] = r.refusal
+            elif r.last_error and r.evaluated_snapshot_id is None:
+                stuck[r.table_id] = r.last_error
+            elif r.state == TableState.PENDING and _unserved(registry, registry.table_group_key(r)):
+                stuck[r.table_id] = r.pending_reason
+        return stuck
+
+
+def _unserved(registry: TableRegistry, group_key: str) -> bool:
+    """The group does not exist, or has no thread and will not get one by itself (an
+    autoscaled group brings its executors back when its demand asks)."""
+    group = registry.groups.get(group_key)
+    if group is None:
+        return True
+    return group.spec.autoscaling is None and registry.service.group(group_key).threads == 0
+
+
+def group_demand(registry: TableRegistry, key: str) -> int:
+    """Tasks the group's tables want run now (`floe.scheduling.autoscale`): a table's running
+    and queued tasks, or, pending or planning, those its would-be plan holds; each table's
+    capped by its quota in the group at its largest. 0 for a group the engine does not know."""
+    with registry.lock:
+        group = registry.groups.get(key)
+        if group is None:
+            return 0
+        # Asked every few seconds of a group of thousands of tables: only the tables with a
+        # process are asked the scheduler's figures.
+        in_process = registry.service.group(key).process_tasks()
+        demand = 0
+        for runtime in registry.runtimes.values():
+            if registry.table_group_key(runtime) != key:
+                continue
+            running_and_planned = in_process.get(runtime.table_id)
+            if running_and_planned is not None:
+                tasks = sum(running_and_planned)
+            elif runtime.state in (TableState.PENDING, TableState.PLANNING):
+                tasks = max(1, runtime.due_tasks)
+            else:
+                tasks = 0
+            demand += table_demand(tasks, runtime.spec.quota, group.spec.max_threads)
+        return demand
