@@ -39,7 +39,7 @@ from pyspark.sql import SparkSession
 
 from floe.api.models import OptimizedTable, OptimizerGroup, resource_from_dict
 from floe.local.reference_reader import ReferenceReader, qualified_name
-from floe.optimizer.task_spec import RewriteTaskSpec
+from floe.protocol.rewrite_task import RewriteTaskSpec
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService

@@ -30,11 +30,11 @@ from floe.controller.status import degraded_reason
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.reachable import referenced_files
 from floe.optimizer.rewrite import run_task
-from floe.service.client import RequestFailed, TaskServiceClient
+from floe.protocol.client import RequestFailed, TaskServiceClient
+from floe.protocol.wire import CompleteRequest, RegisterRequest
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
-from floe.service.wire import CompleteRequest, RegisterRequest
 from floe.tables.history import SUMMARY_PROCESS_ID
 from floe.tables.runtime import TableRuntime, TableState
 from floe_optimizer.app import Optimizer

@@ -15,7 +15,7 @@ from test_engine import TOKEN, Stack, _group, _table, _tick_until, stack
 
 from floe.controller.status import table_status
 from floe.local.reference_reader import ReferenceReader
-from floe.service.wire import RegisterRequest
+from floe.protocol.wire import RegisterRequest
 from floe.tables.maintenance_job import MaintenanceJob
 
 DAY = 86400.0

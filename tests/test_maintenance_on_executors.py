@@ -24,7 +24,15 @@ from test_engine import Stack, _group, _start_optimizer, _table, _tick_until, st
 
 from floe.api.models import MaintenanceSpec
 from floe.local.reference_reader import ReferenceReader
-from floe.maintenance.file_tasks import (
+from floe.maintenance.executor import run_file_task
+from floe.maintenance.jobs import run_maintenance_job
+from floe.maintenance.orphans_on_executors import (
+    ExecutorPool,
+    OrphanScanRefused,
+    remove_orphan_files_on_executors,
+)
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.file_tasks import (
     DeleteFilesResult,
     DeleteFilesSpec,
     FileTaskResult,
@@ -32,19 +40,11 @@ from floe.maintenance.file_tasks import (
     OrphanFile,
     OrphanScanResult,
     OrphanScanSpec,
-    run_file_task,
 )
-from floe.maintenance.jobs import run_maintenance_job
-from floe.maintenance.orphans_on_executors import (
-    ExecutorPool,
-    OrphanScanRefused,
-    remove_orphan_files_on_executors,
-)
-from floe.scheduling.assignment import TaskAssignment
+from floe.protocol.wire import CompleteRequest
 from floe.scheduling.queue import GroupScheduler
 from floe.service.file_tasks import FileTaskDispatcher, FileTasksFailed
 from floe.service.task_service import TaskService
-from floe.service.wire import CompleteRequest
 from floe.tables.listing import fs_path
 from floe.tables.maintenance_job import MaintenanceJob
 from floe.tables.scan import scan_table

@@ -47,8 +47,8 @@ from floe.optimizer.result_check import (
     removable_rows,
 )
 from floe.optimizer.rewrite import run_rewrite_task, run_task
-from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
 from floe.planning.plan import POSITIONS
+from floe.protocol.rewrite_task import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
 from floe.tables.deletion_vectors import write_deletion_vector
 
 SCHEMA = Schema(

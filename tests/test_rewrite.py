@@ -43,7 +43,7 @@ from floe.optimizer.rewrite import (
     run_rewrite_task,
     written_file_to_data_file,
 )
-from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
+from floe.protocol.rewrite_task import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
 
 FIELD_ID = b"PARQUET:field_id"
 SCHEMA = Schema(
@@ -717,7 +717,7 @@ def test_data_file_larger_than_the_delete_limit_streams(tmp_path: Path) -> None:
         import json, sys
         import pyarrow as pa
         from floe.optimizer.rewrite import run_rewrite_task
-        from floe.optimizer.task_spec import RewriteTaskSpec
+        from floe.protocol.rewrite_task import RewriteTaskSpec
 
         result = run_rewrite_task(RewriteTaskSpec.model_validate_json(sys.stdin.read()))
         print(json.dumps({"peak": pa.default_memory_pool().max_memory(), "result": result.model_dump_json()}))

@@ -21,8 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from synthetic import result, spec
 
-from floe.scheduling.queue import GroupScheduler
-from floe.service.client import (
+from floe.protocol.client import (
     TOKEN_ENV,
     TOKEN_FILE_ENV,
     RequestFailed,
@@ -33,10 +32,7 @@ from floe.service.client import (
     UnknownGroup,
     registration_token_from_env,
 )
-from floe.service.http import TaskServiceServer, create_app
-from floe.service.openapi import ROUTES, build_openapi, render_openapi
-from floe.service.task_service import TaskService
-from floe.service.wire import (
+from floe.protocol.wire import (
     CompleteRequest,
     NextPoll,
     PollRequest,
@@ -44,6 +40,10 @@ from floe.service.wire import (
     RegisterResponse,
     TaskAssignment,
 )
+from floe.scheduling.queue import GroupScheduler
+from floe.service.http import TaskServiceServer, create_app
+from floe.service.openapi import ROUTES, build_openapi, render_openapi
+from floe.service.task_service import TaskService
 
 OPENAPI_FILE = Path(__file__).parent.parent / "docs" / "task-service-openapi.json"
 GROUP = "g"

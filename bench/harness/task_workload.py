@@ -14,15 +14,15 @@ import time
 from floe.api.models import SchedulingPolicy
 from floe.local.workload import CLICKS_SCHEMA, CLICKS_SPEC
 from floe.optimizer.result_check import ResultChecker
-from floe.optimizer.task_spec import (
+from floe.protocol.rewrite_task import (
     InputDataFile,
     InputDeleteFile,
     RewriteTaskResult,
     RewriteTaskSpec,
     WrittenFile,
 )
+from floe.protocol.wire import CompleteRequest
 from floe.service.task_service import TaskService
-from floe.service.wire import CompleteRequest
 
 REFILL_INTERVAL_S = 0.1
 

@@ -247,7 +247,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
     """The operator's configuration from ``floe operator`` arguments (and the environment)."""
     from floe.controller.external_metrics import ExternalMetricsConfig
     from floe.controller.runtime import OperatorConfig, operator_namespaces
-    from floe.service.client import read_token_file
+    from floe.protocol.client import read_token_file
 
     token = ""
     if args.registration_token_file:

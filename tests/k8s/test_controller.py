@@ -35,7 +35,7 @@ from floe.controller.main import run_kopf
 from floe.controller.objects import PROPERTIES_KEY, REGISTRATION_KEY, REGISTRATION_SECRET, TEMPLATE_KEY
 from floe.controller.runtime import Controller, OperatorConfig
 from floe.local.reference_reader import ReferenceReader
-from floe.service.client import TOKEN_FILE_ENV
+from floe.protocol.client import TOKEN_FILE_ENV
 from floe_optimizer.app import Optimizer
 
 from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster

@@ -44,11 +44,11 @@ from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.controller.runtime import Controller, OperatorConfig
 from floe.controller.status import epoch, timestamp
 from floe.local.reference_reader import ReferenceReader
-from floe.scheduling.assignment import TaskAssignment
-from floe.service.client import TaskServiceClient, Unauthorized
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.client import TaskServiceClient, Unauthorized
+from floe.protocol.errors import UnknownGroup
+from floe.protocol.wire import RegisterRequest, RegisterResponse
 from floe.service.engine import EngineEvent
-from floe.service.errors import UnknownGroup
-from floe.service.wire import RegisterRequest, RegisterResponse
 from floe.tables.runtime import TableRuntime, TableState
 from floe.tables.scan import scan_table
 from floe_optimizer.app import Optimizer

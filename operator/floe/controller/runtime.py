@@ -46,8 +46,8 @@ from floe.controller.settings import InheritedSettings
 from floe.controller.status import TableStatusFlusher, epoch, restore_maintenance
 from floe.kit.background import BackgroundServer
 from floe.kit.redaction import Redactor
-from floe.optimizer.task_spec import OUT_OF_MEMORY
-from floe.service.client import TOKEN_ENV
+from floe.protocol.client import TOKEN_ENV
+from floe.protocol.rewrite_task import OUT_OF_MEMORY
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService

@@ -28,10 +28,10 @@ from floe.optimizer.process import (
     commit_request,
 )
 from floe.optimizer.result_check import ResultCheckFailed, check_result
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.planning.planner import plan_optimizing
+from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
 from floe.tables.history import optimizing_history
 from floe.tables.scan import ScannedTable
 from floe.tables.support import UnsupportedTableError, scan_supported

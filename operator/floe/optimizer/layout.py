@@ -28,8 +28,8 @@ from pyiceberg.table.sorting import NullOrder, SortDirection, SortOrder
 from pyiceberg.types import PrimitiveType
 
 from floe.api.models import ClusteringSpec
-from floe.optimizer.task_spec import OutputOrder
 from floe.planning.config import MiB
+from floe.protocol.rewrite_task import OutputOrder
 
 SORT_RUN_MAX_BYTES = 1024 * MiB
 """Arrow bytes of rows buffered at most before they are sorted and written as one run."""

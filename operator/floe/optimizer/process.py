@@ -25,10 +25,10 @@ from floe.optimizer.parquet_options import (
     write_properties,
 )
 from floe.optimizer.rewrite import written_file_to_data_file
-from floe.optimizer.storage_credentials import task_io_properties
-from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import POSITIONS, OptimizingPlan, PlannedTask
+from floe.protocol.rewrite_task import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
+from floe.protocol.storage import task_io_properties
 from floe.tables.scan import ScannedTable
 
 DEFAULT_DELETE_MEMORY_LIMIT = 1024 * 1024 * 1024
@@ -81,7 +81,7 @@ def build_process(
     table's sort order, if any. Raises ValueError when the clustering names a column
     the table lacks, or the sort order cannot be applied. The tasks never carry the
     catalog's own authentication; with a `storage_secret`, the storage credentials among
-    its `secret_properties` stay out of them too (`floe.optimizer.storage_credentials`).
+    its `secret_properties` stay out of them too (`floe.protocol.storage`).
     """
     metadata = table.metadata
     process_id = process_id or new_process_id(table_name)

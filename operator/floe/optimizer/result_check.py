@@ -42,9 +42,9 @@ from pyiceberg.types import FixedType, IcebergType, ListType, MapType, NestedFie
 from floe.kit.files import delete_paths
 from floe.optimizer.lineage import with_lineage
 from floe.optimizer.parquet_options import metrics_properties
-from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTaskSpec, WrittenFile
 from floe.planning.files import FileKind
 from floe.planning.plan import POSITIONS
+from floe.protocol.rewrite_task import InputDataFile, RewriteTaskResult, RewriteTaskSpec, WrittenFile
 from floe.tables.deletion_vectors import DeletionVectorError, puffin_blob_properties, read_deletion_vector
 from floe.tables.pyiceberg_compat import ROW_LINEAGE_VERSION
 from floe.tables.writer import (

@@ -46,16 +46,16 @@ from floe.optimizer.encodings import choose_encodings
 from floe.optimizer.layout import OrderedRows
 from floe.optimizer.lineage import fill_lineage, with_lineage
 from floe.optimizer.parquet_options import ParquetOptions, task_parquet_options
-from floe.optimizer.storage_credentials import executor_io_properties
-from floe.optimizer.task_spec import (
+from floe.planning.files import MERGED_POSITIONS_SUFFIX, MERGED_VECTOR_SUFFIX, FileKind
+from floe.planning.plan import POSITIONS
+from floe.protocol.rewrite_task import (
     InputDataFile,
     InputDeleteFile,
     RewriteTaskResult,
     RewriteTaskSpec,
     WrittenFile,
 )
-from floe.planning.files import MERGED_POSITIONS_SUFFIX, MERGED_VECTOR_SUFFIX, FileKind
-from floe.planning.plan import POSITIONS
+from floe.protocol.storage import executor_io_properties
 from floe.tables.deletion_vectors import (
     DeletionVectorError,
     WrittenVector,

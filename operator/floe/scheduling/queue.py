@@ -12,7 +12,7 @@ process fails and its remaining tasks are CANCELED. An attempt taken back withou
 the task's fault (its optimizer went away, it was never acked, its thread polled again)
 returns the task to PLANNED without using a retry.
 
-File tasks (a maintenance job's listing and deleting, `floe.maintenance.file_tasks`) come as
+File tasks (a maintenance job's listing and deleting, `floe.protocol.file_tasks`) come as
 processes of their own beside the table's optimizing process; a polling thread gets them
 first, since a job waits on them and they are short. Their time is the job's, which the
 engine counts toward the table's quota, so the attempts add none.
@@ -37,10 +37,10 @@ from enum import StrEnum
 
 from floe.api.models import SchedulingPolicy
 from floe.kit.monitor import ChangeMonitor
-from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
-from floe.scheduling.assignment import TaskAssignment
-from floe.scheduling.errors import InvalidRequest, StaleAttempt
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.errors import InvalidRequest, StaleAttempt
+from floe.protocol.file_tasks import FileTaskResult, FileTaskSpec
+from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.occupation import QUOTA_WINDOW_S, TaskTimeLedger, quota_limit
 from floe.scheduling.policy import policy_for
 

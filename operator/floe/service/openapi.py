@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from floe.service.wire import (
+from floe.protocol.wire import (
     API_VERSION,
     Accepted,
     CompleteRequest,

@@ -17,9 +17,9 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from floe.api.models import MAX_EXECUTOR_CORES, MAX_EXECUTORS, MAX_SUBDOMAIN_LENGTH
-from floe.maintenance.file_tasks import DeleteFilesResult, OrphanScanResult
-from floe.optimizer.task_spec import RewriteTaskResult
-from floe.scheduling.assignment import TaskAssignment
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.file_tasks import DeleteFilesResult, OrphanScanResult
+from floe.protocol.rewrite_task import RewriteTaskResult
 
 API_VERSION = "v1"
 MAX_OPTIMIZER_THREADS = MAX_EXECUTORS * MAX_EXECUTOR_CORES
