@@ -70,6 +70,10 @@ class OrphanFile(_Wire):
 class OrphanScanResult(_Wire):
     """What an orphan scan found."""
 
+    kind: Literal["orphan-scan"] = Field(
+        default="orphan-scan",
+        description="what this is the result of; left out only by optimizers older than the field",
+    )
     task_id: str
     orphans: list[OrphanFile]
     old_files: int = Field(ge=0, description="files listed that were old enough to be orphans")
@@ -78,6 +82,10 @@ class OrphanScanResult(_Wire):
 class DeleteFilesResult(_Wire):
     """How many files a delete task removed."""
 
+    kind: Literal["delete-files"] = Field(
+        default="delete-files",
+        description="what this is the result of; left out only by optimizers older than the field",
+    )
     task_id: str
     deleted: int = Field(ge=0)
 
