@@ -27,7 +27,6 @@ LONG_MODULES = frozenset(
         "operator/floe/api/crd.py",
         "operator/floe/api/models.py",
         "operator/floe/controller/runtime.py",
-        "operator/floe/optimizer/rewrite.py",
         "operator/floe/scheduling/queue.py",
         "operator/floe/service/engine.py",
     }

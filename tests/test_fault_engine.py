@@ -29,9 +29,9 @@ from floe.api.models import OptimizedTable, OptimizerGroup
 from floe.controller.status import degraded_reason
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.reachable import referenced_files
-from floe.optimizer.rewrite import run_task
 from floe.protocol.client import RequestFailed, TaskServiceClient
 from floe.protocol.wire import CompleteRequest, RegisterRequest
+from floe.rewrite.task import run_task
 from floe.service.engine import EngineEvent, OptimizingEngine
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService

@@ -29,7 +29,8 @@ from test_correctness import CONFIG, build_table, rows_at
 from floe.commit.rewrite import commit_rewrite
 from floe.local.optimize import plan_table
 from floe.local.reference_reader import ReferenceReader
-from floe.optimizer.process import OptimizingProcess, build_process, commit_request
+from floe.optimizing.commit_request import commit_request
+from floe.optimizing.specs import OptimizingProcess, build_process
 from floe.planning.plan import OptimizingType
 from floe.protocol.assignment import TaskAssignment
 from floe.protocol.rewrite_task import InputDataFile, RewriteTaskSpec

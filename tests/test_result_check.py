@@ -39,16 +39,16 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from floe.optimizer.result_check import (
-    ResultChecker,
+from floe.planning.plan import POSITIONS
+from floe.protocol.rewrite_task import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
+from floe.rewrite.result_check import (
     ResultCheckFailed,
     check_result,
     is_own_file,
     removable_rows,
 )
-from floe.optimizer.rewrite import run_rewrite_task, run_task
-from floe.planning.plan import POSITIONS
-from floe.protocol.rewrite_task import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
+from floe.rewrite.task import run_rewrite_task, run_task
+from floe.service.results import ResultChecker
 from floe.tables.deletion_vectors import write_deletion_vector
 
 SCHEMA = Schema(

@@ -21,11 +21,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 from test_service_http import Clock, scrape
 
-from floe.optimizer.rewrite import run_rewrite_task
 from floe.protocol.assignment import TaskAssignment
 from floe.protocol.client import RequestFailed, ServiceUnavailable, TaskServiceClient
 from floe.protocol.rewrite_task import InputDataFile, RewriteTaskResult, RewriteTaskSpec
 from floe.protocol.wire import CompleteRequest, RegisterRequest, RegisterResponse
+from floe.rewrite.task import run_rewrite_task
 from floe.scheduling.queue import GroupScheduler
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import RefusedResult, TaskService

@@ -13,7 +13,6 @@ import time
 
 from floe.api.models import SchedulingPolicy
 from floe.local.workload import CLICKS_SCHEMA, CLICKS_SPEC
-from floe.optimizer.result_check import ResultChecker
 from floe.protocol.rewrite_task import (
     InputDataFile,
     InputDeleteFile,
@@ -22,6 +21,7 @@ from floe.protocol.rewrite_task import (
     WrittenFile,
 )
 from floe.protocol.wire import CompleteRequest
+from floe.service.results import ResultChecker
 from floe.service.task_service import TaskService
 
 REFILL_INTERVAL_S = 0.1

@@ -21,7 +21,7 @@ from floe.commit.rewrite import CommitAbandoned, CommitConflict, CommitPending
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.kit.redaction import RedactingFilter, Redactor
 from floe.local.interrupt import Interrupted, reinstall, stop_on_signals
-from floe.optimizer.process import ProcessFailed
+from floe.optimizing.commit_request import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_table, open_catalog
 from floe.tables.maintenance_job import MaintenanceRefused

@@ -39,14 +39,15 @@ from floe.commit.rewrite import CommitFailed, CommitHistory, CommitPending, comm
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans_on_executors import ExecutorPool
 from floe.maintenance.settled import settled_jobs
-from floe.optimizer.leftovers import remove_uncommitted_outputs
-from floe.optimizer.parquet_options import check_write_properties
-from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
+from floe.optimizing.commit_request import ProcessFailed, commit_request
+from floe.optimizing.leftovers import remove_uncommitted_outputs
+from floe.optimizing.specs import OptimizingProcess, build_process
 from floe.planning.files import TableFiles
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
 from floe.protocol.rewrite_task import OUT_OF_MEMORY
 from floe.protocol.storage import task_io_properties
+from floe.rewrite.parquet_options import check_write_properties
 from floe.scheduling.autoscale import table_demand
 from floe.scheduling.queue import GroupScheduler, ProcessOutcome
 from floe.service.file_tasks import FileTaskDispatcher

@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 
 from floe.api.models import SchedulingPolicy
 from floe.kit.monitor import ChangeMonitor
-from floe.optimizer.result_check import ResultChecker, ResultCheckFailed
 from floe.protocol.assignment import TaskAssignment
 from floe.protocol.errors import InvalidRequest, ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
 from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
@@ -36,8 +35,10 @@ from floe.protocol.wire import (
     RegisterRequest,
     RegisterResponse,
 )
+from floe.rewrite.result_check import ResultCheckFailed
 from floe.scheduling.queue import GroupScheduler, GroupSchedulingStats
 from floe.service.metrics import ServiceMetrics
+from floe.service.results import ResultChecker
 
 log = logging.getLogger(__name__)
 
