@@ -40,9 +40,9 @@ from pyspark.sql import SparkSession
 from floe.api.group import OptimizerGroup
 from floe.api.models import OptimizedTable, resource_from_dict
 from floe.local.reference_reader import ReferenceReader, qualified_name
-from floe.optimizer.task_spec import RewriteTaskSpec
 from floe.optimizing.engine import OptimizingEngine
 from floe.optimizing.registry import EngineEvent
+from floe.protocol.rewrite_task import RewriteTaskSpec
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.tables.scan import scan_table

@@ -58,11 +58,11 @@ from harness.variants import (
 from floe.local.optimize import OptimizeResult, optimize_once
 from floe.local.reference_jars import reference_jars
 from floe.local.reference_reader import ReferenceReader
-from floe.optimizer.process import build_process
-from floe.optimizer.rewrite import run_rewrite_task
+from floe.optimizing.specs import build_process
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
+from floe.rewrite.task import run_rewrite_task
 from floe.tables.scan import scan_table
 from floe_optimizer.spark_session import get_spark
 

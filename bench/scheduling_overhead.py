@@ -36,11 +36,11 @@ from harness.steps import run_requested_step, run_step
 from harness.task_workload import Completions, build_service, group_name
 
 from floe.api.group import SchedulingPolicy
-from floe.scheduling.assignment import TaskAssignment
-from floe.service.client import TaskServiceClient
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.client import TaskServiceClient
+from floe.protocol.wire import CompleteRequest, NextPoll, PollRequest, RegisterRequest
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
-from floe.service.wire import CompleteRequest, NextPoll, PollRequest, RegisterRequest
 
 SCRIPT = Path(__file__).resolve()
 EMPTY_POLL_PAUSE_S = 0.002

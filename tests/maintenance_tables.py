@@ -26,8 +26,9 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from floe.commit.row_delta import commit_row_delta
 from floe.local.reference_reader import ReferenceReader, qualified_name
-from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec, OrphanScanSpec, run_file_task
+from floe.maintenance.executor import run_file_task
 from floe.maintenance.orphans_on_executors import ExecutorPool
+from floe.protocol.file_tasks import FileTaskResult, FileTaskSpec, OrphanScanSpec
 from floe.tables.writer import conform, write_equality_deletes
 
 TABLE = "db.t"

@@ -10,7 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from floe.optimizer.storage_credentials import CATALOG_SECRETS_DIR_ENV
+from floe.protocol.storage import CATALOG_SECRETS_DIR_ENV
 
 ROOT = Path(tempfile.mkdtemp(prefix="floe-catalog-secrets-"))
 os.environ[CATALOG_SECRETS_DIR_ENV] = str(ROOT)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
+from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
 
 
 def spec(task_id: str) -> RewriteTaskSpec:

@@ -16,7 +16,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.typedef import Record
 
 from floe.commit.vectors import SecondDeletionVector, check_one_vector_per_data_file
-from floe.optimizer.task_spec import InputDeleteFile, RewriteTaskSpec
+from floe.protocol.rewrite_task import InputDeleteFile, RewriteTaskSpec
 from floe.tables.deletion_vectors import (
     DeletionVectorError,
     WrittenVector,

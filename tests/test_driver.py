@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import floe_optimizer.driver as driver
-from floe.service.client import TaskServiceClient
+from floe.protocol.client import TaskServiceClient
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe_optimizer.driver import DesiredExecutors, read_executors

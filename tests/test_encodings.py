@@ -33,9 +33,9 @@ from pyspark.sql import SparkSession
 
 from floe.local.optimize import optimize_once
 from floe.local.reference_reader import ReferenceReader, qualified_name
-from floe.optimizer.encodings import DICTIONARY, candidates, choose_encodings
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingType
+from floe.rewrite.encodings import DICTIONARY, candidates, choose_encodings
 from floe.tables.writer import conform
 
 ROWS = 6_000

@@ -20,9 +20,10 @@ from floe.commit.request import CommitConflict, CommitPending, RewriteRequest
 from floe.commit.rewrite import commit_rewrite
 from floe.local.optimize import plan_table
 from floe.local.reference_reader import ReferenceReader
-from floe.optimizer.process import build_process, commit_request
-from floe.optimizer.rewrite import run_task
+from floe.optimizing.commit_request import commit_request
+from floe.optimizing.specs import build_process
 from floe.planning.plan import OptimizingType
+from floe.rewrite.task import run_task
 from floe.tables.history import SUMMARY_PROCESS_ID
 
 CATALOG = "faults_rest"

@@ -30,14 +30,14 @@ from floe.api.models import OptimizedTable
 from floe.controller.status import degraded_reason
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.reachable import referenced_files
-from floe.optimizer.rewrite import run_task
 from floe.optimizing.engine import OptimizingEngine
 from floe.optimizing.registry import EngineEvent
 from floe.optimizing.table_state import TableRuntime, TableState
-from floe.service.client import RequestFailed, TaskServiceClient
+from floe.protocol.client import RequestFailed, TaskServiceClient
+from floe.protocol.wire import CompleteRequest, RegisterRequest
+from floe.rewrite.task import run_task
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
-from floe.service.wire import CompleteRequest, RegisterRequest
 from floe.tables.history import SUMMARY_PROCESS_ID
 from floe_optimizer.app import Optimizer
 

@@ -42,7 +42,7 @@ from floe.local.optimize import optimize_once
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.orphans import remove_orphan_files
 from floe.maintenance.reachable import referenced_files
-from floe.optimizer.process import ProcessFailed
+from floe.optimizing.commit_request import ProcessFailed
 from floe.optimizing.engine import OptimizingEngine
 from floe.optimizing.table_state import TableRuntime, TableState
 from floe.planning.plan import OptimizingType

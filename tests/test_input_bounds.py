@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from floe.cli import main
+from floe.protocol.wire import MAX_OPTIMIZER_THREADS
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
-from floe.service.wire import MAX_OPTIMIZER_THREADS
 
 BAD_FLAGS = [
     ("optimize", "--cores", "0"),

@@ -34,10 +34,11 @@ from floe.api.table import ClusteringSpec
 from floe.commit.row_delta import commit_row_delta
 from floe.local.optimize import optimize_once
 from floe.local.reference_reader import ReferenceReader, qualified_name
-from floe.optimizer.layout import OrderedRows, output_order, zorder_codes
-from floe.optimizer.task_spec import OutputOrder, RewriteTaskSpec
+from floe.optimizing.specs import output_order
 from floe.planning.config import MiB, OptimizingConfig
 from floe.planning.plan import OptimizingType
+from floe.protocol.rewrite_task import OutputOrder, RewriteTaskSpec
+from floe.rewrite.layout import OrderedRows, zorder_codes
 from floe.tables.writer import conform, write_equality_deletes_by_partition
 
 SCHEMA = Schema(

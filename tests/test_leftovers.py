@@ -7,7 +7,7 @@ from pathlib import Path
 from pyiceberg.io.fsspec import FsspecFileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-from floe.optimizer.leftovers import remove_uncommitted_outputs
+from floe.optimizing.leftovers import remove_uncommitted_outputs
 
 PROCESS = "db.t-20260101T000000-abcdef"
 

@@ -16,7 +16,7 @@ from test_engine import TOKEN, Stack, _group, _table, _tick_until, stack
 from floe.controller.status import table_status
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.job import MaintenanceJob
-from floe.service.wire import RegisterRequest
+from floe.protocol.wire import RegisterRequest
 
 DAY = 86400.0
 __all__ = ["stack"]  # the real-stack fixture of test_engine, used here as is

@@ -24,16 +24,7 @@ from test_engine import Stack, _group, _start_optimizer, _table, _tick_until, st
 
 from floe.api.table import MaintenanceSpec
 from floe.local.reference_reader import ReferenceReader
-from floe.maintenance.file_tasks import (
-    DeleteFilesResult,
-    DeleteFilesSpec,
-    FileTaskResult,
-    FileTaskSpec,
-    OrphanFile,
-    OrphanScanResult,
-    OrphanScanSpec,
-    run_file_task,
-)
+from floe.maintenance.executor import run_file_task
 from floe.maintenance.job import MaintenanceJob
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans_on_executors import (
@@ -41,11 +32,20 @@ from floe.maintenance.orphans_on_executors import (
     OrphanScanRefused,
     remove_orphan_files_on_executors,
 )
-from floe.scheduling.assignment import TaskAssignment
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.file_tasks import (
+    DeleteFilesResult,
+    DeleteFilesSpec,
+    FileTaskResult,
+    FileTaskSpec,
+    OrphanFile,
+    OrphanScanResult,
+    OrphanScanSpec,
+)
+from floe.protocol.wire import CompleteRequest
 from floe.scheduling.group_scheduler import GroupScheduler
 from floe.service.file_tasks import FileTaskDispatcher, FileTasksFailed
 from floe.service.task_service import TaskService
-from floe.service.wire import CompleteRequest
 from floe.tables.listing import fs_path
 from floe.tables.scan import scan_table
 

@@ -16,7 +16,7 @@ from floe.cli import main
 from floe.local.demo import run_demo
 from floe.local.optimize import optimize_once
 from floe.local.reference_reader import ReferenceReader
-from floe.optimizer.process import ProcessFailed
+from floe.optimizing.commit_request import ProcessFailed
 from floe.planning.plan import OptimizingType
 from floe.tables.scan import scan_table
 from floe.tables.writer import conform

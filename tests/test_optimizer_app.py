@@ -29,15 +29,16 @@ from test_correctness import CONFIG, build_table, rows_at
 from floe.commit.rewrite import commit_rewrite
 from floe.local.optimize import plan_table
 from floe.local.reference_reader import ReferenceReader
-from floe.optimizer.process import OptimizingProcess, build_process, commit_request
-from floe.optimizer.task_spec import InputDataFile, RewriteTaskSpec
+from floe.optimizing.commit_request import commit_request
+from floe.optimizing.specs import OptimizingProcess, build_process
 from floe.planning.plan import OptimizingType
-from floe.scheduling.assignment import TaskAssignment
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.rewrite_task import InputDataFile, RewriteTaskSpec
+from floe.protocol.wire import PollRequest
 from floe.scheduling.group_scheduler import GroupScheduler
 from floe.scheduling.records import ProcessOutcome
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
-from floe.service.wire import PollRequest
 from floe_optimizer.app import Optimizer
 from floe_optimizer.driver import ExecutorScaler
 from floe_optimizer.runner import SparkTaskRunner, TaskRunner

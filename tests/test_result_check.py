@@ -39,16 +39,11 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from floe.optimizer.result_check import (
-    ResultChecker,
-    ResultCheckFailed,
-    check_result,
-    is_own_file,
-    removable_rows,
-)
-from floe.optimizer.rewrite import run_rewrite_task, run_task
-from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
 from floe.planning.plan import POSITIONS
+from floe.protocol.rewrite_task import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
+from floe.rewrite.result_check import ResultCheckFailed, check_result, is_own_file, removable_rows
+from floe.rewrite.task import run_rewrite_task, run_task
+from floe.service.results import ResultChecker
 from floe.tables.deletion_vectors import write_deletion_vector
 
 SCHEMA = Schema(

@@ -21,14 +21,14 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 from test_service_http import Clock, scrape
 
-from floe.optimizer.rewrite import run_rewrite_task
-from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTaskSpec
-from floe.scheduling.assignment import TaskAssignment
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.client import RequestFailed, ServiceUnavailable, TaskServiceClient
+from floe.protocol.rewrite_task import InputDataFile, RewriteTaskResult, RewriteTaskSpec
+from floe.protocol.wire import CompleteRequest, RegisterRequest, RegisterResponse
+from floe.rewrite.task import run_rewrite_task
 from floe.scheduling.group_scheduler import GroupScheduler
-from floe.service.client import RequestFailed, ServiceUnavailable, TaskServiceClient
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import RefusedResult, TaskService
-from floe.service.wire import CompleteRequest, RegisterRequest, RegisterResponse
 
 GROUP = "g"
 TABLE = "ns/t"

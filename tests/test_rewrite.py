@@ -34,16 +34,12 @@ from pyiceberg.types import (
     StructType,
 )
 
-from floe.optimizer import rewrite
-from floe.optimizer.result_check import ResultCheckFailed, check_result
-from floe.optimizer.rewrite import (
-    DeleteSetTooLarge,
-    RewriteError,
-    run_position_task,
-    run_rewrite_task,
-    written_file_to_data_file,
-)
-from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
+from floe.optimizing.commit_request import written_file_to_data_file
+from floe.protocol.rewrite_task import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
+from floe.rewrite import limits, source
+from floe.rewrite.errors import DeleteSetTooLarge, RewriteError
+from floe.rewrite.result_check import ResultCheckFailed, check_result
+from floe.rewrite.task import run_position_task, run_rewrite_task
 
 FIELD_ID = b"PARQUET:field_id"
 SCHEMA = Schema(
@@ -337,8 +333,8 @@ def test_equality_deletes_follow_each_files_sequence_number_across_chunks(
 ) -> None:
     # Tiny batches and chunks: rows of several data files are matched together, and chunks
     # end inside files and where the applying delete files change.
-    monkeypatch.setattr(rewrite, "READ_BATCH_ROWS", 2)
-    monkeypatch.setattr(rewrite, "EQUALITY_CHUNK_FACTOR", 1)
+    monkeypatch.setattr(limits, "READ_BATCH_ROWS", 2)
+    monkeypatch.setattr(limits, "EQUALITY_CHUNK_FACTOR", 1)
     seqs = [5, 1, 3, 1, 3]  # interleaved, so the task must not assume the spec's order
     data = [
         _data(
@@ -601,7 +597,7 @@ def test_row_groups_stay_within_the_tasks_memory_bound(
     data = [_compressible(tmp_path, f"d{i}.parquet", 200_000, seed=i) for i in range(2)]
     arrow_row_bytes = pq.read_table(data[0].path).nbytes / 200_000
     bound = 1024 * 1024
-    monkeypatch.setattr(rewrite, "ROW_GROUP_MAX_BYTES", bound)
+    monkeypatch.setattr(limits, "ROW_GROUP_MAX_BYTES", bound)
 
     # The table sets no row-group size: Iceberg's 128 MiB would take every row in one row group.
     (written,) = run_rewrite_task(_spec(tmp_path, data)).files
@@ -716,8 +712,8 @@ def test_data_file_larger_than_the_delete_limit_streams(tmp_path: Path) -> None:
         """
         import json, sys
         import pyarrow as pa
-        from floe.optimizer.rewrite import run_rewrite_task
-        from floe.optimizer.task_spec import RewriteTaskSpec
+        from floe.rewrite.task import run_rewrite_task
+        from floe.protocol.rewrite_task import RewriteTaskSpec
 
         result = run_rewrite_task(RewriteTaskSpec.model_validate_json(sys.stdin.read()))
         print(json.dumps({"peak": pa.default_memory_pool().max_memory(), "result": result.model_dump_json()}))
@@ -812,13 +808,13 @@ def test_a_positions_task_reads_only_the_equality_deletes_columns(
     key = Schema(NestedField(1, "id", LongType(), required=True))
     equality = _equality_deletes(tmp_path, "eq.parquet", key, {"id": [3]}, seq=2)
     read_columns: list[list[str]] = []
-    original = rewrite._ParquetSource.batches
+    original = source._ParquetSource.batches
 
     def spy(self: Any, requested: Schema, batch_rows: int) -> Any:
         read_columns.append(requested.column_names)
         return original(self, requested, batch_rows)
 
-    monkeypatch.setattr(rewrite._ParquetSource, "batches", spy)
+    monkeypatch.setattr(source._ParquetSource, "batches", spy)
     result = run_position_task(_spec(tmp_path, [data], [equality]).model_copy(update={"kind": "positions"}))
 
     assert _positions_of(result) == {data.path: [2]}

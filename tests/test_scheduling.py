@@ -16,10 +16,10 @@ from synthetic import result, spec
 
 from floe.api.group import SchedulingPolicy
 from floe.kit.monitor import ChangeMonitor
-from floe.maintenance.file_tasks import DeleteFilesResult, DeleteFilesSpec
-from floe.optimizer.task_spec import RewriteTaskSpec
-from floe.scheduling.assignment import TaskAssignment
-from floe.scheduling.errors import InvalidRequest, StaleAttempt
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.errors import InvalidRequest, StaleAttempt
+from floe.protocol.file_tasks import DeleteFilesResult, DeleteFilesSpec
+from floe.protocol.rewrite_task import RewriteTaskSpec
 from floe.scheduling.group_scheduler import POLL_ORDER_TTL_S, GroupScheduler
 from floe.scheduling.occupation import TaskTimeLedger, occupation, quota_limit
 from floe.scheduling.policy import BalancedPolicy, QuotaPolicy, policy_for

@@ -24,11 +24,11 @@ from schemathesis.checks import (
 )
 from synthetic import spec
 
-from floe.service.client import TaskServiceClient
+from floe.protocol.client import TaskServiceClient
+from floe.protocol.wire import RegisterRequest
 from floe.service.http import TaskServiceServer
 from floe.service.openapi import build_openapi
 from floe.service.task_service import TaskService
-from floe.service.wire import RegisterRequest
 
 REGISTRATION_TOKEN = "fuzz-registration-token"
 GROUP = "g"

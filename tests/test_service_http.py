@@ -21,8 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from synthetic import result, spec
 
-from floe.scheduling.group_scheduler import GroupScheduler
-from floe.service.client import (
+from floe.protocol.client import (
     TOKEN_ENV,
     TOKEN_FILE_ENV,
     RequestFailed,
@@ -33,10 +32,7 @@ from floe.service.client import (
     UnknownGroup,
     registration_token_from_env,
 )
-from floe.service.http import TaskServiceServer, create_app
-from floe.service.openapi import ROUTES, build_openapi, render_openapi
-from floe.service.task_service import TaskService
-from floe.service.wire import (
+from floe.protocol.wire import (
     CompleteRequest,
     NextPoll,
     PollRequest,
@@ -44,6 +40,10 @@ from floe.service.wire import (
     RegisterResponse,
     TaskAssignment,
 )
+from floe.scheduling.group_scheduler import GroupScheduler
+from floe.service.http import TaskServiceServer, create_app
+from floe.service.openapi import ROUTES, build_openapi, render_openapi
+from floe.service.task_service import TaskService
 
 OPENAPI_FILE = Path(__file__).parent.parent / "docs" / "task-service-openapi.json"
 GROUP = "g"
@@ -241,6 +241,67 @@ def test_a_body_of_the_wrong_shape_is_422_naming_the_field(
     assert status == 422, error
     assert error["error"] == "invalid_request"
     assert field in error["detail"]
+
+
+def acked_task(
+    service: TaskService, client: TaskServiceClient
+) -> tuple[GroupScheduler, str, TaskAssignment, dict[str, Any]]:
+    """A process of one task, acked by a new optimizer: its scheduler, the optimizer's token,
+    the task, and the JSON body of its successful completion."""
+    scheduler = add_process(service)
+    token = register(client).token
+    task = client.poll(token, 0, wait_s=0)
+    assert task is not None
+    client.ack(token, task.attempt_id)
+    body = CompleteRequest(result=result(task.task_id)).model_dump(mode="json", exclude_none=True)
+    return scheduler, token, task, body
+
+
+@pytest.mark.parametrize("tagged", [True, False], ids=["with-kind", "v1-without-kind"])
+def test_a_result_is_accepted_with_its_kind_and_without_it(
+    server: TaskServiceServer, service: TaskService, client: TaskServiceClient, tagged: bool
+) -> None:
+    scheduler, token, task, body = acked_task(service, client)
+    assert body["result"]["kind"] == "rewrite"
+    if not tagged:  # an optimizer older than the field
+        del body["result"]["kind"]
+
+    reply = call(server, "POST", f"/v1/tasks/{task.attempt_id}/complete", body, token)
+
+    assert reply[:2] == (200, {"accepted": True})
+    [outcome] = scheduler.take_finished()
+    assert outcome.succeeded
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"kind": "delete-files", "task_id": "t", "deleted": 3},
+        {"task_id": "t", "deleted": 3},
+        {"kind": "orphan-scan", "task_id": "t", "orphans": [], "old_files": 0},
+        {"task_id": "t", "orphans": [], "old_files": 0},
+    ],
+)
+def test_a_file_task_result_is_read_with_its_kind_and_without_it(body: dict[str, Any]) -> None:
+    read = CompleteRequest.model_validate({"result": body}).result
+
+    assert read is not None and read.kind == ("delete-files" if "deleted" in body else "orphan-scan")
+
+
+@pytest.mark.parametrize("kind", ["orphan-scan", "delete-files", "nonsense"])
+def test_a_result_whose_kind_contradicts_its_fields_is_422_and_changes_nothing(
+    server: TaskServiceServer, service: TaskService, client: TaskServiceClient, kind: str
+) -> None:
+    scheduler, token, task, body = acked_task(service, client)
+    body["result"]["kind"] = kind
+
+    status, error, _ = call(server, "POST", f"/v1/tasks/{task.attempt_id}/complete", body, token)
+
+    assert status == 422, error
+    assert error["error"] == "invalid_request" and "result" in error["detail"]
+    client.complete(token, task.attempt_id, CompleteRequest(result=result(task.task_id)))
+    [outcome] = scheduler.take_finished()
+    assert outcome.succeeded
 
 
 @pytest.mark.parametrize("body", ["{not json", "", "\xff"])

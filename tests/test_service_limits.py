@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from floe.optimizer.task_spec import RewriteTaskResult, WrittenFile
-from floe.service.client import TaskServiceClient
+from floe.protocol.client import TaskServiceClient
+from floe.protocol.rewrite_task import RewriteTaskResult, WrittenFile
+from floe.protocol.wire import CompleteRequest, RegisterRequest
 from floe.service.http import COMPLETE_MAX_BYTES, SMALL_MAX_BYTES, TaskServiceServer
 from floe.service.task_service import TaskService
-from floe.service.wire import CompleteRequest, RegisterRequest
 
 GROUP = "g"
 TOKEN = "limits-test-registration-token"

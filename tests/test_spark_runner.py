@@ -13,7 +13,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
-from floe.optimizer.task_spec import OUT_OF_MEMORY, InputDataFile, RewriteTaskSpec
+from floe.protocol.rewrite_task import OUT_OF_MEMORY, InputDataFile, RewriteTaskSpec
 from floe_optimizer.spark_runner import TaskOutcome, describe_job_failure, run_tasks_on_spark
 
 SCHEMA = Schema(

@@ -10,7 +10,7 @@ from synthetic import spec
 
 from floe.api.group import OptimizerGroupSpec
 from floe.controller.objects import GroupRef, config_hash, driver_pod, executor_template, spark_config_map
-from floe.optimizer.storage_credentials import (
+from floe.protocol.storage import (
     CATALOG_SECRETS_DIR_ENV,
     StorageCredentialsMissing,
     executor_io_properties,

@@ -8,12 +8,11 @@ import pytest
 from synthetic import result, spec
 
 from floe.api.group import SchedulingPolicy
-from floe.scheduling.assignment import TaskAssignment
-from floe.scheduling.errors import InvalidRequest, StaleAttempt
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.errors import InvalidRequest, StaleAttempt, Unauthorized, UnknownGroup
+from floe.protocol.wire import CompleteRequest, NextPoll, PollRequest, RegisterRequest
 from floe.scheduling.group_scheduler import GroupScheduler
-from floe.service.errors import Unauthorized, UnknownGroup
 from floe.service.task_service import TaskService
-from floe.service.wire import CompleteRequest, NextPoll, PollRequest, RegisterRequest
 
 
 class Clock:

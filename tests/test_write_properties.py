@@ -27,9 +27,9 @@ from floe.api.table import OptimizedTableSpec
 from floe.api.table_properties import InvalidTableProperty
 from floe.cli import main
 from floe.local.optimize import optimize_once
-from floe.optimizer.parquet_options import ParquetOptions
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingType
+from floe.rewrite.parquet_options import ParquetOptions
 from floe.tables.writer import conform
 
 SCHEMA = Schema(

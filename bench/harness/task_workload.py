@@ -13,16 +13,16 @@ import time
 
 from floe.api.group import SchedulingPolicy
 from floe.local.workload import CLICKS_SCHEMA, CLICKS_SPEC
-from floe.optimizer.result_check import ResultChecker
-from floe.optimizer.task_spec import (
+from floe.protocol.rewrite_task import (
     InputDataFile,
     InputDeleteFile,
     RewriteTaskResult,
     RewriteTaskSpec,
     WrittenFile,
 )
+from floe.protocol.wire import CompleteRequest
+from floe.service.results import ResultChecker
 from floe.service.task_service import TaskService
-from floe.service.wire import CompleteRequest
 
 REFILL_INTERVAL_S = 0.1
 

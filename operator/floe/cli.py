@@ -22,7 +22,7 @@ from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
 from floe.kit.redaction import RedactingFilter, Redactor
 from floe.local.interrupt import Interrupted, reinstall, stop_on_signals
 from floe.maintenance.job import MaintenanceRefused
-from floe.optimizer.process import ProcessFailed
+from floe.optimizing.commit_request import ProcessFailed
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.catalog import TableAccessError, catalog_ref_from_file, load_table, open_catalog
 from floe.tables.support import UnsupportedTableError
@@ -247,7 +247,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
     """The operator's configuration from ``floe operator`` arguments (and the environment)."""
     from floe.controller.config import OperatorConfig, operator_namespaces
     from floe.controller.external_metrics import ExternalMetricsConfig
-    from floe.service.client import read_token_file
+    from floe.protocol.client import read_token_file
 
     token = ""
     if args.registration_token_file:

@@ -25,10 +25,8 @@ from typing import TypeVar
 
 from pyspark.sql import SparkSession
 
-from floe.maintenance.file_tasks import DeleteFilesSpec
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
-from floe.scheduling.assignment import TaskAssignment
-from floe.service.client import (
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.client import (
     RegistrationToken,
     RequestFailed,
     ServiceUnavailable,
@@ -37,7 +35,9 @@ from floe.service.client import (
     Unauthorized,
     UnknownGroup,
 )
-from floe.service.wire import CompleteRequest, NextPoll, RegisterRequest, RegisterResponse
+from floe.protocol.file_tasks import DeleteFilesSpec
+from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
+from floe.protocol.wire import CompleteRequest, NextPoll, RegisterRequest, RegisterResponse
 from floe_optimizer.retry import Backoff, Outage
 from floe_optimizer.runner import SparkTaskRunner, TaskRunner, discard_written_files
 from floe_optimizer.spark_runner import TaskOutcome

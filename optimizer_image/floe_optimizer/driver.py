@@ -31,8 +31,7 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from floe.api.units import parse_quantity
-from floe.optimizer.spark_properties import parse_properties
-from floe.service.client import (
+from floe.protocol.client import (
     RegistrationToken,
     RequestFailed,
     ServiceUnavailable,
@@ -41,6 +40,7 @@ from floe.service.client import (
     UnknownGroup,
     registration_token_from_env,
 )
+from floe.protocol.spark_properties import parse_properties
 from floe_optimizer.app import Optimizer
 from floe_optimizer.lifecycle import configure_logging, exit_code, serve_until_signalled, stop_spark
 from floe_optimizer.python_daemon import DAEMON_MODULE, DAEMON_MODULE_PROPERTY

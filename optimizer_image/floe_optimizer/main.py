@@ -16,7 +16,7 @@ import socket
 from collections.abc import Sequence
 
 from floe.api.units import parse_quantity
-from floe.service.client import TaskServiceClient, registration_token_from_env
+from floe.protocol.client import TaskServiceClient, registration_token_from_env
 from floe_optimizer.app import Optimizer
 from floe_optimizer.lifecycle import configure_logging, exit_code, serve_until_signalled, stop_spark
 from floe_optimizer.runner import start_spark

@@ -12,9 +12,9 @@ from pyiceberg.io import load_file_io
 from pyspark.sql import SparkSession
 
 from floe.kit.files import delete_paths
-from floe.optimizer.storage_credentials import executor_io_properties
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
-from floe.scheduling.assignment import TaskSpec
+from floe.protocol.assignment import TaskSpec
+from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
+from floe.protocol.storage import executor_io_properties
 from floe_optimizer.spark_runner import TaskOutcome, run_tasks_on_spark
 from floe_optimizer.spark_session import get_spark
 

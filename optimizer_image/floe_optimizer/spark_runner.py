@@ -1,7 +1,7 @@
 """Run tasks as Spark jobs, one job per task, reporting each outcome as it finishes.
 
-A task is a rewrite (`floe.optimizer.rewrite`) or a maintenance job's file task (an orphan
-scan or deletes, `floe.maintenance.file_tasks`): either way the executor does the I/O.
+A task is a rewrite (`floe.rewrite.task`) or a maintenance job's file task (an orphan
+scan or deletes, `floe.protocol.file_tasks`): either way the executor does the I/O.
 
 The specs travel as JSON in one RDD with a partition per task. A thread pool submits one
 job per partition, as many at a time as the cluster has cores, so progress is known task
@@ -22,12 +22,12 @@ from pydantic import TypeAdapter
 from pyspark import RDD, SparkContext, inheritable_thread_target
 from pyspark.sql import SparkSession
 
-from floe.maintenance.file_tasks import run_file_task
-from floe.optimizer.rewrite import run_task
-from floe.optimizer.storage_credentials import executor_io_properties
-from floe.optimizer.task_spec import OUT_OF_MEMORY, RewriteTaskSpec
-from floe.scheduling.assignment import TaskSpec
-from floe.service.wire import TaskResult
+from floe.maintenance.executor import run_file_task
+from floe.protocol.assignment import TaskSpec
+from floe.protocol.rewrite_task import OUT_OF_MEMORY, RewriteTaskSpec
+from floe.protocol.storage import executor_io_properties
+from floe.protocol.wire import TaskResult
+from floe.rewrite.task import run_task
 
 _SPECS: TypeAdapter[TaskSpec] = TypeAdapter(TaskSpec)
 _RESULTS: TypeAdapter[TaskResult] = TypeAdapter(TaskResult)

@@ -47,8 +47,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from floe.service.client import TaskServiceClient, Unauthorized
-from floe.service.wire import RegisterRequest
+from floe.protocol.client import TaskServiceClient, Unauthorized
+from floe.protocol.wire import RegisterRequest
 
 from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster
 from .helm import CHART, RELEASE, Helm

@@ -36,7 +36,7 @@ from floe.controller.external_metrics import ExternalMetricsConfig
 from floe.controller.main import run_kopf
 from floe.controller.objects import PROPERTIES_KEY, REGISTRATION_KEY, REGISTRATION_SECRET, TEMPLATE_KEY
 from floe.local.reference_reader import ReferenceReader
-from floe.service.client import TOKEN_FILE_ENV
+from floe.protocol.client import TOKEN_FILE_ENV
 from floe_optimizer.app import Optimizer
 
 from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster

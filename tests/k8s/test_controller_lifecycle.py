@@ -47,10 +47,10 @@ from floe.controller.status import epoch, timestamp
 from floe.local.reference_reader import ReferenceReader
 from floe.optimizing.registry import EngineEvent
 from floe.optimizing.table_state import TableRuntime, TableState
-from floe.scheduling.assignment import TaskAssignment
-from floe.service.client import TaskServiceClient, Unauthorized
-from floe.service.errors import UnknownGroup
-from floe.service.wire import RegisterRequest, RegisterResponse
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.client import TaskServiceClient, Unauthorized
+from floe.protocol.errors import UnknownGroup
+from floe.protocol.wire import RegisterRequest, RegisterResponse
 from floe.tables.scan import scan_table
 from floe_optimizer.app import Optimizer
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from floe.controller.external_metrics import ExternalMetricsConfig
 from floe.controller.leader import CHECK_INTERVAL_S, random_priority
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
-from floe.service.client import TOKEN_ENV
+from floe.protocol.client import TOKEN_ENV
 
 log = logging.getLogger(__name__)
 

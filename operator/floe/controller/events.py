@@ -17,8 +17,8 @@ from floe.controller.kube import Kube, Manifest
 from floe.controller.pod_health import PodProblem, PodProblemLog
 from floe.kit.posting import EventPoster
 from floe.kit.redaction import Redactor
-from floe.optimizer.task_spec import OUT_OF_MEMORY
 from floe.optimizing.registry import EngineEvent
+from floe.protocol.rewrite_task import OUT_OF_MEMORY
 
 
 @dataclass(frozen=True)

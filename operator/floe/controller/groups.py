@@ -44,7 +44,7 @@ from floe.controller.pod_health import PodProblem, pod_problems
 from floe.controller.scaling import ScaleFigures
 from floe.controller.spark_conf import GROUP_LABEL, ROLE_LABEL, executor_selector
 from floe.controller.status import condition, with_transition_times
-from floe.service.errors import UnknownGroup
+from floe.protocol.errors import UnknownGroup
 
 STATUS_INTERVAL_S = 5.0
 RESTART_DELAY_S = 5.0

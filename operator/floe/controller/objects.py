@@ -43,8 +43,8 @@ from floe.controller.spark_conf import (
     ROLE_LABEL,
     spark_properties,
 )
-from floe.optimizer.spark_properties import render_properties
-from floe.optimizer.storage_credentials import DEFAULT_CATALOG_SECRETS_DIR as CATALOG_SECRETS_DIR
+from floe.protocol.spark_properties import render_properties
+from floe.protocol.storage import DEFAULT_CATALOG_SECRETS_DIR as CATALOG_SECRETS_DIR
 
 SPARK_DIR = "/etc/floe/spark"
 SCALE_DIR = "/etc/floe/scale"

@@ -13,19 +13,14 @@ from floe.api.table import ClusteringSpec
 from floe.commit.request import CommitFailed, CommitPending, RewriteRequest
 from floe.commit.rewrite import CommitHistory, RewriteCommitResult, commit_rewrite
 from floe.local.interrupt import Interrupted, deferred_interrupts
-from floe.optimizer.leftovers import remove_uncommitted_outputs
-from floe.optimizer.process import (
-    DEFAULT_DELETE_MEMORY_LIMIT,
-    OptimizingProcess,
-    ProcessFailed,
-    build_process,
-    commit_request,
-)
-from floe.optimizer.result_check import ResultCheckFailed, check_result
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
+from floe.optimizing.commit_request import ProcessFailed, commit_request
+from floe.optimizing.leftovers import remove_uncommitted_outputs
+from floe.optimizing.specs import DEFAULT_DELETE_MEMORY_LIMIT, OptimizingProcess, build_process
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.planning.planner import plan_optimizing
+from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
+from floe.rewrite.result_check import ResultCheckFailed, check_result
 from floe.tables.history import optimizing_history
 from floe.tables.scan import ScannedTable
 from floe.tables.support import UnsupportedTableError, scan_supported

@@ -27,15 +27,6 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
 
 from floe.kit.files import delete_paths
-from floe.maintenance.file_tasks import (
-    DELETE_BATCH,
-    DeleteFilesSpec,
-    FileTaskResult,
-    FileTaskSpec,
-    OrphanFile,
-    OrphanScanResult,
-    OrphanScanSpec,
-)
 from floe.maintenance.job import MaintenanceJob, MaintenanceReport, require_gc_enabled
 from floe.maintenance.orphans import (
     checksummed_path,
@@ -45,6 +36,15 @@ from floe.maintenance.orphans import (
     referenced_since,
 )
 from floe.planning.files import TableFiles
+from floe.protocol.file_tasks import (
+    DELETE_BATCH,
+    DeleteFilesSpec,
+    FileTaskResult,
+    FileTaskSpec,
+    OrphanFile,
+    OrphanScanResult,
+    OrphanScanSpec,
+)
 from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.listing import fs_path
 
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 class ExecutorPool:
     """A group's executors as a maintenance job uses them: `run` sends file tasks and waits for
     every result (raising if one fails for good); tasks carry `io_properties` and name
-    `storage_secret` (`floe.optimizer.storage_credentials.task_io_properties`)."""
+    `storage_secret` (`floe.protocol.storage.task_io_properties`)."""
 
     run: Callable[[Sequence[FileTaskSpec]], list[FileTaskResult]]
     io_properties: dict[str, str]

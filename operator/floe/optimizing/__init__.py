@@ -1,2 +1,4 @@
 """The optimizing processes and the engine that drives them: each table's state, its wake-ups and
-maintenance schedule, planning, and the commit of what a group's executors wrote."""
+maintenance schedule, a plan turned into task specs, finished tasks turned into one commit
+request, the outputs no commit took removed, and the engine composed of the collaborators that
+refresh, plan, commit and maintain."""

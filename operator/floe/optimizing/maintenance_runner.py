@@ -16,11 +16,11 @@ from pyiceberg.table import Table
 from floe.maintenance.job import MaintenanceJob, MaintenanceRefused
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans_on_executors import ExecutorPool
-from floe.optimizer.storage_credentials import task_io_properties
 from floe.optimizing.catalog_access import CatalogAccess
 from floe.optimizing.registry import TableRegistry
 from floe.optimizing.table_state import TableRuntime
 from floe.planning.files import TableFiles
+from floe.protocol.storage import task_io_properties
 from floe.scheduling.group_scheduler import GroupScheduler
 from floe.service.file_tasks import FileTaskDispatcher
 

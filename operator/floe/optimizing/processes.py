@@ -12,15 +12,16 @@ from pyiceberg.table import Table
 from floe.api.table_properties import InvalidTableProperty
 from floe.commit.request import CommitFailed, CommitPending
 from floe.commit.rewrite import CommitHistory, commit_rewrite
-from floe.optimizer.leftovers import remove_uncommitted_outputs
-from floe.optimizer.process import OptimizingProcess, ProcessFailed, build_process, commit_request
-from floe.optimizer.task_spec import OUT_OF_MEMORY
 from floe.optimizing.catalog_access import CatalogAccess
+from floe.optimizing.commit_request import ProcessFailed, commit_request
+from floe.optimizing.leftovers import remove_uncommitted_outputs
 from floe.optimizing.refresher import TableRefresher
 from floe.optimizing.registry import TableRegistry
+from floe.optimizing.specs import OptimizingProcess, build_process
 from floe.optimizing.table_state import TableRuntime
 from floe.planning.plan import OptimizingType
 from floe.planning.planner import plan_optimizing
+from floe.protocol.rewrite_task import OUT_OF_MEMORY
 from floe.scheduling.group_scheduler import GroupScheduler
 from floe.scheduling.records import ProcessOutcome
 from floe.tables.catalog import TableAccessError

@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from floe.api.table_properties import InvalidTableProperty
 from floe.maintenance.settled import settled_jobs
-from floe.optimizer.parquet_options import check_write_properties
 from floe.optimizing.catalog_access import CatalogAccess
 from floe.optimizing.registry import TableRegistry
 from floe.optimizing.table_state import INVALID_TABLE_PROPERTY, UNSUPPORTED, TableRuntime, TableState
 from floe.planning.files import TableFiles
 from floe.planning.planner import plan_optimizing
+from floe.rewrite.parquet_options import check_write_properties
 from floe.tables.catalog import CatalogConfigError, CatalogUnreachable, TableAccessError
 from floe.tables.history import optimizing_history
 from floe.tables.support import UnsupportedTableError, scan_supported

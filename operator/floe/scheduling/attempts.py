@@ -21,10 +21,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from floe.kit.monitor import ChangeMonitor
-from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
-from floe.scheduling.assignment import TaskAssignment
-from floe.scheduling.errors import InvalidRequest, StaleAttempt
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.errors import InvalidRequest, StaleAttempt
+from floe.protocol.file_tasks import FileTaskResult, FileTaskSpec
+from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.occupation import TaskTimeLedger
 from floe.scheduling.records import (
     FileTasksOutcome,

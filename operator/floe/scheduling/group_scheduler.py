@@ -10,7 +10,7 @@ Task states: PLANNED → SCHEDULED (handed out) → ACKED (running) → SUCCESS 
 an attempt's end means for its task and process is `floe.scheduling.attempts`' business,
 the records it keeps are `floe.scheduling.records`.
 
-File tasks (a maintenance job's listing and deleting, `floe.maintenance.file_tasks`) come as
+File tasks (a maintenance job's listing and deleting, `floe.protocol.file_tasks`) come as
 processes of their own beside the table's optimizing process; a polling thread gets them
 first, since a job waits on them and they are short. Their time is the job's, which the
 engine counts toward the table's quota, so the attempts add none.
@@ -29,9 +29,9 @@ from collections.abc import Sequence
 
 from floe.api.group import SchedulingPolicy
 from floe.kit.monitor import ChangeMonitor
-from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
-from floe.scheduling.assignment import TaskAssignment
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.file_tasks import FileTaskResult, FileTaskSpec
+from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.attempts import AttemptBook
 from floe.scheduling.occupation import QUOTA_WINDOW_S, TaskTimeLedger, quota_limit
 from floe.scheduling.policy import policy_for

@@ -12,9 +12,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
-from floe.scheduling.assignment import TaskAssignment
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.file_tasks import FileTaskResult, FileTaskSpec
+from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.occupation import TaskTimeLedger
 
 

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from floe.maintenance.file_tasks import FileTaskResult, FileTaskSpec
+from floe.protocol.file_tasks import FileTaskResult, FileTaskSpec
 from floe.scheduling.group_scheduler import GroupScheduler
 from floe.service.task_service import TaskService
 

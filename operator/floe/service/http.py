@@ -30,13 +30,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
 from floe.kit.background import BackgroundServer
-from floe.optimizer.task_spec import RewriteTaskResult
-from floe.scheduling.assignment import TaskAssignment
-from floe.scheduling.errors import InvalidRequest, StaleAttempt
-from floe.service.errors import ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
-from floe.service.openapi import ROUTES, build_openapi
-from floe.service.task_service import TaskService
-from floe.service.wire import (
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.errors import (
+    InvalidRequest,
+    ResultRefused,
+    ResultUnverifiable,
+    StaleAttempt,
+    Unauthorized,
+    UnknownGroup,
+)
+from floe.protocol.rewrite_task import RewriteTaskResult
+from floe.protocol.wire import (
     Accepted,
     CompleteRequest,
     CompleteResponse,
@@ -47,6 +51,8 @@ from floe.service.wire import (
     PollResponse,
     RegisterRequest,
 )
+from floe.service.openapi import ROUTES, build_openapi
+from floe.service.task_service import TaskService
 
 log = logging.getLogger(__name__)
 

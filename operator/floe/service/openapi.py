@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from floe.service.wire import (
+from floe.protocol.wire import (
     API_VERSION,
     Accepted,
     CompleteRequest,
@@ -146,6 +146,10 @@ ROUTES: tuple[Route, ...] = (
         "`next_poll` the same call also asks for that thread's next task, without waiting: the answer "
         "then carries `task` (null when none is ready: poll as usual), saving a poll's round trip. A "
         "refused completion (401, 409, 422) hands out nothing.\n\n"
+        "A result names what it is the result of in `kind` (`rewrite`, `orphan-scan` or "
+        "`delete-files`), and is read as that: a result whose fields contradict its `kind` is "
+        "422 `invalid_request`. A result without `kind`, from an optimizer older than the field, "
+        "is told apart by its fields.\n\n"
         "A result is checked before it is accepted: the rows read must be the input files' record "
         "counts, the rows written the rows read minus the rows deleted, and every file must lie in the "
         "task's `output_dir`, be named with its `file_name_prefix`, exist with the claimed size, and "

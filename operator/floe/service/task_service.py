@@ -26,20 +26,20 @@ from dataclasses import dataclass, replace
 
 from floe.api.group import SchedulingPolicy
 from floe.kit.monitor import ChangeMonitor
-from floe.optimizer.result_check import ResultChecker, ResultCheckFailed
-from floe.optimizer.task_spec import RewriteTaskResult, RewriteTaskSpec
-from floe.scheduling.assignment import TaskAssignment
-from floe.scheduling.errors import InvalidRequest
-from floe.scheduling.group_scheduler import GroupScheduler
-from floe.scheduling.records import GroupSchedulingStats
-from floe.service.errors import ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
-from floe.service.metrics import ServiceMetrics
-from floe.service.wire import (
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.errors import InvalidRequest, ResultRefused, ResultUnverifiable, Unauthorized, UnknownGroup
+from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
+from floe.protocol.wire import (
     CompleteRequest,
     PollRequest,
     RegisterRequest,
     RegisterResponse,
 )
+from floe.rewrite.result_check import ResultCheckFailed
+from floe.scheduling.group_scheduler import GroupScheduler
+from floe.scheduling.records import GroupSchedulingStats
+from floe.service.metrics import ServiceMetrics
+from floe.service.results import ResultChecker
 
 log = logging.getLogger(__name__)
 

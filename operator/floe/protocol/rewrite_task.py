@@ -7,6 +7,8 @@ Iceberg JSON so the executor needs no catalog access, only FileIO.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from floe.kit.redaction import MAX_SECRET_NAME, STORAGE_SECRET_NAME
@@ -207,6 +209,10 @@ class WrittenFile(_Wire):
 class RewriteTaskResult(_Wire):
     """What a finished task returns to the driver."""
 
+    kind: Literal["rewrite"] = Field(
+        default="rewrite",
+        description="what this is the result of; left out only by optimizers older than the field",
+    )
     task_id: str
     files: list[WrittenFile]
     rows_read: int

@@ -21,14 +21,13 @@ metrics) and whose message names the numbers or the file.
 from __future__ import annotations
 
 import posixpath
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import (
     StatisticsCollector,
     compute_statistics_plan,
@@ -39,12 +38,11 @@ from pyiceberg.io.pyarrow import (
 from pyiceberg.schema import Schema, sanitize_column_names
 from pyiceberg.types import FixedType, IcebergType, ListType, MapType, NestedField, StructType, UUIDType
 
-from floe.kit.files import delete_paths
-from floe.optimizer.lineage import with_lineage
-from floe.optimizer.parquet_options import metrics_properties
-from floe.optimizer.task_spec import InputDataFile, RewriteTaskResult, RewriteTaskSpec, WrittenFile
 from floe.planning.files import FileKind
 from floe.planning.plan import POSITIONS
+from floe.protocol.rewrite_task import InputDataFile, RewriteTaskResult, RewriteTaskSpec, WrittenFile
+from floe.rewrite.lineage import with_lineage
+from floe.rewrite.parquet_options import metrics_properties
 from floe.tables.deletion_vectors import DeletionVectorError, puffin_blob_properties, read_deletion_vector
 from floe.tables.pyiceberg_compat import ROW_LINEAGE_VERSION
 from floe.tables.writer import (
@@ -493,46 +491,3 @@ def _difference(name: str, claimed: Any, actual: Any) -> str:
                     f"the footer's {actual.get(field_id)}"
                 )
     return f"the result's {name} are {claimed}, the footer's {actual}"
-
-
-class ResultChecker:
-    """`check_result` against storage, with one FileIO per distinct set of IO properties.
-
-    A task whose storage credentials stay in a mounted Secret (``storage_secret``) is checked
-    with its process's own FileIO properties, which `use_storage` tells how to find.
-    """
-
-    def __init__(self) -> None:
-        self._ios: dict[tuple[tuple[str, str], ...], FileIO] = {}
-        self._lock = threading.Lock()
-        self._storage: Callable[[str], Mapping[str, str] | None] = lambda _: None
-
-    def use_storage(self, properties_of: Callable[[str], Mapping[str, str] | None]) -> None:
-        """`properties_of(process_id)`: the FileIO properties of the process's table, if known."""
-        self._storage = properties_of
-
-    def check(self, spec: RewriteTaskSpec, result: RewriteTaskResult, process_id: str = "") -> None:
-        """Raise ResultCheckFailed unless `result` is what `spec`'s attempt may produce; OSError when
-        the storage does not answer."""
-        check_result(spec, result, self.io(spec, process_id))
-
-    def delete_own_files(
-        self, spec: RewriteTaskSpec, result: RewriteTaskResult, process_id: str = ""
-    ) -> list[str]:
-        """Delete the files `result` names that the attempt may have written (`is_own_file`);
-        a file named elsewhere is never touched. Returns the paths deleted or already gone."""
-        own = [written.path for written in result.files if is_own_file(spec, written.path)]
-        return delete_paths(self.io(spec, process_id), own)
-
-    def io(self, spec: RewriteTaskSpec, process_id: str = "") -> FileIO:
-        """The FileIO for the task's storage."""
-        properties = dict(spec.io_properties)
-        if spec.storage_secret is not None:
-            properties = dict(self._storage(process_id) or properties)
-        key = tuple(sorted(properties.items()))
-        with self._lock:
-            io = self._ios.get(key)
-            if io is None:
-                io = load_file_io(properties, location=spec.output_dir)
-                self._ios[key] = io
-            return io

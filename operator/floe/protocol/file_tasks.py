@@ -1,5 +1,6 @@
-"""Maintenance work a group's executors do for the operator: listing a big table's files
-for orphans, and deleting files, so neither holds the operator's one core for minutes.
+"""The file tasks of maintenance, as they travel to a group's executors: listing a big table's
+files for orphans, and deleting files, so neither holds the operator's one core for minutes.
+Executors run them with `floe.maintenance.executor.run_file_task`.
 
 The specs travel through the task service beside the rewrite tasks (wire format v1; an
 older optimizer refuses them: ``extra="forbid"``). Like a rewrite task, a file task needs
@@ -9,18 +10,11 @@ credentials of a catalog Secret left to the optimizer's mounted copy (`storage_s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from pyiceberg.io import load_file_io
-from pyiceberg.io.pyarrow import PyArrowFileIO
-from pyiceberg.serializers import FromInputFile
 
-from floe.kit.files import delete_paths
 from floe.kit.redaction import MAX_SECRET_NAME, STORAGE_SECRET_NAME
-from floe.maintenance.orphans import find_orphans, referenced_locations
-from floe.tables.listing import fs_path, list_files
 
 DELETE_BATCH = 2000
 """Paths per delete task: a task is retried whole, and deleting a path twice is harmless."""
@@ -76,6 +70,10 @@ class OrphanFile(_Wire):
 class OrphanScanResult(_Wire):
     """What an orphan scan found."""
 
+    kind: Literal["orphan-scan"] = Field(
+        default="orphan-scan",
+        description="what this is the result of; left out only by optimizers older than the field",
+    )
     task_id: str
     orphans: list[OrphanFile]
     old_files: int = Field(ge=0, description="files listed that were old enough to be orphans")
@@ -84,32 +82,12 @@ class OrphanScanResult(_Wire):
 class DeleteFilesResult(_Wire):
     """How many files a delete task removed."""
 
+    kind: Literal["delete-files"] = Field(
+        default="delete-files",
+        description="what this is the result of; left out only by optimizers older than the field",
+    )
     task_id: str
     deleted: int = Field(ge=0)
 
 
 FileTaskResult = OrphanScanResult | DeleteFilesResult
-
-
-def run_file_task(spec: FileTaskSpec, io_properties: Mapping[str, str]) -> FileTaskResult:
-    """Run `spec` with the complete FileIO `io_properties` (its own plus mounted credentials)."""
-    if isinstance(spec, DeleteFilesSpec):
-        io = load_file_io(dict(io_properties), location=spec.paths[0])
-        delete_paths(io, spec.paths, workers=8, on_error="raise")
-        return DeleteFilesResult(task_id=spec.task_id, deleted=len(spec.paths))
-    io = PyArrowFileIO(dict(io_properties))
-    listed = list_files(io, spec.roots)
-    # The metadata is read after the listing, as the local cleanup does; the operator then
-    # checks what commits made since this metadata file reference (`referenced_since`).
-    metadata = FromInputFile.table_metadata(io.new_input(spec.metadata_location))
-    referenced = {fs_path(io, p) for p in referenced_locations(io, metadata, spec.metadata_location)}
-    found = find_orphans(
-        listed, referenced, cutoff_ns=spec.cutoff_ns, protected_prefixes=spec.protected_prefixes
-    )
-    return OrphanScanResult(
-        task_id=spec.task_id,
-        orphans=[
-            OrphanFile(location=listed[info], path=info.path, size=info.size or 0) for info in found.orphans
-        ],
-        old_files=found.old_files,
-    )

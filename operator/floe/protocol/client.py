@@ -16,7 +16,7 @@ be answered 409, which the optimizer would take for a refusal and delete the fil
 first one delivered. Their failures raise ServiceUnavailable, and the optimizer's own
 retry (`floe_optimizer.app`) knows the first attempt may have landed.
 
-Refusals raise subclasses of the service's own errors (`floe.service.errors`), carrying
+Refusals raise subclasses of the service's own errors (`floe.protocol.errors`), carrying
 the server's message, so one ``except`` clause serves the in-process service and this client.
 """
 
@@ -35,10 +35,9 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from floe.scheduling import errors as scheduling_errors
-from floe.scheduling.assignment import TaskAssignment
-from floe.service import errors
-from floe.service.wire import (
+from floe.protocol import errors
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.wire import (
     API_VERSION,
     Accepted,
     CompleteRequest,
@@ -105,7 +104,7 @@ class Unauthorized(errors.Unauthorized):
         Exception.__init__(self, message)
 
 
-class StaleAttempt(scheduling_errors.StaleAttempt):
+class StaleAttempt(errors.StaleAttempt):
     """409: the attempt was superseded or already finished; the call was ignored."""
 
     def __init__(self, attempt_id: str, message: str) -> None:

@@ -1,41 +1,40 @@
-"""An optimizing process on the driver side: a plan turned into task specs, and finished
-tasks turned into one commit request.
+"""An optimizing process on the driver side: a plan turned into task specs, each with the order
+its rows are written in (`output_order`).
 
-The executor side (`floe.optimizer.rewrite`) only sees `RewriteTaskSpec`; the committer
-only sees `RewriteRequest`. This module is the translation between them and the plan.
+The executor side (`floe.rewrite`) only sees `RewriteTaskSpec`; the committer only sees
+`RewriteRequest` (`floe.optimizing.commit_request`). This module translates the plan into the
+first.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyiceberg.manifest import DataFile
+from pyiceberg.schema import Accessor, Schema, build_position_accessors
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.sorting import SortOrder
+from pyiceberg.types import PrimitiveType
 
 from floe.api.table import ClusteringSpec
-from floe.commit.request import RewriteRequest
-from floe.optimizer.layout import output_order, output_sort_order_id
-from floe.optimizer.parquet_options import (
+from floe.planning.config import OptimizingConfig
+from floe.planning.plan import OptimizingPlan, PlannedTask
+from floe.protocol.rewrite_task import InputDataFile, InputDeleteFile, OutputOrder, RewriteTaskSpec
+from floe.protocol.storage import task_io_properties
+from floe.rewrite.parquet_options import (
     COMPRESSION_CODEC,
     DEFAULT_CODEC,
     check_write_properties,
     write_properties,
 )
-from floe.optimizer.rewrite import written_file_to_data_file
-from floe.optimizer.storage_credentials import task_io_properties
-from floe.optimizer.task_spec import InputDataFile, InputDeleteFile, RewriteTaskResult, RewriteTaskSpec
-from floe.planning.config import OptimizingConfig
-from floe.planning.plan import POSITIONS, OptimizingPlan, PlannedTask
 from floe.tables.scan import ScannedTable
 
 DEFAULT_DELETE_MEMORY_LIMIT = 1024 * 1024 * 1024
-
-
-class ProcessFailed(RuntimeError):
-    """Some tasks failed and partial commit is not allowed: nothing is committed."""
+UNSORTED_ORDER_ID = 0
+"""Iceberg's sort order id meaning "unsorted", which z-ordered files carry."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ def build_process(
     table's sort order, if any. Raises ValueError when the clustering names a column
     the table lacks, or the sort order cannot be applied. The tasks never carry the
     catalog's own authentication; with a `storage_secret`, the storage credentials among
-    its `secret_properties` stay out of them too (`floe.optimizer.storage_credentials`).
+    its `secret_properties` stay out of them too (`floe.protocol.storage`).
     """
     metadata = table.metadata
     process_id = process_id or new_process_id(table_name)
@@ -156,53 +155,58 @@ def build_process(
     )
 
 
-def commit_request(
-    process: OptimizingProcess,
-    results: Sequence[RewriteTaskResult],
-    failures: Mapping[str, str],
-    allow_partial_commit: bool,
-) -> RewriteRequest:
-    """The commit of the finished tasks; raises ProcessFailed if failures forbid it.
+def output_order(metadata: TableMetadata, clustering: ClusteringSpec | None) -> OutputOrder | None:
+    """The order a process's tasks write rows in: z-order by `clustering` if set, else the sort order.
 
-    With partial commit, only succeeded tasks' input files are replaced: the failed
-    tasks' files stay live and are picked up by a later plan. A positions task's data files
-    stay, converted: its position-delete files are added beside them.
+    None when neither is set (the table is unsorted). Raises ValueError naming the
+    column when a clustering column, or a sort order's source column, is not a
+    primitive column of the current schema outside lists and maps, or when a sort
+    transform cannot apply to its column.
     """
-    if failures and not allow_partial_commit:
-        first = min(failures)
-        raise ProcessFailed(
-            f"{len(failures)} of {len(process.specs)} tasks failed; partial commit is not allowed. "
-            f"{first}: {failures[first]}"
+    schema = metadata.schema()
+    reachable = build_position_accessors(schema)
+    if clustering is not None:
+        return OutputOrder(
+            zorder_field_ids=[_clustering_field_id(schema, reachable, c) for c in clustering.columns]
         )
-    if not results:
-        raise ProcessFailed("no task of the process succeeded")
-    rewritten: set[str] = set()
-    converted: set[str] = set()
-    deletes: set[str] = set()
-    added: list[DataFile] = []
-    first_row_ids: dict[str, int | None] = {}
-    specs = {spec.task_id: spec for spec in process.specs}
-    for result in results:
-        task = process.tasks[result.task_id]
-        record = process.scanned.partition_records[task.partition]
-        sort_order_id = output_sort_order_id(specs[result.task_id].output_order)
-        (converted if task.kind == POSITIONS else rewritten).update(f.path for f in task.data_files)
-        first_row_ids.update((f.path, f.first_row_id) for f in task.data_files)
-        deletes.update(f.path for f in task.delete_files)
-        added.extend(
-            written_file_to_data_file(w, task.partition.spec_id, record, sort_order_id) for w in result.files
+    sort_order = metadata.sort_order()
+    if sort_order.is_unsorted:
+        return None
+    for sort_field in sort_order.fields:
+        name = schema.find_column_name(sort_field.source_id)
+        if name is None or sort_field.source_id not in reachable:
+            raise ValueError(
+                f"sort order {sort_order.order_id}: source field id {sort_field.source_id} is not a column "
+                "of the current schema outside lists and maps"
+            )
+        source_type = schema.find_type(sort_field.source_id)
+        if not sort_field.transform.can_transform(source_type):
+            raise ValueError(
+                f"sort order {sort_order.order_id}: transform {sort_field.transform} "
+                f"cannot apply to column {name!r} of type {source_type}"
+            )
+    return OutputOrder(sort_order_json=sort_order.model_dump_json())
+
+
+def output_sort_order_id(order: OutputOrder | None) -> int | None:
+    """The sort order id of files written in `order`: the sort order's, 0 for z-order, None without one."""
+    if order is None:
+        return None
+    if order.sort_order_json is None:
+        return UNSORTED_ORDER_ID
+    return SortOrder.model_validate_json(order.sort_order_json).order_id
+
+
+def _clustering_field_id(schema: Schema, reachable: dict[int, Accessor], column: str) -> int:
+    try:
+        field = schema.find_field(column)
+    except ValueError:
+        raise ValueError(
+            f"clustering column {column!r} is not a column of the table; columns: {schema.column_names}"
+        ) from None
+    if not isinstance(field.field_type, PrimitiveType) or field.field_id not in reachable:
+        raise ValueError(
+            f"clustering column {column!r} ({field.field_type}) is not a primitive column outside "
+            "lists and maps, so it has no single value per row to interleave"
         )
-    optimizing_type = process.plan.optimizing_type
-    return RewriteRequest(
-        process_id=process.process_id,
-        optimizing_type=optimizing_type.label if optimizing_type else "none",
-        starting_snapshot_id=process.starting_snapshot_id,
-        starting_sequence_number=process.plan.sequence_number,
-        rewritten_data_paths=frozenset(rewritten),
-        converted_data_paths=frozenset(converted),
-        candidate_delete_paths=frozenset(deletes),
-        added_files=tuple(added),
-        format_version=process.scanned.files.format_version,
-        deferred_partitions=process.plan.deferred_partitions,
-        planned_first_row_ids=first_row_ids,
-    )
+    return field.field_id

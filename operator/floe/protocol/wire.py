@@ -17,9 +17,9 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from floe.api.meta import MAX_EXECUTOR_CORES, MAX_EXECUTORS, MAX_SUBDOMAIN_LENGTH
-from floe.maintenance.file_tasks import DeleteFilesResult, OrphanScanResult
-from floe.optimizer.task_spec import RewriteTaskResult
-from floe.scheduling.assignment import TaskAssignment
+from floe.protocol.assignment import TaskAssignment
+from floe.protocol.file_tasks import DeleteFilesResult, OrphanScanResult
+from floe.protocol.rewrite_task import RewriteTaskResult
 
 API_VERSION = "v1"
 MAX_OPTIMIZER_THREADS = MAX_EXECUTORS * MAX_EXECUTOR_CORES
@@ -33,6 +33,10 @@ MAX_MEMORY_BYTES = 2**63 - 1
 
 def _result_kind(value: object) -> str:
     fields = value if isinstance(value, dict) else vars(value)
+    kind = fields.get("kind")
+    if isinstance(kind, str):
+        return kind
+    # The v1 compatibility path: optimizers older than the result's `kind` are told by fields.
     return "orphan-scan" if "orphans" in fields else "delete-files" if "deleted" in fields else "rewrite"
 
 
@@ -42,8 +46,9 @@ TaskResult = Annotated[
     | Annotated[DeleteFilesResult, Tag("delete-files")],
     Discriminator(_result_kind),
 ]
-"""What a rewrite task or a maintenance job's file task returns; told apart by their fields, so
-a body is checked against one of them and its errors name that one's fields."""
+"""What a rewrite task or a maintenance job's file task returns, told apart by its `kind`, so a
+body is checked against one of them and its errors name that one's fields. A result without
+`kind` (from an optimizer older than the field) is told apart by its fields instead."""
 
 
 class _Wire(BaseModel):

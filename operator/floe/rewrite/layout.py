@@ -1,7 +1,7 @@
 """The order of a task's output rows: the table's Iceberg sort order, or a z-order curve.
 
-On the driver, `output_order` turns the table's sort order, or the spec's clustering,
-into the `OutputOrder` every task of a process carries. In the Spark task, `OrderedRows`
+On the driver, `floe.optimizing.specs.output_order` turns the table's sort order, or the
+spec's clustering, into the `OutputOrder` every task of a process carries. In the Spark task, `OrderedRows`
 buffers the rows that survive the deletes and hands them to the rolling writer sorted,
 so each output file holds a narrow slice of the order and the files' ranges on the
 ordering columns barely overlap.
@@ -23,13 +23,10 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.schema import Accessor, Schema, build_position_accessors
-from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import NullOrder, SortDirection, SortOrder
-from pyiceberg.types import PrimitiveType
 
-from floe.api.table import ClusteringSpec
-from floe.optimizer.task_spec import OutputOrder
 from floe.planning.config import MiB
+from floe.protocol.rewrite_task import OutputOrder
 
 SORT_RUN_MAX_BYTES = 1024 * MiB
 """Arrow bytes of rows buffered at most before they are sorted and written as one run."""
@@ -37,69 +34,9 @@ SORT_RUN_MAX_BYTES = 1024 * MiB
 TAKE_ROWS = 64 * 1024
 """Rows gathered at a time from the buffer in sorted order."""
 
-UNSORTED_ORDER_ID = 0
-"""Iceberg's sort order id meaning "unsorted", which z-ordered files carry."""
-
 _SIGN = np.uint64(1 << 63)
 _PREFIX_BYTES = 8
 _Codes = npt.NDArray[np.uint64]
-
-
-def output_order(metadata: TableMetadata, clustering: ClusteringSpec | None) -> OutputOrder | None:
-    """The order a process's tasks write rows in: z-order by `clustering` if set, else the sort order.
-
-    None when neither is set (the table is unsorted). Raises ValueError naming the
-    column when a clustering column, or a sort order's source column, is not a
-    primitive column of the current schema outside lists and maps, or when a sort
-    transform cannot apply to its column.
-    """
-    schema = metadata.schema()
-    reachable = build_position_accessors(schema)
-    if clustering is not None:
-        return OutputOrder(
-            zorder_field_ids=[_clustering_field_id(schema, reachable, c) for c in clustering.columns]
-        )
-    sort_order = metadata.sort_order()
-    if sort_order.is_unsorted:
-        return None
-    for sort_field in sort_order.fields:
-        name = schema.find_column_name(sort_field.source_id)
-        if name is None or sort_field.source_id not in reachable:
-            raise ValueError(
-                f"sort order {sort_order.order_id}: source field id {sort_field.source_id} is not a column "
-                "of the current schema outside lists and maps"
-            )
-        source_type = schema.find_type(sort_field.source_id)
-        if not sort_field.transform.can_transform(source_type):
-            raise ValueError(
-                f"sort order {sort_order.order_id}: transform {sort_field.transform} "
-                f"cannot apply to column {name!r} of type {source_type}"
-            )
-    return OutputOrder(sort_order_json=sort_order.model_dump_json())
-
-
-def output_sort_order_id(order: OutputOrder | None) -> int | None:
-    """The sort order id of files written in `order`: the sort order's, 0 for z-order, None without one."""
-    if order is None:
-        return None
-    if order.sort_order_json is None:
-        return UNSORTED_ORDER_ID
-    return SortOrder.model_validate_json(order.sort_order_json).order_id
-
-
-def _clustering_field_id(schema: Schema, reachable: dict[int, Accessor], column: str) -> int:
-    try:
-        field = schema.find_field(column)
-    except ValueError:
-        raise ValueError(
-            f"clustering column {column!r} is not a column of the table; columns: {schema.column_names}"
-        ) from None
-    if not isinstance(field.field_type, PrimitiveType) or field.field_id not in reachable:
-        raise ValueError(
-            f"clustering column {column!r} ({field.field_type}) is not a primitive column outside "
-            "lists and maps, so it has no single value per row to interleave"
-        )
-    return field.field_id
 
 
 class OrderedRows:

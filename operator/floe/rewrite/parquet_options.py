@@ -3,7 +3,7 @@ properties first, then floe's defaults.
 
 A property the table does not set leaves floe's default in place (pyarrow's, for page and
 dictionary sizes and the codec's level); column encodings are floe's own choice either way
-(`floe.optimizer.encodings`). Bad values are refused when the process is planned
+(`floe.rewrite.encodings`). Bad values are refused when the process is planned
 (`InvalidTableProperty` names the property), never in the middle of a task.
 """
 

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag
 
-from floe.maintenance.file_tasks import DeleteFilesSpec, OrphanScanSpec
-from floe.optimizer.task_spec import RewriteTaskSpec
+from floe.protocol.file_tasks import DeleteFilesSpec, OrphanScanSpec
+from floe.protocol.rewrite_task import RewriteTaskSpec
 
 
 def _spec_kind(value: object) -> str:

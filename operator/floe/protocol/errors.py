@@ -1,5 +1,5 @@
-"""Errors the task service raises to optimizers; the HTTP layer maps each to one status code
-(with those of the scheduler, `floe.scheduling.errors`).
+"""Errors the task service and a group's scheduler refuse an optimizer's call with; the HTTP
+layer maps each to one status code.
 
 Every one of them but `ResultRefused` is raised before anything changes: a rejected call has
 no effect. A refused result is recorded as the attempt's failure.
@@ -44,3 +44,16 @@ class ResultRefused(Exception):
 class ResultUnverifiable(Exception):
     """The result could not be checked now (its files' storage did not answer): nothing changed,
     send the completion again later."""
+
+
+class StaleAttempt(Exception):
+    """An ack or completion for an attempt that is no longer current, or not the caller's."""
+
+    def __init__(self, attempt_id: str, reason: str) -> None:
+        super().__init__(f"attempt {attempt_id!r} is stale ({reason}); its outcome is ignored")
+        self.attempt_id = attempt_id
+        self.reason = reason
+
+
+class InvalidRequest(ValueError):
+    """A well-formed call that contradicts what the optimizer registered or was given."""
