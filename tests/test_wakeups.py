@@ -8,7 +8,7 @@ from typing import Any
 from floe.api.table import OptimizedTableSpec
 from floe.maintenance.job import MaintenanceJob, MaintenanceReport
 from floe.optimizing.table_state import TableRuntime
-from floe.optimizing.wakeups import TableWakeups
+from floe.optimizing.wakeups import TableWakeups, next_visit_s
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType, PlannedTask
 
@@ -70,35 +70,35 @@ def _evaluate(runtime: TableRuntime, now_s: float, kind: OptimizingType | None =
 
 def test_an_idle_table_asks_for_its_next_refresh_and_a_new_one_at_once() -> None:
     runtime = _runtime()
-    assert runtime.next_visit_s(100, REFRESH_S) == -math.inf  # never refreshed
+    assert next_visit_s(runtime, 100, REFRESH_S) == -math.inf  # never refreshed
     _evaluate(runtime, 100)
-    assert runtime.next_visit_s(100, REFRESH_S) == 110
+    assert next_visit_s(runtime, 100, REFRESH_S) == 110
 
 
 def test_a_pending_table_asks_every_round_a_busy_one_never_by_itself() -> None:
     runtime = _runtime()
     _evaluate(runtime, 100, OptimizingType.MINOR)
-    assert runtime.next_visit_s(103, REFRESH_S) == 103
+    assert next_visit_s(runtime, 103, REFRESH_S) == 103
     runtime.on_planning(103)
-    assert runtime.next_visit_s(104, REFRESH_S) == math.inf  # its process's end is a happening
+    assert next_visit_s(runtime, 104, REFRESH_S) == math.inf  # its process's end is a happening
     runtime.on_planned(OptimizingPlan(5, 1, None, (), ()), "")
-    assert runtime.next_visit_s(105, REFRESH_S) == 110  # idle again: the refresh it had
+    assert next_visit_s(runtime, 105, REFRESH_S) == 110  # idle again: the refresh it had
 
 
 def test_a_disabled_table_never_asks() -> None:
     runtime = _runtime()
     runtime.update_spec(runtime.spec.model_copy(update={"enabled": False}))
-    assert runtime.next_visit_s(0, REFRESH_S) == math.inf
+    assert next_visit_s(runtime, 0, REFRESH_S) == math.inf
 
 
 def test_maintenance_asks_for_its_next_job_but_not_while_one_runs_or_before_a_read() -> None:
     runtime = _runtime(snapshotRetention={"interval": "1h"})
     job = MaintenanceJob.EXPIRE
     runtime.last_refresh_s = 0.0
-    assert runtime.next_visit_s(5, 3600 * 24) == 3600 * 24  # never read: its refresh reads it first
+    assert next_visit_s(runtime, 5, 3600 * 24) == 3600 * 24  # never read: its refresh reads it first
     _evaluate(runtime, 0)
-    assert runtime.next_visit_s(5, 3600 * 24) == 5  # never ran: due now
+    assert next_visit_s(runtime, 5, 3600 * 24) == 5  # never ran: due now
     runtime.on_maintenance_started(job)
-    assert runtime.next_visit_s(6, 3600 * 24) == 3600 * 24  # its end is a happening
+    assert next_visit_s(runtime, 6, 3600 * 24) == 3600 * 24  # its end is a happening
     runtime.on_maintenance_done(MaintenanceReport(job, "expired nothing"), now_s=7)
-    assert runtime.next_visit_s(8, 3600 * 24) == 7 + 3600
+    assert next_visit_s(runtime, 8, 3600 * 24) == 7 + 3600

@@ -37,6 +37,7 @@ from floe.optimizing.refresher import TableRefresher
 from floe.optimizing.registry import DEFAULT_NAMESPACE, EngineEvent, TableRegistry
 from floe.optimizing.table_state import TableRuntime, TableState
 from floe.optimizing.views import TableView
+from floe.optimizing.wakeups import next_visit_s
 from floe.service.task_service import RefusedResult, TaskService
 
 log = logging.getLogger(__name__)
@@ -277,7 +278,7 @@ class OptimizingEngine:
                 table_id = runtime.table_id
                 if self.runtimes.get(table_id) is not runtime:
                     continue  # removed meanwhile
-                when = runtime.next_visit_s(now, self.refresh_interval_s)
+                when = next_visit_s(runtime, now, self.refresh_interval_s)
                 if table_id in self._registry.marked_pending:
                     when = now  # the next round tells its scheduler it is no longer pending
                 self._registry.wakeups.schedule(table_id, when)

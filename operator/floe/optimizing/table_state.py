@@ -343,7 +343,7 @@ class TableRuntime:
             or self.refusal_reason == UNSUPPORTED
         ):
             return None
-        if now_s < self._earliest_maintenance_s():
+        if now_s < self.earliest_maintenance_s():
             return None
         last_runs = {job: run.finished_s for job, run in self.maintenance_runs.items()}
         for job in due_jobs(self.spec.maintenance, last_runs, now_s, self._first_runs()):
@@ -370,7 +370,7 @@ class TableRuntime:
             self.settled_jobs[job] = metadata_location
         self._maintenance_due_for = None
 
-    def _earliest_maintenance_s(self) -> float:
+    def earliest_maintenance_s(self) -> float:
         """When the first job is due (inf: none is on, or every one is settled), kept until the
         spec, a run or the metadata file changes: the engine asks every table every round."""
         key = (self.spec, self.evaluated_metadata)
@@ -388,27 +388,6 @@ class TableRuntime:
             )
             self._maintenance_due_for = key
         return self._earliest_maintenance
-
-    def next_visit_s(self, now_s: float, refresh_interval_s: float) -> float:
-        """When the engine must look at the table again if nothing happens to it meanwhile: its
-        next refresh (none while a process runs: its end is such a happening), its next
-        maintenance job (none while one runs), or the next round while it is PENDING (whether
-        it may be planned changes with the time and its group). inf: only a happening can make
-        anything due (disabled; busy with a job running)."""
-        if self.state == TableState.DISABLED:
-            return math.inf
-        if self.state == TableState.PENDING:
-            return now_s
-        refresh = math.inf
-        if not self.busy:
-            refresh = -math.inf if self.last_refresh_s is None else self.last_refresh_s + refresh_interval_s
-        maintenance = math.inf
-        # The engine maintains only a table it has read: the refresh that first reads it is a visit.
-        if self.maintaining is None and self.refusal_reason != UNSUPPORTED and self.snapshot_id is not None:
-            # A job due but held back (one that commits, while a process runs) is asked again
-            # at the next round, as it was before.
-            maintenance = max(self._earliest_maintenance_s(), now_s)
-        return min(refresh, maintenance)
 
     def next_maintenance_s(self, job: MaintenanceJob, now_s: float) -> float | None:
         """When `job` is due next (now, or its first run's time, if it never ran); None when the

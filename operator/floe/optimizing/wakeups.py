@@ -12,6 +12,8 @@ import heapq
 import itertools
 import math
 
+from floe.optimizing.table_state import UNSUPPORTED, TableRuntime, TableState
+
 
 class TableWakeups:
     """Per table, the earliest time the engine must look at it; not thread-safe (the engine
@@ -60,3 +62,30 @@ class TableWakeups:
             self._heap = [(when, order, t) for t, (when, order) in self._live.items()]
             heapq.heapify(self._heap)
         return due
+
+
+def next_visit_s(runtime: TableRuntime, now_s: float, refresh_interval_s: float) -> float:
+    """When the engine must look at the table again if nothing happens to it meanwhile: its
+    next refresh (none while a process runs: its end is such a happening), its next
+    maintenance job (none while one runs), or the next round while it is PENDING (whether
+    it may be planned changes with the time and its group). inf: only a happening can make
+    anything due (disabled; busy with a job running)."""
+    if runtime.state == TableState.DISABLED:
+        return math.inf
+    if runtime.state == TableState.PENDING:
+        return now_s
+    refresh = math.inf
+    if not runtime.busy:
+        last = runtime.last_refresh_s
+        refresh = -math.inf if last is None else last + refresh_interval_s
+    maintenance = math.inf
+    # The engine maintains only a table it has read: the refresh that first reads it is a visit.
+    if (
+        runtime.maintaining is None
+        and runtime.refusal_reason != UNSUPPORTED
+        and runtime.snapshot_id is not None
+    ):
+        # A job due but held back (one that commits, while a process runs) is asked again
+        # at the next round, as it was before.
+        maintenance = max(runtime.earliest_maintenance_s(), now_s)
+    return min(refresh, maintenance)
