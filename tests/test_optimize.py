@@ -8,16 +8,20 @@ import pyarrow as pa
 import pytest
 import yaml
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.io import FileIO
 from pyspark.sql import SparkSession
 from rich.console import Console
 from test_correctness import CONFIG, LAYOUTS, MOR, SCHEMA, Writer, build_table, data_files_on_disk, rows_at
 
 from floe.cli import main
+from floe.local import optimize
 from floe.local.demo import run_demo
 from floe.local.optimize import optimize_once
 from floe.local.reference_reader import ReferenceReader
 from floe.optimizing.commit_request import ProcessFailed
 from floe.planning.plan import OptimizingType
+from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
+from floe.rewrite.result_check import ResultCheckFailed, check_result
 from floe.tables.scan import scan_table
 from floe.tables.writer import conform
 
@@ -111,3 +115,41 @@ def test_floe_demo_runs_end_to_end(tmp_path: Path) -> None:
     text = console.export_text()
     assert text.count("rows unchanged") == 4
     assert "ROWS DIFFER" not in text
+
+
+def test_a_refused_result_deletes_only_its_own_files(
+    sql_catalog: SqlCatalog, reference: ReferenceReader, spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`floe optimize` refuses one task's first result: only that result's files go (the retry
+    writes them again); the other tasks' accepted files stay and the commit references them."""
+    table = sql_catalog.create_table("db.t", SCHEMA, partition_spec=LAYOUTS["identity"], properties=MOR)
+    writer = Writer(table)
+    for cat in ("a", "b", "c"):
+        for _ in range(3):
+            batch = writer.rows(10).set_column(1, "cat", pa.array([cat] * 10, pa.string()))
+            for i in batch["id"].to_pylist():
+                writer.keys[i] = (cat, writer.keys[i][1])
+            table.append(conform(table, batch))
+    before = rows_at(reference, sql_catalog)
+    refused: list[str] = []
+
+    def check_refusing_the_last_task_once(
+        spec: RewriteTaskSpec, result: RewriteTaskResult, io: FileIO
+    ) -> None:
+        # The last task's outcome comes after the others' in the batch: their files are written.
+        if spec.task_id.endswith("-t0002") and not refused:
+            refused.append(spec.task_id)
+            raise ResultCheckFailed("rows", "refused by the test")
+        check_result(spec, result, io)
+
+    monkeypatch.setattr(optimize, "check_result", check_refusing_the_last_task_once)
+    result = optimize_once(table, "db.t", CONFIG, spark=lambda: spark, forced=OptimizingType.FULL)
+
+    assert refused and result.commit is not None and len(result.task_results) == 3
+    table.refresh()
+    live = {f.path for f in scan_table(table).files.data_files}
+    assert len(live) == 3
+    assert all(Path(path.removeprefix("file://")).exists() for path in live), (
+        "the commit references deleted files"
+    )
+    assert rows_at(reference, sql_catalog) == before

@@ -30,7 +30,7 @@ from floe.commit.rewrite import commit_rewrite
 from floe.local.optimize import plan_table
 from floe.local.reference_reader import ReferenceReader
 from floe.optimizing.commit_request import commit_request
-from floe.optimizing.specs import OptimizingProcess, build_process
+from floe.optimizing.specs import PlannedProcess, build_process
 from floe.planning.plan import OptimizingType
 from floe.protocol.assignment import TaskAssignment
 from floe.protocol.rewrite_task import InputDataFile, RewriteTaskSpec
@@ -118,7 +118,7 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 120.0)
         time.sleep(0.05)
 
 
-def queue_process(table: Table, service: TaskService) -> OptimizingProcess:
+def queue_process(table: Table, service: TaskService) -> PlannedProcess:
     scanned, plan = plan_table(table, CONFIG, forced=OptimizingType.MINOR)
     process = build_process(table, "db.t", scanned, plan, CONFIG)
     assert len(process.specs) >= 2, "the tests need a process of several tasks"
@@ -158,7 +158,7 @@ def synthetic_spec(task_id: str, data_files: list[InputDataFile] | None = None) 
 
 def commit_and_check_rows(
     table: Table,
-    process: OptimizingProcess,
+    process: PlannedProcess,
     outcome: ProcessOutcome,
     reference: ReferenceReader,
     catalog: SqlCatalog,

@@ -10,12 +10,10 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from floe.api.table import ClusteringSpec
-from floe.commit.request import CommitFailed, CommitPending, RewriteRequest
-from floe.commit.rewrite import CommitHistory, RewriteCommitResult, commit_rewrite
+from floe.commit.rewrite import RewriteCommitResult
 from floe.local.interrupt import Interrupted, deferred_interrupts
-from floe.optimizing.commit_request import ProcessFailed, commit_request
-from floe.optimizing.leftovers import remove_uncommitted_outputs
-from floe.optimizing.specs import DEFAULT_DELETE_MEMORY_LIMIT, OptimizingProcess, build_process
+from floe.optimizing.process import CommitPolicy, OptimizingProcess, ProcessState
+from floe.optimizing.specs import DEFAULT_DELETE_MEMORY_LIMIT, build_process
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.planning.planner import plan_optimizing
@@ -23,7 +21,7 @@ from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
 from floe.rewrite.result_check import ResultCheckFailed, check_result
 from floe.tables.history import optimizing_history
 from floe.tables.scan import ScannedTable
-from floe.tables.support import UnsupportedTableError, scan_supported
+from floe.tables.support import scan_supported
 from floe_optimizer.spark_runner import TaskOutcome, run_tasks_on_spark, wait_for_idle_executors
 
 
@@ -88,49 +86,48 @@ def optimize_once(
     Failed tasks are retried up to `num_retries` times each; then the process fails
     (ProcessFailed) unless partial commit is allowed. A commit that cannot be made (the
     catalog or the storage failing) is ProcessFailed too, its files deleted, unless it may
-    have landed: then CommitPending, and the files stay for orphan cleanup. Spark is only started when the
-    plan has tasks. Rows are z-ordered by `clustering` when set, else written in the
-    table's sort order, if it has one.
+    have landed: then CommitPending, and the files stay for orphan cleanup. The commit and the
+    cleanup are the engine's (`OptimizingProcess`), with one policy difference: nothing retries
+    a commit here later. Spark is only started when the plan has tasks. Rows are z-ordered by
+    `clustering` when set, else written in the table's sort order, if it has one.
     """
     started = time.monotonic()
     scanned, plan = plan_table(table, config, forced)
     result = OptimizeResult(table_name=table_name, plan=plan, scanned=scanned)
     if on_plan is not None:
         on_plan(plan)
-    if plan.is_empty:
+    if plan.is_empty or plan.optimizing_type is None:
         result.seconds = time.monotonic() - started
         return result
-    process = build_process(
-        table, table_name, scanned, plan, config, delete_memory_limit, clustering=clustering
+    process = OptimizingProcess(
+        build_process(table, table_name, scanned, plan, config, delete_memory_limit, clustering=clustering),
+        table,
+        plan.optimizing_type,
+        policy=CommitPolicy(retry_pending=False),
     )
-    pending = list(process.specs)
-    specs = {spec.task_id: spec for spec in process.specs}
+    pending = list(process.planned.specs)
+    specs = {spec.task_id: spec for spec in pending}
     session = spark()
     try:
         _run_tasks(table, process, session, num_retries, result, specs, pending, on_task_done)
     except Interrupted as stop:
         # The jobs are cancelled; once their tasks stopped writing, nothing of the process stays.
         wait_for_idle_executors(session)
-        removed = _remove_outputs(table, process, result.task_results)
+        process.tasks_ended(result.task_results, {}, allow_partial_commit=False)
+        removed = process.discard()
         stop.outcome = (
             f"optimizing of {table_name} abandoned, nothing committed; {len(removed)} files it wrote deleted"
         )
         raise
-    try:
-        request = commit_request(
-            process,
-            result.task_results,
-            result.task_errors,
-            allow_partial_commit=allow_partial_commit,
-        )
-    except ProcessFailed:
-        # Nothing will reference what the tasks wrote.
-        _remove_outputs(table, process, result.task_results)
-        raise
+    process.tasks_ended(result.task_results, result.task_errors, allow_partial_commit)
     try:
         # A signal now waits for the commit's end: it is never cut in half.
         with deferred_interrupts():
-            result.commit = _commit(table, process, request, result.task_results)
+            step = process.commit(time.time())
+            if step.state != ProcessState.COMMITTED:
+                assert step.error is not None  # a failed step carries its error
+                raise step.error
+            result.commit = step.result
     except Interrupted as stop:
         # Raised only once the commit is done: a failed commit raises its own error instead.
         committed = result.commit.snapshot_id if result.commit else "?"
@@ -162,8 +159,8 @@ def _run_tasks(
                 try:
                     check_result(specs[outcome.task_id], outcome.result, table.io)
                 except ResultCheckFailed as exc:
-                    # The retry writes the same names: the refused files go now.
-                    _remove_outputs(table, process, [outcome.result])
+                    # The retry writes the same names: the refused files go now, and no others.
+                    process.delete_refused(outcome.result)
                     error = f"result refused ({exc.check}): {exc}"
                 else:
                     result.check_seconds += time.perf_counter() - checking
@@ -175,33 +172,3 @@ def _run_tasks(
         pending = [s for s in pending if s.task_id in failed_ids]
         if not pending:
             break
-
-
-def _commit(
-    table: Table, process: OptimizingProcess, request: RewriteRequest, results: list[RewriteTaskResult]
-) -> RewriteCommitResult:
-    """Commit once; when it fails, delete the process's files unless the commit may have landed."""
-    history = CommitHistory()
-    try:
-        return commit_rewrite(table, request, history=history)
-    except CommitPending as exc:
-        # One shot: nothing retries this commit later.
-        if history.outcome_unknown:
-            raise
-        _remove_outputs(table, process, results)
-        raise ProcessFailed(f"the commit failed: {exc}") from exc
-    except (CommitFailed, UnsupportedTableError):
-        if not history.outcome_unknown:
-            _remove_outputs(table, process, results)
-        raise
-
-
-def _remove_outputs(table: Table, process: OptimizingProcess, results: list[RewriteTaskResult]) -> list[str]:
-    """Delete what the process wrote: its own names in its output directories, nothing else."""
-    return remove_uncommitted_outputs(
-        table.io,
-        process.process_id,
-        {spec.output_dir for spec in process.specs},
-        committed=(),
-        reported=[written.path for r in results for written in r.files],
-    )

@@ -9,7 +9,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record
 
 from floe.commit.request import RewriteRequest
-from floe.optimizing.specs import OptimizingProcess, output_sort_order_id
+from floe.optimizing.specs import PlannedProcess, output_sort_order_id
 from floe.planning.files import FileKind
 from floe.planning.plan import POSITIONS
 from floe.protocol.rewrite_task import RewriteTaskResult, WrittenFile
@@ -21,7 +21,7 @@ class ProcessFailed(RuntimeError):
 
 
 def commit_request(
-    process: OptimizingProcess,
+    process: PlannedProcess,
     results: Sequence[RewriteTaskResult],
     failures: Mapping[str, str],
     allow_partial_commit: bool,

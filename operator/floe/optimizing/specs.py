@@ -38,7 +38,7 @@ UNSORTED_ORDER_ID = 0
 
 
 @dataclass(frozen=True)
-class OptimizingProcess:
+class PlannedProcess:
     """The tasks of one plan, ready to ship, and how to map their results back."""
 
     process_id: str
@@ -73,7 +73,7 @@ def build_process(
     clustering: ClusteringSpec | None = None,
     storage_secret: str | None = None,
     secret_properties: Mapping[str, str] | None = None,
-) -> OptimizingProcess:
+) -> PlannedProcess:
     """Turn each planned task into a self-contained spec an executor can run.
 
     The tasks write their rows z-ordered by `clustering` when it is set, else in the
@@ -144,7 +144,7 @@ def build_process(
             )
         )
         tasks[task_id] = task
-    return OptimizingProcess(
+    return PlannedProcess(
         process_id=process_id,
         table_name=table_name,
         plan=plan,
