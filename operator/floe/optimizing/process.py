@@ -25,7 +25,7 @@ from floe.optimizing.leftovers import remove_uncommitted_outputs
 from floe.optimizing.specs import PlannedProcess
 from floe.planning.plan import OptimizingType
 from floe.protocol.rewrite_task import RewriteTaskResult
-from floe.rewrite.result_check import is_own_file
+from floe.rewrite.result_check import own_files
 from floe.tables.support import UnsupportedTableError
 
 log = logging.getLogger(__name__)
@@ -202,4 +202,4 @@ class OptimizingProcess:
         """Delete the files a refused result names that are the process's own (its names in its
         output directories): the task's retry writes them again; no other task's are touched."""
         spec = next(s for s in self.planned.specs if s.task_id == result.task_id)
-        return delete_paths(self.table.io, [w.path for w in result.files if is_own_file(spec, w.path)])
+        return delete_paths(self.table.io, own_files(spec, result))

@@ -356,6 +356,12 @@ def is_own_file(spec: RewriteTaskSpec, path: str) -> bool:
     )
 
 
+def own_files(spec: RewriteTaskSpec, result: RewriteTaskResult) -> list[str]:
+    """The files `result` names that the attempt of `spec` may have written (`is_own_file`): what
+    a refused result's cleanup deletes, never a file named elsewhere."""
+    return [written.path for written in result.files if is_own_file(spec, written.path)]
+
+
 def check_stored_file(
     written: WrittenFile,
     io: FileIO,

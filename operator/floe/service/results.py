@@ -10,7 +10,7 @@ from pyiceberg.io import FileIO, load_file_io
 
 from floe.kit.files import delete_paths
 from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
-from floe.rewrite.result_check import check_result, is_own_file
+from floe.rewrite.result_check import check_result, own_files
 
 
 class ResultChecker:
@@ -37,10 +37,9 @@ class ResultChecker:
     def delete_own_files(
         self, spec: RewriteTaskSpec, result: RewriteTaskResult, process_id: str = ""
     ) -> list[str]:
-        """Delete the files `result` names that the attempt may have written (`is_own_file`);
+        """Delete the files `result` names that the attempt may have written (`own_files`);
         a file named elsewhere is never touched. Returns the paths deleted or already gone."""
-        own = [written.path for written in result.files if is_own_file(spec, written.path)]
-        return delete_paths(self.io(spec, process_id), own)
+        return delete_paths(self.io(spec, process_id), own_files(spec, result))
 
     def io(self, spec: RewriteTaskSpec, process_id: str = "") -> FileIO:
         """The FileIO for the task's storage."""
