@@ -22,8 +22,11 @@ from floe.optimizing.engine import OptimizingEngine
 from floe.optimizing.registry import EngineEvent
 from floe.optimizing.table_state import TableState
 from floe.planning.files import FileKind
+from floe.protocol.wire import CompleteRequest, PollRequest, RegisterRequest
+from floe.rewrite.task import run_task
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
+from floe.tables.history import SUMMARY_PROCESS_ID
 from floe.tables.scan import scan_table
 from floe_optimizer.app import Optimizer
 
@@ -132,6 +135,43 @@ def test_pending_without_optimizer_is_explained_then_served(
     assert metrics[("floe_group_optimizers", (("group", "g1"),))] == 1
     completed = metrics[("floe_tasks_completed_total", (("group", "g1"), ("outcome", "success")))]
     assert completed >= 1
+
+
+def test_a_process_commits_as_its_last_result_is_accepted_without_another_round(
+    sql_catalog: SqlCatalog, reference: ReferenceReader
+) -> None:
+    now = 1_000_000.0  # frozen: nothing comes due by itself, and no round follows the results
+    service = TaskService(clock=lambda: now, registration_token=TOKEN)
+    engine = OptimizingEngine(service, clock=lambda: now)
+    try:
+        build_table(sql_catalog, reference, "unpartitioned", evolve_schema=False)
+        before = rows_at(reference, sql_catalog)
+        engine.apply_group(_group("g1"))
+        hand = RegisterRequest(group="g1", threads=1, memory_bytes=0, name="by-hand")
+        session = service.register(hand, TOKEN)
+        runtime = engine.apply_table(_table(sql_catalog, "g1"))
+        engine.tick()  # refreshed and planned
+        process_id = runtime.process_id
+        assert runtime.state.endswith("_OPTIMIZING") and process_id is not None
+
+        tasks = 0
+        while (assignment := service.poll(session.token, PollRequest(thread=0))) is not None:
+            service.ack(session.token, assignment.attempt_id)
+            result = run_task(assignment.spec)
+            service.complete(session.token, assignment.attempt_id, CompleteRequest(result=result))
+            tasks += 1
+
+        deadline = time.monotonic() + 60
+        while runtime.state != TableState.IDLE:
+            assert time.monotonic() < deadline, f"no commit without a round: {runtime.state}"
+            time.sleep(0.05)
+        assert tasks > 0 and "committed snapshot" in runtime.last_result
+        head = sql_catalog.load_table("db.t").current_snapshot()
+        assert head is not None and head.summary is not None
+        assert head.summary.get(SUMMARY_PROCESS_ID) == process_id
+        assert rows_at(reference, sql_catalog) == before
+    finally:
+        engine.close()
 
 
 def test_disabled_table_is_never_planned(

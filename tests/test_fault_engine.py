@@ -10,6 +10,7 @@ and that the process's uncommitted files are gone.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from floe.api.models import OptimizedTable
 from floe.controller.status import degraded_reason
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.reachable import referenced_files
+from floe.optimizing.commit_runner import CommitRunner
 from floe.optimizing.engine import OptimizingEngine
 from floe.optimizing.registry import EngineEvent
 from floe.optimizing.table_state import TableRuntime, TableState
@@ -60,6 +62,7 @@ class Stack:
     service: TaskService
     server: TaskServiceServer
     engine: OptimizingEngine
+    committer: CommitRunner
     events: list[EngineEvent]
     optimizers: list[Optimizer]
     table_name: str = ""
@@ -80,10 +83,11 @@ def stack(data: RestS3Stack, reference: ReferenceReader) -> Iterator[Stack]:
         server = TaskServiceServer(service)
         server.start()
         # No refresh between the test's steps unless it asks: faults hit the step they aim at.
-        engine = OptimizingEngine(service, refresh_interval_s=3600)
+        committer = CommitRunner()
+        engine = OptimizingEngine(service, refresh_interval_s=3600, committer=committer)
         events: list[EngineEvent] = []
         engine.subscribe(events.append)
-        built = Stack(data, proxy, service, server, engine, events, [])
+        built = Stack(data, proxy, service, server, engine, committer, events, [])
         yield built
         for optimizer in built.optimizers:
             optimizer.stop(grace_s=10)
@@ -154,12 +158,6 @@ def _tick_until(stack: Stack, done: Callable[[], bool], what: str, timeout_s: fl
         time.sleep(0.2)
 
 
-def _tasks_done(stack: Stack) -> bool:
-    """Every task of the table's process succeeded; the engine has not taken the outcome yet."""
-    stats = stack.service.group(GROUP).stats(time.time()).get(TABLE_ID)
-    return stats is not None and stats.process_id is not None and stats.running == stats.planned == 0
-
-
 def _committed(runtime: TableRuntime) -> bool:
     return runtime.state == TableState.IDLE and "committed snapshot" in runtime.last_result
 
@@ -199,18 +197,32 @@ def _settle(stack: Stack, runtime: TableRuntime, reference: ReferenceReader, bef
 
 def _run_to_the_commit(
     stack: Stack, reference: ReferenceReader, spark: SparkSession
-) -> tuple[Any, Snapshot | None, TableRuntime, str]:
-    """A new table, planned and its tasks all done, the engine not yet told: its rows at the
-    start, its starting snapshot, its runtime and the process id."""
+) -> tuple[Any, Snapshot | None, TableRuntime, str, threading.Event]:
+    """A new table, planned and its tasks all done, its commit held behind a gate on the commit
+    thread (it starts as the last result is accepted): its rows at the start, its starting
+    snapshot, its runtime, the process id and the gate, for the test to set once it set up its
+    fault (and before its next tick, which waits for the commit thread)."""
     _make_table(stack)
     before = reference.rows(CATALOG, stack.table_name)
     start = stack.table().current_snapshot()
     runtime = _register(stack)
     _start_optimizer(stack, spark)
-    _tick_until(stack, lambda: runtime.process_id is not None, "the table was planned")
-    assert runtime.process_id is not None
+    gate = threading.Event()
+    deadline = time.monotonic() + 180
+    while runtime.process_id is None:
+        assert time.monotonic() < deadline, "the table was never planned"
+        time.sleep(0.2)
+        stack.engine.tick()
+    # At once, before its tasks (on Spark) can end: the commit queues behind the gate.
+    stack.committer.submit(gate.wait)
     _wait(lambda: _tasks_done(stack), "every task succeeded")
-    return before, start, runtime, runtime.process_id
+    return before, start, runtime, runtime.process_id, gate
+
+
+def _tasks_done(stack: Stack) -> bool:
+    """Every task of the table's process succeeded; its commit has not taken the outcome yet."""
+    stats = stack.service.group(GROUP).stats(time.time()).get(TABLE_ID)
+    return stats is not None and stats.process_id is not None and stats.running == stats.planned == 0
 
 
 def test_forged_completions_are_refused_and_the_process_commits_honest_results(
@@ -276,9 +288,10 @@ def test_a_catalog_gone_while_planning_leaves_the_table_pending_until_it_answers
 def test_a_catalog_gone_at_commit_time_delays_the_commit_and_loses_nothing(
     stack: Stack, reference: ReferenceReader, spark: SparkSession
 ) -> None:
-    before, start, runtime, process = _run_to_the_commit(stack, reference, spark)
+    before, start, runtime, process, gate = _run_to_the_commit(stack, reference, spark)
 
     stack.proxy.down()
+    gate.set()
     stack.engine.tick()
     stack.engine.tick()
 
@@ -293,10 +306,11 @@ def test_a_catalog_gone_at_commit_time_delays_the_commit_and_loses_nothing(
 def test_a_written_file_deleted_before_the_commit_fails_the_process_cleanly_and_the_next_commits(
     stack: Stack, reference: ReferenceReader, spark: SparkSession
 ) -> None:
-    before, start, runtime, first = _run_to_the_commit(stack, reference, spark)
+    before, start, runtime, first, gate = _run_to_the_commit(stack, reference, spark)
     written = [path for path in _data_files(stack, stack.table()) if f"/{first}-t" in path]
     assert written
     s3_filesystem(stack.data.moto.endpoint).delete_file(written[0].removeprefix("s3://"))
+    gate.set()
 
     _tick_until(stack, lambda: "OptimizingFailed" in stack.reasons(), "the process failed")
 
@@ -312,9 +326,10 @@ def test_a_written_file_deleted_before_the_commit_fails_the_process_cleanly_and_
 def test_a_commit_that_landed_unseen_keeps_its_files_when_a_later_try_fails(
     stack: Stack, reference: ReferenceReader, spark: SparkSession
 ) -> None:
-    before, start, runtime, process = _run_to_the_commit(stack, reference, spark)
+    before, start, runtime, process, gate = _run_to_the_commit(stack, reference, spark)
     assert start is not None
     stack.proxy.rule("POST", COMMIT_PATH, "drop_answer", down_after=True)
+    gate.set()
     stack.engine.tick()  # the catalog applies the commit, its answer is lost, then it is gone
 
     assert runtime.state == TableState.COMMITTING and "CommitDelayed" in stack.reasons()

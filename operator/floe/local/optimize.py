@@ -18,7 +18,7 @@ from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.planning.planner import plan_optimizing
 from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
-from floe.rewrite.result_check import ResultCheckFailed, check_result
+from floe.rewrite.result_check import ResultCheckFailed
 from floe.tables.history import optimizing_history
 from floe.tables.scan import ScannedTable
 from floe.tables.support import scan_supported
@@ -157,10 +157,10 @@ def _run_tasks(
                 # Held to the same checks as a remote optimizer's result.
                 checking = time.perf_counter()
                 try:
-                    check_result(specs[outcome.task_id], outcome.result, table.io)
+                    process.check(specs[outcome.task_id], outcome.result)
                 except ResultCheckFailed as exc:
                     # The retry writes the same names: the refused files go now, and no others.
-                    process.delete_refused(outcome.result)
+                    process.delete_refused(specs[outcome.task_id], outcome.result)
                     error = f"result refused ({exc.check}): {exc}"
                 else:
                     result.check_seconds += time.perf_counter() - checking

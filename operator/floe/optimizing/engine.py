@@ -2,12 +2,14 @@
 
 One `tick()` refreshes the tables that are due (an unchanged snapshot is not rescanned),
 tells each group's scheduler which tables are pending, plans the tables the scheduler
-picks, and commits the processes whose tasks are done. A round looks only at the tables whose
-time has come (`TableWakeups`: a refresh, a maintenance job, a pending plan) and at those a
-process's end, a job's end or a changed manifest touched; once a minute it looks at every
-table, a backstop that bounds what a missed touch could delay. Optimizers reach the same
-TaskService over HTTP and run the tasks. The engine is what `floe run` drives in a
-loop, and what the Kubernetes controller drives from resource events.
+picks, and retries the delayed commits now due. A process commits as soon as its last
+task's result is accepted, on the commit thread; a round first waits for those commits.
+A round looks only at the tables whose time has come (`TableWakeups`: a refresh, a
+maintenance job, a pending plan) and at those a process's end, a job's end or a changed
+manifest touched; once a minute it looks at every table, a backstop that bounds what a
+missed touch could delay. Optimizers reach the same TaskService over HTTP and run the
+tasks. The engine is what `floe run` drives in a loop, and what the Kubernetes controller
+drives from resource events.
 
 Groups are keyed in the TaskService by `OptimizingEngine.group_key`: by name alone
 embedded (``floe run``, where every manifest is in one namespace), and by
@@ -31,6 +33,7 @@ from floe.api.table import OptimizedTableSpec
 from floe.maintenance.job import MaintenanceJob
 from floe.optimizing import views
 from floe.optimizing.catalog_access import CatalogAccess
+from floe.optimizing.commit_runner import CommitRunner
 from floe.optimizing.maintenance_runner import MaintenanceRunner
 from floe.optimizing.processes import ProcessRunner
 from floe.optimizing.refresher import TableRefresher
@@ -63,7 +66,9 @@ class OptimizingEngine:
         maintenance_threads: int = 1,
         refresh_budget_s: float = 2.0,
         spread_first_maintenance: bool = False,
+        committer: CommitRunner | None = None,
     ) -> None:
+        """`committer`: the thread processes are committed on (a new one by default)."""
         self.service = service
         self.clock = clock
         self.spread_first_maintenance = spread_first_maintenance
@@ -74,7 +79,9 @@ class OptimizingEngine:
         self._refresher = TableRefresher(
             self._registry, self._catalogs, refresh_interval_s, io_threads, refresh_budget_s
         )
-        self._processes = ProcessRunner(self._registry, self._catalogs, self._refresher)
+        self._processes = ProcessRunner(
+            self._registry, self._catalogs, self._refresher, committer or CommitRunner()
+        )
         self._maintenance = MaintenanceRunner(
             self._registry, self._catalogs, self._processes.protection, maintenance_threads
         )
@@ -87,7 +94,6 @@ class OptimizingEngine:
         """Tables the rounds looked at so far (tests check that an idle round looks at none)."""
         service.metrics.watch_tables(self.table_views)
         service.on_refused(self._on_refused)
-        service.results.use_storage(self._processes.io_properties)
 
     @property
     def refresh_interval_s(self) -> float:
@@ -248,7 +254,8 @@ class OptimizingEngine:
     # -- the loop ------------------------------------------------------------------------
 
     def tick(self) -> None:
-        """One round: refresh due tables, plan what the schedulers pick, commit finished work.
+        """One round: wait for the commits under way, refresh due tables, plan what the schedulers
+        pick, retry the delayed commits now due.
 
         Maintenance jobs that are due start in the background.
         """
@@ -304,9 +311,10 @@ class OptimizingEngine:
 
     def close(self) -> None:
         """Stop the refresh threads, after the maintenance jobs running now finish (those waiting
-        on file tasks fail at once)."""
+        on file tasks fail at once), and the commit thread, after the commits under way."""
         self._maintenance.close()
         self._refresher.close()
+        self._processes.close()
 
     # -- views ---------------------------------------------------------------------------
 

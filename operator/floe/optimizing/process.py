@@ -24,8 +24,8 @@ from floe.optimizing.commit_request import ProcessFailed, commit_request
 from floe.optimizing.leftovers import remove_uncommitted_outputs
 from floe.optimizing.specs import PlannedProcess
 from floe.planning.plan import OptimizingType
-from floe.protocol.rewrite_task import RewriteTaskResult
-from floe.rewrite.result_check import own_files
+from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
+from floe.rewrite.result_check import check_result, own_files
 from floe.tables.support import UnsupportedTableError
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,9 @@ class CommitStep:
 
 
 class OptimizingProcess:
-    """One process: its planned tasks, the table it rewrites, what its tasks produced and its
-    commit. Not thread-safe: one driver commits it at a time."""
+    """One process: its planned tasks, the table it rewrites, the check of its tasks' results,
+    what they produced and its commit. One driver commits it at a time; results may be checked
+    from any thread."""
 
     def __init__(
         self,
@@ -198,8 +199,13 @@ class OptimizingProcess:
             log.info("%s: removed %d files no commit references", self.process_id, len(removed))
         return removed
 
-    def delete_refused(self, result: RewriteTaskResult) -> list[str]:
+    def check(self, spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
+        """Raise ResultCheckFailed unless `result` is what `spec`'s attempt may produce, read
+        through the table's own FileIO (credentials a task does not carry included); OSError
+        when the storage does not answer. Safe from any thread."""
+        check_result(spec, result, self.table.io)
+
+    def delete_refused(self, spec: RewriteTaskSpec, result: RewriteTaskResult) -> list[str]:
         """Delete the files a refused result names that are the process's own (its names in its
         output directories): the task's retry writes them again; no other task's are touched."""
-        spec = next(s for s in self.planned.specs if s.task_id == result.task_id)
         return delete_paths(self.table.io, own_files(spec, result))

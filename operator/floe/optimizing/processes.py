@@ -1,6 +1,7 @@
 """The engine's optimizing processes: planning the tables each group's scheduler picks, and
-committing each process (`OptimizingProcess`) once its tasks are done, by the process's own
-retry policy and cleanup rule, with what the table's state and users hear of it."""
+committing each process (`OptimizingProcess`) as soon as its last task's result is accepted
+(on the `CommitRunner`'s thread), by the process's own retry policy and cleanup rule, with what
+the table's state and users hear of it. Each process checks its own tasks' results."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 
 from floe.api.table_properties import InvalidTableProperty
 from floe.optimizing.catalog_access import CatalogAccess
+from floe.optimizing.commit_runner import CommitRunner
 from floe.optimizing.process import OptimizingProcess, ProcessState
 from floe.optimizing.refresher import TableRefresher
 from floe.optimizing.registry import TableRegistry
@@ -29,16 +31,23 @@ MIN_DELETE_MEMORY = 64 * 1024 * 1024
 class ProcessRunner:
     """Plans, tracks and commits the engine's processes, by process id."""
 
-    def __init__(self, registry: TableRegistry, catalogs: CatalogAccess, refresher: TableRefresher) -> None:
+    def __init__(
+        self,
+        registry: TableRegistry,
+        catalogs: CatalogAccess,
+        refresher: TableRefresher,
+        committer: CommitRunner,
+    ) -> None:
         self._registry = registry
         self._catalogs = catalogs
         self._refresher = refresher  # its refusals: planning finds what a refresh would have
         self._processes: dict[str, OptimizingProcess] = {}
         """Processes in flight (tasks running, or a commit delayed), by process id."""
+        self._committer = committer
 
     def __bool__(self) -> bool:
-        """Whether a process is in flight."""
-        return bool(self._processes)
+        """Whether a process is in flight or being committed."""
+        return bool(self._processes) or self._committer.busy
 
     # -- what others ask ------------------------------------------------------------------
 
@@ -49,12 +58,6 @@ class ProcessRunner:
         if process is None:
             return (), ()
         return (process.planned.starting_snapshot_id,), (process.process_id,)
-
-    def io_properties(self, process_id: str) -> dict[str, str] | None:
-        """The FileIO properties of the table a process in flight rewrites, credentials included."""
-        with self._registry.lock:
-            process = self._processes.get(process_id)
-        return {k: str(v) for k, v in process.table.io.properties.items()} if process else None
 
     def cancel_group(self, group_key: str) -> list[str]:
         """Forget the group's processes whose tasks still run (hold the lock); those only waiting
@@ -78,7 +81,10 @@ class ProcessRunner:
     def abandon_in_flight(self) -> tuple[int, int]:
         """Stop for good: forget every process in flight, deleting the files it wrote (by name, in
         its output directories), but for those whose commit is pending, which may have landed
-        (orphan cleanup's). Call once its tasks stopped writing. Returns (processes, files deleted)."""
+        (orphan cleanup's). Call once its tasks stopped writing. Returns (processes, files deleted).
+
+        The commits under way and queued finish first: a commit is never cut in half."""
+        self._committer.close()
         with self._registry.lock:
             abandoned = [
                 p
@@ -89,6 +95,10 @@ class ProcessRunner:
                 del self._processes[process.process_id]
         removed = sum(len(process.discard()) for process in abandoned)
         return len(abandoned), removed
+
+    def close(self) -> None:
+        """Let the commits under way and queued finish, then stop the commit thread."""
+        self._committer.close()
 
     # -- planning -------------------------------------------------------------------------
 
@@ -183,15 +193,18 @@ class ProcessRunner:
                 # The group was deleted (or deleted and created again) while this table was planned.
                 runtime.on_planning_failed(f"group {runtime.group!r} was deleted")
                 return
-            self._processes[process.process_id] = OptimizingProcess(
+            optimizing = OptimizingProcess(
                 process, table, plan.optimizing_type, group=group_name, table_id=runtime.table_id
             )
+            self._processes[process.process_id] = optimizing
             scheduler.add_process(
                 runtime.table_id,
                 process.process_id,
                 list(process.specs),
                 max_retries=runtime.spec.execute.num_retries,
                 allow_partial_commit=runtime.spec.allow_partial_commit,
+                check=optimizing,
+                on_finished=lambda: self._committer.submit(lambda: self._commit_group(group_name, scheduler)),
             )
             runtime.on_planned(plan, process.process_id)
         registry.emit(
@@ -209,7 +222,9 @@ class ProcessRunner:
     # -- commit ---------------------------------------------------------------------------
 
     def commit_finished(self) -> None:
-        """Commit the processes whose tasks ended, and the delayed commits now due."""
+        """Wait for the commits under way, then commit the delayed commits now due and the
+        processes whose tasks ended that no commit took yet (a backstop)."""
+        self._committer.settle()
         registry = self._registry
         now = registry.clock()
         with registry.lock:
@@ -226,6 +241,15 @@ class ProcessRunner:
         for table_id in {p.table_id for p in due}:
             with registry.lock:
                 registry.touch(table_id)
+
+    def _commit_group(self, name: str, scheduler: GroupScheduler) -> None:
+        """Commit the group's processes whose tasks ended (on the commit thread)."""
+        with self._registry.lock:
+            if not self._registry.current(name, scheduler):
+                return  # the group was removed: its processes were cancelled
+            finished = scheduler.take_finished()
+        for outcome in finished:
+            self._tasks_ended(outcome)
 
     def _tasks_ended(self, outcome: ProcessOutcome) -> None:
         with self._registry.lock:

@@ -30,6 +30,7 @@ from floe.scheduling.records import (
     FileTasksOutcome,
     ProcessOutcome,
     ProcessRecord,
+    ResultCheck,
     TableRecord,
     TaskRecord,
     TaskStatus,
@@ -189,6 +190,11 @@ class AttemptBook:
                 self._fail(task, f"no completion within the execute timeout of {execute_timeout_s:g}s", now)
                 self._monitor.changed()
 
+    def result_check(self, attempt_id: str, optimizer_id: str) -> ResultCheck | None:
+        """The result check of the process a current attempt belongs to (None: the default);
+        StaleAttempt if the attempt is not current."""
+        return self._current(attempt_id, optimizer_id).process.check
+
     def take_finished(self) -> list[ProcessOutcome]:
         """The optimizing processes finished since the last call, forgotten from here on."""
         outcomes = [
@@ -312,6 +318,9 @@ class AttemptBook:
         process.finished = True
         if not process.file_tasks:  # those are taken by `file_tasks_outcome`, not committed
             self._finished.append(process)
+            if process.on_finished is not None:
+                # Outside the lock: its committer takes the outcome at once, not on a later round.
+                self._monitor.after_release(process.on_finished)
 
     def _discard_process(self, process: ProcessRecord) -> None:
         del self.processes[process.process_id]

@@ -25,7 +25,7 @@ argument. All public methods hold the group's `ChangeMonitor` lock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from floe.api.group import SchedulingPolicy
 from floe.kit.monitor import ChangeMonitor
@@ -40,6 +40,7 @@ from floe.scheduling.records import (
     GroupSchedulingStats,
     ProcessOutcome,
     ProcessRecord,
+    ResultCheck,
     TableRecord,
     TableSchedulingStats,
 )
@@ -239,12 +240,17 @@ class GroupScheduler:
         specs: Sequence[RewriteTaskSpec],
         max_retries: int,
         allow_partial_commit: bool,
+        check: ResultCheck | None = None,
+        on_finished: Callable[[], None] | None = None,
     ) -> None:
         """Queue a planned process; its tasks start PLANNED and the table stops planning.
 
         ``max_retries`` is how many failed attempts each task may retry. With
         ``allow_partial_commit`` the process still fails when a task runs out of retries,
         and its remaining tasks are dropped; the flag comes back in its `ProcessOutcome`.
+        ``check`` checks its tasks' results (`result_check`); ``on_finished`` is called once
+        when its last task ends, on that thread once the lock is released, so the process's
+        outcome (`take_finished`) is committed at once.
 
         Raises KeyError when the table was removed meanwhile, ValueError for an empty or
         inconsistent process.
@@ -265,6 +271,8 @@ class GroupScheduler:
             table.process = self._book.add(
                 table, process_id, specs, max_retries, allow_partial_commit, file_tasks=False
             )
+            table.process.check = check
+            table.process.on_finished = on_finished
             table.planning = False
             table.pending = False
             self._poll_order_at = None
@@ -325,6 +333,12 @@ class GroupScheduler:
         """The optimizer's current attempt as it was handed out; StaleAttempt if it is not current."""
         with self._monitor.hold():
             return self._book.assignment(attempt_id, optimizer_id)
+
+    def result_check(self, attempt_id: str, optimizer_id: str) -> ResultCheck | None:
+        """The check for the result of the optimizer's current attempt (None: the task
+        service's default); StaleAttempt if it is not current."""
+        with self._monitor.hold():
+            return self._book.result_check(attempt_id, optimizer_id)
 
     def complete(
         self,

@@ -9,13 +9,28 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 from floe.protocol.assignment import TaskAssignment
 from floe.protocol.file_tasks import FileTaskResult, FileTaskSpec
 from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.occupation import TaskTimeLedger
+
+
+class ResultCheck(Protocol):
+    """How the results of a process's tasks are checked before they count: the process's own
+    check, against its own table's storage."""
+
+    def check(self, spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
+        """Raise ResultCheckFailed unless `result` is what `spec`'s attempt may produce; OSError
+        when the storage does not answer."""
+
+    def delete_refused(self, spec: RewriteTaskSpec, result: RewriteTaskResult) -> list[str]:
+        """Delete the files of a refused `result` that the attempt may have written; returns
+        the paths deleted or already gone."""
 
 
 class TaskStatus(StrEnum):
@@ -123,6 +138,10 @@ class ProcessRecord:
     planned: deque[TaskRecord] = field(default_factory=deque)
     in_flight: set[TaskRecord] = field(default_factory=set)
     finished: bool = False
+    check: ResultCheck | None = None
+    """Its own result check; None: the task service's default."""
+    on_finished: Callable[[], None] | None = None
+    """Called once it finishes, on the finishing thread after the lock is released."""
 
     def headroom(self) -> int:
         """PLANNED tasks that could be handed out now without breaking the table's cap."""

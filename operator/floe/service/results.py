@@ -1,10 +1,13 @@
-"""The task service's result check: `check_result` against each task's storage, with one FileIO
-per distinct set of IO properties, and the files of a refused result deleted."""
+"""The task service's default result check: `check_result` against each task's storage, with one
+FileIO per distinct set of IO properties, and the files of a refused result deleted.
+
+An optimizing process checks its tasks' results itself, against its own table's FileIO
+(`GroupScheduler.result_check`); this serves processes added without a check of their own.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
 
 from pyiceberg.io import FileIO, load_file_io
 
@@ -14,42 +17,29 @@ from floe.rewrite.result_check import check_result, own_files
 
 
 class ResultChecker:
-    """`check_result` against storage, with one FileIO per distinct set of IO properties.
-
-    A task whose storage credentials stay in a mounted Secret (``storage_secret``) is checked
-    with its process's own FileIO properties, which `use_storage` tells how to find.
-    """
+    """`check_result` against the storage a task's spec names, with one FileIO per distinct set
+    of IO properties."""
 
     def __init__(self) -> None:
         self._ios: dict[tuple[tuple[str, str], ...], FileIO] = {}
         self._lock = threading.Lock()
-        self._storage: Callable[[str], Mapping[str, str] | None] = lambda _: None
 
-    def use_storage(self, properties_of: Callable[[str], Mapping[str, str] | None]) -> None:
-        """`properties_of(process_id)`: the FileIO properties of the process's table, if known."""
-        self._storage = properties_of
-
-    def check(self, spec: RewriteTaskSpec, result: RewriteTaskResult, process_id: str = "") -> None:
+    def check(self, spec: RewriteTaskSpec, result: RewriteTaskResult) -> None:
         """Raise ResultCheckFailed unless `result` is what `spec`'s attempt may produce; OSError when
         the storage does not answer."""
-        check_result(spec, result, self.io(spec, process_id))
+        check_result(spec, result, self.io(spec))
 
-    def delete_own_files(
-        self, spec: RewriteTaskSpec, result: RewriteTaskResult, process_id: str = ""
-    ) -> list[str]:
+    def delete_refused(self, spec: RewriteTaskSpec, result: RewriteTaskResult) -> list[str]:
         """Delete the files `result` names that the attempt may have written (`own_files`);
         a file named elsewhere is never touched. Returns the paths deleted or already gone."""
-        return delete_paths(self.io(spec, process_id), own_files(spec, result))
+        return delete_paths(self.io(spec), own_files(spec, result))
 
-    def io(self, spec: RewriteTaskSpec, process_id: str = "") -> FileIO:
-        """The FileIO for the task's storage."""
-        properties = dict(spec.io_properties)
-        if spec.storage_secret is not None:
-            properties = dict(self._storage(process_id) or properties)
-        key = tuple(sorted(properties.items()))
+    def io(self, spec: RewriteTaskSpec) -> FileIO:
+        """The FileIO for the task's storage, from the properties its spec carries."""
+        key = tuple(sorted(spec.io_properties.items()))
         with self._lock:
             io = self._ios.get(key)
             if io is None:
-                io = load_file_io(properties, location=spec.output_dir)
+                io = load_file_io(dict(spec.io_properties), location=spec.output_dir)
                 self._ios[key] = io
             return io

@@ -37,7 +37,7 @@ from floe.protocol.wire import (
 )
 from floe.rewrite.result_check import ResultCheckFailed
 from floe.scheduling.group_scheduler import GroupScheduler
-from floe.scheduling.records import GroupSchedulingStats
+from floe.scheduling.records import GroupSchedulingStats, ResultCheck
 from floe.service.metrics import ServiceMetrics
 from floe.service.results import ResultChecker
 
@@ -87,8 +87,8 @@ class TaskService:
         result_checker: ResultChecker | None = None,
     ) -> None:
         """``registration_token``: the shared secret register must present; None admits anyone.
-        ``result_checker`` checks every result before it is accepted (one on the task's storage
-        by default)."""
+        ``result_checker`` checks the results of processes added without a check of their own
+        (one on the storage the task's spec names by default)."""
         if registration_token is not None and not registration_token:
             raise ValueError("the registration token must not be empty")
         self.metrics = ServiceMetrics()
@@ -278,8 +278,9 @@ class TaskService:
     def complete(self, token: str, attempt_id: str, request: CompleteRequest) -> TaskAssignment | None:
         """The attempt's result or error; StaleAttempt if it is not the optimizer's current one.
 
-        A result is first checked against the attempt's spec and its files in storage
-        (`ResultChecker`), outside the lock: one that fails is recorded as the attempt's failure
+        A result is first checked against the attempt's spec and its files in storage, by its
+        process's own check (`GroupScheduler.result_check`; `ResultChecker` for a process added
+        without one), outside the lock: one that fails is recorded as the attempt's failure
         (using a retry), the files it names that the attempt may have written are deleted, the
         refusal listeners hear of it, and ResultRefused is raised. ResultUnverifiable when the
         storage did not answer: nothing changed.
@@ -296,12 +297,12 @@ class TaskService:
         if isinstance(request.result, RewriteTaskResult):
             with self._monitor.hold():
                 optimizer = self._authenticate(token, self._clock())
-                assignment = self._groups[optimizer.group].scheduler.assignment(
-                    attempt_id, optimizer.optimizer_id
-                )
+                scheduler = self._groups[optimizer.group].scheduler
+                assignment = scheduler.assignment(attempt_id, optimizer.optimizer_id)
+                check = scheduler.result_check(attempt_id, optimizer.optimizer_id) or self.results
             # A result for another task is the scheduler's InvalidRequest, not a refusal.
             if request.result.task_id == assignment.task_id:
-                refusal = self._check_result(assignment, request.result)
+                refusal = self._check_result(assignment, request.result, check)
             if refusal is not None:
                 outcome = f"result refused ({refusal.check}): {refusal}"
         now = self._clock()
@@ -318,7 +319,7 @@ class TaskService:
         self.metrics.tasks_completed.labels(optimizer.group, "success" if succeeded else "failure").inc()
         if refusal is not None:
             assert assignment is not None and isinstance(request.result, RewriteTaskResult)
-            self._refuse(optimizer.group, assignment, request.result, refusal)
+            self._refuse(optimizer.group, assignment, request.result, refusal, check)
         return task
 
     def on_refused(self, listener: Callable[[RefusedResult], None]) -> None:
@@ -326,12 +327,12 @@ class TaskService:
         self._refusal_listeners.append(listener)
 
     def _check_result(
-        self, assignment: TaskAssignment, result: RewriteTaskResult
+        self, assignment: TaskAssignment, result: RewriteTaskResult, check: ResultCheck
     ) -> ResultCheckFailed | None:
         if not isinstance(assignment.spec, RewriteTaskSpec):
             raise InvalidRequest(f"attempt {assignment.attempt_id!r} is a file task, not a rewrite")
         try:
-            self.results.check(assignment.spec, result, assignment.process_id)
+            check.check(assignment.spec, result)
         except ResultCheckFailed as exc:
             return exc
         except OSError as exc:
@@ -342,11 +343,16 @@ class TaskService:
         return None
 
     def _refuse(
-        self, group: str, assignment: TaskAssignment, result: RewriteTaskResult, refusal: ResultCheckFailed
+        self,
+        group: str,
+        assignment: TaskAssignment,
+        result: RewriteTaskResult,
+        refusal: ResultCheckFailed,
+        check: ResultCheck,
     ) -> None:
         self.metrics.results_refused.labels(group, refusal.check).inc()
         assert isinstance(assignment.spec, RewriteTaskSpec), "`_check_result` refuses file tasks"
-        deleted = self.results.delete_own_files(assignment.spec, result, assignment.process_id)
+        deleted = check.delete_refused(assignment.spec, result)
         refused = RefusedResult(
             table_id=assignment.table,
             process_id=assignment.process_id,
