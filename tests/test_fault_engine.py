@@ -273,6 +273,9 @@ def test_a_catalog_gone_while_planning_leaves_the_table_pending_until_it_answers
     runtime = _register(stack)
     stack.engine.tick()  # evaluated: pending, but no optimizer yet to plan for
     assert runtime.state == TableState.PENDING
+    # Planning takes a fresh refresh's load and plan, calling no catalog. The manifest applied
+    # again makes the runtime forget that evaluation (`update_spec`): planning loads the table.
+    _register(stack)
     _start_optimizer(stack, spark)
 
     stack.proxy.down()

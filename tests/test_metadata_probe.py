@@ -16,6 +16,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from floe.api.group import OptimizerGroup
 from floe.api.models import OptimizedTable
 from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.table_state import TableState
+from floe.protocol.wire import RegisterRequest
 from floe.service.task_service import TaskService
 from floe.tables.metadata_probe import metadata_locations
 
@@ -50,9 +52,9 @@ def test_a_sql_catalog_tells_every_tables_metadata_location_at_once(
     assert metadata_locations(NoopCatalog("rest-like")) is None
 
 
-def _group() -> OptimizerGroup:
+def _group(name: str = "default") -> OptimizerGroup:
     return OptimizerGroup.model_validate(
-        {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizerGroup", "metadata": {"name": "default"}}
+        {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizerGroup", "metadata": {"name": name}}
     )
 
 
@@ -183,5 +185,36 @@ def test_a_round_looks_only_at_the_tables_whose_time_has_come_or_that_changed(ca
         now[0] += 30
         engine.tick()
         assert (engine.visits, engine.table_loads) == (10, 4)
+    finally:
+        engine.close()
+
+
+def test_a_table_refreshed_then_planned_is_loaded_once(catalog: SqlCatalog) -> None:
+    """Planning takes the refresh's load and plan while they are younger than a refresh interval;
+    an older evaluation is loaded and planned again."""
+    for identifier in ("sales.orders", "sales.returns"):
+        table = catalog.create_table(identifier, ROWS.schema)
+        for _ in range(12):
+            table.append(ROWS)  # twelve fragments: a minor optimizing is due
+    now = [1_000_000.0]
+    engine = OptimizingEngine(TaskService(clock=time.time), clock=lambda: now[0], refresh_interval_s=30.0)
+    try:
+        engine.apply_group(_group())
+        engine.apply_group(_group("later"))
+        orders = engine.apply_table(_table(catalog, "sales.orders"))
+        returns = engine.apply_table(_table(catalog, "sales.returns", group="later"))
+        engine.service.register(RegisterRequest(group="default", threads=2, memory_bytes=1 << 30))
+        engine.tick()
+        # Both refreshed, one load each; the served table's process started with no load of its own.
+        assert orders.process_id is not None and returns.state == TableState.PENDING
+        assert engine.table_loads == 2
+
+        now[0] += 31
+        engine.tick()  # the waiting table's refresh: the probe finds its metadata where it was
+        assert (engine.table_loads, returns.state) == (2, TableState.PENDING)
+        engine.service.register(RegisterRequest(group="later", threads=2, memory_bytes=1 << 30))
+        engine.tick()
+        # Its evaluation is older than a refresh interval: planning loads the table again.
+        assert returns.process_id is not None and engine.table_loads == 3
     finally:
         engine.close()

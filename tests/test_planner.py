@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from floe.planning.config import OptimizingConfig
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
 from floe.planning.plan import POSITIONS, REWRITE, OptimizingPlan, OptimizingType
-from floe.planning.planner import plan_optimizing
+from floe.planning.planner import cap_plan, plan_optimizing
 
 # fragment <= 125 B, undersized segment <= 750 B, segment above; bins of 1000 B.
 CFG = OptimizingConfig(target_size=1000, max_task_size_bytes=1000, open_file_cost_bytes=10)
@@ -246,6 +246,53 @@ def test_partitions_cut_by_max_tasks_are_counted_as_deferred() -> None:
     assert len(plan.partitions) == 1 and plan.deferred_partitions == 2
     whole = plan_optimizing(files, OptimizingConfig(), now_s=0, last_minor_s=0, last_full_s=None)
     assert len(whole.partitions) == 3 and whole.deferred_partitions == 0
+
+
+def random_table(rng: random.Random) -> TableFiles:
+    """Up to six partitions, each a lone file, undersized segments no two of which share a bin
+    (forced major or full takes them, and packs them into no task), or a mix of fragments,
+    undersized segments and segments; some files with position deletes, some partitions with an
+    equality delete."""
+    data_files: list[ContentFile] = []
+    delete_files: list[ContentFile] = []
+    for number in range(rng.randint(0, 6)):
+        partition = PartitionKey(0, (number,))
+        shape = rng.random()
+        if shape < 0.2:
+            sizes = [rng.randint(1, 1500)]
+        elif shape < 0.4:  # undersized segments no two of which share a bin
+            sizes = [rng.randint(501, 750) for _ in range(rng.randint(2, 4))]
+        else:
+            sizes = [rng.randint(1, 125) for _ in range(rng.choice([0, 1, 5, 12, 20, 35]))]
+            sizes += [rng.randint(126, 750) for _ in range(rng.randint(0, 4))]
+            sizes += [rng.randint(751, 1500) for _ in range(rng.randint(0, 3))]
+        files = [data(f"{number}/f{i:02}", size, partition=partition) for i, size in enumerate(sizes)]
+        for f in rng.sample(files, rng.randint(0, len(files))):
+            for j in range(rng.randint(1, 3)):
+                delete_files.append(pos(f"{f.path}-pos{j}", partition=partition, ref=f.path))
+        if files and rng.random() < 0.2:
+            delete_files.append(eq(f"{number}/eq", partition=partition))
+        data_files += files
+    return TableFiles(7, 3, tuple(data_files), tuple(delete_files))
+
+
+def test_capping_the_uncapped_plan_gives_the_capped_plan() -> None:
+    """`cap_plan` works out what planning with `max_tasks` gives, from the plan without: the
+    engine plans once, at refresh, and caps the plan to the group's threads when it starts it."""
+    rng = random.Random(37)
+    cut = subtle = 0
+    for _ in range(200):
+        files = random_table(rng)
+        forced = rng.choice([None, None, OptimizingType.MINOR, OptimizingType.MAJOR, OptimizingType.FULL])
+        last_minor, last_full = rng.choice([NOW, None, 0.0]), rng.choice([NOW, None])
+        uncapped = plan_optimizing(files, CFG, NOW, last_minor, last_full, forced)
+        for max_tasks in [None, 0, 1, 2, 3, 5, 8, 1000, rng.randint(0, len(uncapped.tasks) + 1)]:
+            capped = plan_optimizing(files, CFG, NOW, last_minor, last_full, forced, max_tasks)
+            assert cap_plan(uncapped, max_tasks) == capped, (files, forced, max_tasks)
+            cut += capped.deferred_partitions > 0
+            # Deferred candidates that pack into no task count too: not only the partitions left out.
+            subtle += capped.deferred_partitions > len(uncapped.partitions) - len(capped.partitions)
+    assert cut > 300 and subtle > 20  # both kinds of cut came up
 
 
 def test_converted_segments_go_to_positions_tasks_with_their_deletes() -> None:

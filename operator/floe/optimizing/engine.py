@@ -249,7 +249,7 @@ class OptimizingEngine:
             group = self._processes.forget(runtime.process_id) or self.table_group_key(runtime)
             if group in self.groups:
                 self.service.group(group).remove_table(table_id)
-            registry.scans.pop(table_id, None)
+            registry.evaluations.pop(table_id, None)
 
     # -- the loop ------------------------------------------------------------------------
 

@@ -136,7 +136,7 @@ class MaintenanceRunner:
             with registry.lock:
                 runtime.on_maintenance_done(report, registry.clock())
                 if report.snapshot_id is not None:
-                    registry.scans.pop(runtime.table_id, None)
+                    registry.evaluations.pop(runtime.table_id, None)
             if report.files_removed or report.snapshot_id is not None:
                 registry.emit(runtime.table_id, "Normal", "MaintenanceDone", f"{job}: {report.summary}")
         finally:
@@ -159,8 +159,8 @@ class MaintenanceRunner:
 
     def _known_live(self, table_id: str) -> TableFiles | None:
         with self._registry.lock:
-            scanned = self._registry.scans.get(table_id)
-        return scanned.files if scanned is not None else None
+            evaluation = self._registry.evaluations.get(table_id)
+        return evaluation.scanned.files if evaluation is not None else None
 
     def _executors_for(
         self,

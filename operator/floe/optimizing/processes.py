@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 
+from pyiceberg.table import Table
+
 from floe.api.table_properties import InvalidTableProperty
 from floe.optimizing.catalog_access import CatalogAccess
 from floe.optimizing.commit_runner import CommitRunner
@@ -15,12 +17,15 @@ from floe.optimizing.refresher import TableRefresher
 from floe.optimizing.registry import TableRegistry
 from floe.optimizing.specs import build_process
 from floe.optimizing.table_state import TableRuntime
-from floe.planning.planner import plan_optimizing
+from floe.planning.config import OptimizingConfig
+from floe.planning.plan import OptimizingPlan
+from floe.planning.planner import cap_plan, plan_optimizing
 from floe.protocol.rewrite_task import OUT_OF_MEMORY
 from floe.scheduling.group_scheduler import GroupScheduler
 from floe.scheduling.records import ProcessOutcome
 from floe.tables.catalog import TableAccessError
 from floe.tables.history import optimizing_history
+from floe.tables.scan import ScannedTable
 from floe.tables.support import UnsupportedTableError, check_supported, scan_supported
 
 log = logging.getLogger(__name__)
@@ -136,24 +141,7 @@ class ProcessRunner:
             group = registry.groups[group_name].spec
         now = registry.clock()
         try:
-            table = self._catalogs.load(runtime)
-            current = table.metadata.current_snapshot()
-            cached = registry.scans.get(runtime.table_id)
-            if cached is not None and current is not None and cached.files.snapshot_id == current.snapshot_id:
-                scanned = cached
-                check_supported(runtime.spec.table, table, scanned)
-            else:
-                scanned = scan_supported(runtime.spec.table, table)
-            history = optimizing_history(table.metadata)
-            config = runtime.spec.optimizing_config(table.metadata.properties)
-            plan = plan_optimizing(
-                scanned.files,
-                config,
-                now_s=now,
-                last_minor_s=history.last_minor_s,
-                last_full_s=history.last_full_s,
-                max_tasks=threads,
-            )
+            table, scanned, config, plan = self._table_and_plan(runtime, now, threads)
             if plan.is_empty or plan.optimizing_type is None:
                 with registry.lock:
                     runtime.on_planned(plan, "")
@@ -218,6 +206,40 @@ class ProcessRunner:
                 else ""
             ),
         )
+
+    def _table_and_plan(
+        self, runtime: TableRuntime, now: float, threads: int
+    ) -> tuple[Table, ScannedTable, OptimizingConfig, OptimizingPlan]:
+        """The table, its scan, its config and its plan cut to `threads`: the last refresh's
+        while it is fresh (`Evaluation.fresh_for`), else from a load of the table."""
+        registry = self._registry
+        with registry.lock:
+            evaluation = registry.evaluations.get(runtime.table_id)
+            fresh = evaluation is not None and evaluation.fresh_for(
+                runtime, now, self._refresher.refresh_interval_s
+            )
+        if fresh and evaluation is not None and evaluation.table is not None:
+            # The catalog may have moved since the refresh: the commit cannot land over that, as
+            # it decides on the catalog's head, reloaded before each attempt, and validates what
+            # changed since the plan's snapshot (commit/retry.py on_fresh_head, commit/rewrite.py).
+            return evaluation.table, evaluation.scanned, evaluation.config, cap_plan(evaluation.plan, threads)
+        table = self._catalogs.load(runtime)
+        current = table.metadata.current_snapshot()
+        if (
+            evaluation is not None
+            and current is not None
+            and evaluation.scanned.files.snapshot_id == current.snapshot_id
+        ):
+            scanned = evaluation.scanned
+            check_supported(runtime.spec.table, table, scanned)
+        else:
+            scanned = scan_supported(runtime.spec.table, table)
+        history = optimizing_history(table.metadata)
+        config = runtime.spec.optimizing_config(table.metadata.properties)
+        plan = plan_optimizing(
+            scanned.files, config, now, history.last_minor_s, history.last_full_s, max_tasks=threads
+        )
+        return table, scanned, config, plan
 
     # -- commit ---------------------------------------------------------------------------
 
@@ -288,7 +310,7 @@ class ProcessRunner:
         assert result is not None  # a COMMITTED step carries its commit's result
         with registry.lock:
             runtime.on_committed(process.optimizing_type, result.snapshot_id, result.changes, now)
-            registry.scans.pop(runtime.table_id, None)
+            registry.evaluations.pop(runtime.table_id, None)
             registry.register_in_group(runtime, left_group=process.group)
         registry.service.metrics.commits.labels(process.group, "committed").inc()
         registry.emit(runtime.table_id, "Normal", "Committed", f"{process_id}: {result.changes}")

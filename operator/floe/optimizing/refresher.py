@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from floe.api.table_properties import InvalidTableProperty
 from floe.maintenance.settled import settled_jobs
 from floe.optimizing.catalog_access import CatalogAccess
+from floe.optimizing.evaluation import Evaluation
 from floe.optimizing.registry import TableRegistry
 from floe.optimizing.table_state import INVALID_TABLE_PROPERTY, UNSUPPORTED, TableRuntime, TableState
 from floe.planning.files import TableFiles
@@ -128,8 +129,12 @@ class TableRefresher:
                 str(exc), now, catalog_failed=isinstance(exc, CatalogConfigError | CatalogUnreachable)
             )
             return
+        # Only a table with work due keeps its `Table`, which planning takes: idle ones keep no metadata.
+        evaluation = Evaluation(
+            scanned, config, plan, now, table.metadata_location, None if plan.is_empty else table
+        )
         with self._registry.lock:
-            self._registry.scans[runtime.table_id] = scanned
+            self._registry.evaluations[runtime.table_id] = evaluation
             runtime.on_history(history)
             runtime.on_evaluated(scanned.files, plan, now, table.metadata_location)
             runtime.on_settled(settled, table.metadata_location)
@@ -147,7 +152,7 @@ class TableRefresher:
         with self._registry.lock:
             new = runtime.refusal != message
             runtime.on_refused(reason, message, files, now, metadata_location)
-            self._registry.scans.pop(runtime.table_id, None)
+            self._registry.evaluations.pop(runtime.table_id, None)
         if new:
             self._registry.emit(runtime.table_id, "Warning", reason, message)
 

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from floe.api.group import OptimizerGroup
+from floe.optimizing.evaluation import Evaluation
 from floe.optimizing.table_state import TableRuntime
 from floe.optimizing.wakeups import TableWakeups
 from floe.scheduling.group_scheduler import GroupScheduler
 from floe.service.task_service import TaskService
-from floe.tables.scan import ScannedTable
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,10 @@ class TableRegistry:
         self.runtimes: dict[str, TableRuntime] = {}
         self.groups: dict[str, OptimizerGroup] = {}
         """Groups by `group_key`."""
-        self.scans: dict[str, ScannedTable] = {}
-        """Per table: its last scan, which planning reuses while the snapshot is the same."""
+        self.evaluations: dict[str, Evaluation] = {}
+        """Per table: its last refresh's scan and plan (the refresher's), which planning takes
+        while they are fresh, and whose scan it reuses while the snapshot is the same. A commit
+        (the process's or a maintenance job's), a refusal or the table's removal drops it."""
         self.secret_properties: dict[str, dict[str, str]] = {}
         """Per table: the properties its catalog Secret holds, whose storage credentials tasks
         leave to the optimizer's mounted copy of the Secret (Kubernetes)."""

@@ -85,6 +85,11 @@ class OptimizingPlan:
     tasks: tuple[PlannedTask, ...] = field(default=())
     deferred_partitions: int = 0
     """Partitions that need optimizing but were left for a later process (max_tasks)."""
+    positions: tuple[int, ...] = ()
+    """Per partition taken, its place among the `candidates`, most costly first (`cap_plan`)."""
+    candidates: int = 0
+    """How many partitions needed optimizing, those whose bins all turned out not worth a
+    task included (`cap_plan` counts the deferred ones from it)."""
 
     @property
     def is_empty(self) -> bool:

@@ -7,6 +7,7 @@ whatever order the files came in.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from floe.planning.config import OptimizingConfig
 from floe.planning.evaluator import evaluate_table
@@ -43,6 +44,7 @@ def plan_optimizing(
     ]
     candidates.sort(key=lambda e: -e.cost)
     taken: list[PartitionEvaluation] = []
+    positions: list[int] = []
     tasks: list[PlannedTask] = []
     deferred = 0
     for position, evaluation in enumerate(candidates):
@@ -53,17 +55,53 @@ def plan_optimizing(
             deferred = len(candidates) - position
             break
         taken.append(evaluation)
+        positions.append(position)
         tasks.extend(partition_tasks)
     return OptimizingPlan(
         snapshot_id=files.snapshot_id,
         sequence_number=files.sequence_number,
-        optimizing_type=max(
-            (e.optimizing_type for e in taken if e.optimizing_type is not None), default=None
-        ),
+        optimizing_type=_strongest(taken),
         partitions=tuple(taken),
         tasks=tuple(tasks),
         deferred_partitions=deferred,
+        positions=tuple(positions),
+        candidates=len(candidates),
     )
+
+
+def cap_plan(plan: OptimizingPlan, max_tasks: int | None) -> OptimizingPlan:
+    """What `plan_optimizing` gives with `max_tasks`, worked out from the plan it gives without.
+
+    The partitions of `plan` are taken in their order while their tasks fit, as
+    `plan_optimizing` takes them (the first always whole); the deferred partitions are counted
+    from the first that does not fit, among every candidate partition, those that packed into
+    no task included. `plan` must come from `plan_optimizing` (it carries the partitions'
+    places among the candidates) without `max_tasks`.
+    """
+    if max_tasks is None:
+        return plan
+    end = 0
+    for taken, (evaluation, position) in enumerate(zip(plan.partitions, plan.positions, strict=True)):
+        # A partition's tasks follow each other, in the order of the partitions.
+        count = 0
+        while end + count < len(plan.tasks) and plan.tasks[end + count].partition == evaluation.partition:
+            count += 1
+        if taken and end + count > max_tasks:
+            return replace(
+                plan,
+                optimizing_type=_strongest(plan.partitions[:taken]),
+                partitions=plan.partitions[:taken],
+                tasks=plan.tasks[:end],
+                deferred_partitions=plan.candidates - position,
+                positions=plan.positions[:taken],
+            )
+        end += count
+    return plan
+
+
+def _strongest(partitions: Sequence[PartitionEvaluation]) -> OptimizingType | None:
+    """The plan's type: the strongest of its partitions', None without any."""
+    return max((e.optimizing_type for e in partitions if e.optimizing_type is not None), default=None)
 
 
 POSITIONS_BIN_FACTOR = 8
