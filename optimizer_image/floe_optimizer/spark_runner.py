@@ -55,18 +55,20 @@ def run_tasks_on_spark(
     specs: Sequence[TaskSpec],
     on_done: Callable[[TaskOutcome], None] | None = None,
     max_concurrent: int | None = None,
+    job_group: str | None = None,
 ) -> list[TaskOutcome]:
     """Run every task on Spark and return their outcomes in the order of `specs`.
 
     `on_done` is called on the calling thread as each task finishes. Tasks run
     `max_concurrent` at a time, by default Spark's default parallelism (its cores).
-    If the caller is interrupted, the jobs still running are cancelled.
+    If the caller is interrupted, the jobs still running are cancelled. The jobs are in Spark
+    job group `job_group` (a new one by default): another thread cancels them through it.
     """
     if not specs:
         return []
     context = spark.sparkContext
     tasks = context.parallelize([spec.model_dump_json() for spec in specs], len(specs))
-    job_group = f"floe-rewrite-{uuid.uuid4().hex}"
+    job_group = job_group or f"floe-rewrite-{uuid.uuid4().hex}"
     # Wrapped here, on the caller's thread, so the jobs inherit its Spark local properties.
     run_job = inheritable_thread_target(_run_job)
     workers = max(1, min(len(specs), max_concurrent or context.defaultParallelism))

@@ -12,17 +12,17 @@ from pyspark.sql import SparkSession
 from floe.api.table import ClusteringSpec
 from floe.commit.rewrite import RewriteCommitResult
 from floe.local.interrupt import Interrupted, deferred_interrupts
+from floe.local.process_tasks import TaskRun, run_process_tasks
 from floe.optimizing.process import CommitPolicy, OptimizingProcess, ProcessState
 from floe.optimizing.specs import DEFAULT_DELETE_MEMORY_LIMIT, build_process
 from floe.planning.config import OptimizingConfig
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.planning.planner import plan_optimizing
-from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
-from floe.rewrite.result_check import ResultCheckFailed
+from floe.protocol.rewrite_task import RewriteTaskResult
 from floe.tables.history import optimizing_history
 from floe.tables.scan import ScannedTable
 from floe.tables.support import scan_supported
-from floe_optimizer.spark_runner import TaskOutcome, run_tasks_on_spark, wait_for_idle_executors
+from floe_optimizer.spark_runner import TaskOutcome
 
 
 @dataclass
@@ -83,13 +83,15 @@ def optimize_once(
 ) -> OptimizeResult:
     """Plan the table and, if there is work, rewrite on Spark and commit one replace snapshot.
 
-    Failed tasks are retried up to `num_retries` times each; then the process fails
-    (ProcessFailed) unless partial commit is allowed. A commit that cannot be made (the
-    catalog or the storage failing) is ProcessFailed too, its files deleted, unless it may
-    have landed: then CommitPending, and the files stay for orphan cleanup. The commit and the
-    cleanup are the engine's (`OptimizingProcess`), with one policy difference: nothing retries
-    a commit here later. Spark is only started when the plan has tasks. Rows are z-ordered by
-    `clustering` when set, else written in the table's sort order, if it has one.
+    The tasks run as the engine's do (`run_process_tasks`): a failed attempt is retried up to
+    `num_retries` times; a task out of retries ends the process, cancelling the others, which
+    then fails (ProcessFailed) unless partial commit is allowed, when what succeeded until then
+    is committed. A commit that cannot be made (the catalog or the storage failing) is
+    ProcessFailed too, its files deleted, unless it may have landed: then CommitPending, and the
+    files stay for orphan cleanup. The commit and the cleanup are the engine's
+    (`OptimizingProcess`), with one policy difference: nothing retries a commit here later.
+    Spark is only started when the plan has tasks. Rows are z-ordered by `clustering` when set,
+    else written in the table's sort order, if it has one.
     """
     started = time.monotonic()
     scanned, plan = plan_table(table, config, forced)
@@ -105,21 +107,22 @@ def optimize_once(
         plan.optimizing_type,
         policy=CommitPolicy(retry_pending=False),
     )
-    pending = list(process.planned.specs)
-    specs = {spec.task_id: spec for spec in pending}
     session = spark()
+    run = TaskRun()
     try:
-        _run_tasks(table, process, session, num_retries, result, specs, pending, on_task_done)
+        outcome = run_process_tasks(process, session, num_retries, allow_partial_commit, run, on_task_done)
     except Interrupted as stop:
-        # The jobs are cancelled; once their tasks stopped writing, nothing of the process stays.
-        wait_for_idle_executors(session)
-        process.tasks_ended(result.task_results, {}, allow_partial_commit=False)
+        # The jobs are cancelled and the executors idle: nothing of the process stays.
+        process.tasks_ended(run.accepted, {}, allow_partial_commit=False)
         removed = process.discard()
         stop.outcome = (
             f"optimizing of {table_name} abandoned, nothing committed; {len(removed)} files it wrote deleted"
         )
         raise
-    process.tasks_ended(result.task_results, result.task_errors, allow_partial_commit)
+    result.task_results = list(outcome.results)
+    result.task_errors = dict(outcome.failures)
+    result.check_seconds = run.check_seconds
+    process.tasks_ended(outcome.results, outcome.failures, outcome.allow_partial_commit, outcome.succeeded)
     try:
         # A signal now waits for the commit's end: it is never cut in half.
         with deferred_interrupts():
@@ -135,40 +138,3 @@ def optimize_once(
         raise
     result.seconds = time.monotonic() - started
     return result
-
-
-def _run_tasks(
-    table: Table,
-    process: OptimizingProcess,
-    session: SparkSession,
-    num_retries: int,
-    result: OptimizeResult,
-    specs: dict[str, RewriteTaskSpec],
-    pending: list[RewriteTaskSpec],
-    on_task_done: Callable[[TaskOutcome], None] | None,
-) -> None:
-    """Run the tasks, retrying failed ones; results and errors land in `result`."""
-    for attempt in range(num_retries + 1):
-        outcomes = run_tasks_on_spark(session, pending, on_done=on_task_done)
-        failed_ids = set()
-        for outcome in outcomes:
-            error = outcome.error
-            if isinstance(outcome.result, RewriteTaskResult):
-                # Held to the same checks as a remote optimizer's result.
-                checking = time.perf_counter()
-                try:
-                    process.check(specs[outcome.task_id], outcome.result)
-                except ResultCheckFailed as exc:
-                    # The retry writes the same names: the refused files go now, and no others.
-                    process.delete_refused(specs[outcome.task_id], outcome.result)
-                    error = f"result refused ({exc.check}): {exc}"
-                else:
-                    result.check_seconds += time.perf_counter() - checking
-                    result.task_results.append(outcome.result)
-                    result.task_errors.pop(outcome.task_id, None)
-                    continue
-            failed_ids.add(outcome.task_id)
-            result.task_errors[outcome.task_id] = f"attempt {attempt + 1}: {error}"
-        pending = [s for s in pending if s.task_id in failed_ids]
-        if not pending:
-            break
