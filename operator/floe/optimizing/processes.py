@@ -257,15 +257,15 @@ class ProcessRunner:
             with registry.lock:
                 if name not in registry.groups:
                     continue  # removed meanwhile
-                finished = registry.service.group(name).take_finished()
-            for outcome in finished:
-                self._tasks_ended(outcome)
+                scheduler = registry.service.group(name)
+            self._commit_group(name, scheduler)
         for table_id in {p.table_id for p in due}:
             with registry.lock:
                 registry.touch(table_id)
 
     def _commit_group(self, name: str, scheduler: GroupScheduler) -> None:
-        """Commit the group's processes whose tasks ended (on the commit thread)."""
+        """Commit the group's processes whose tasks ended (on the commit thread, or in a round's
+        backstop)."""
         with self._registry.lock:
             if not self._registry.current(name, scheduler):
                 return  # the group was removed: its processes were cancelled
