@@ -143,9 +143,10 @@ def build_table(
 
 
 def optimize(
-    table: Table, spark: SparkSession, forced: OptimizingType | None, on_plan: Any = None
+    table: Table, spark: SparkSession, forced: OptimizingType | None, **options: Any
 ) -> OptimizeResult:
-    return optimize_once(table, "db.t", CONFIG, spark=lambda: spark, forced=forced, on_plan=on_plan)
+    """One optimizing of ``db.t`` under ``CONFIG`` on the session's Spark; ``options`` go to optimize_once."""
+    return optimize_once(table, "db.t", CONFIG, spark=lambda: spark, forced=forced, **options)
 
 
 def rows_at(reference: ReferenceReader, catalog: SqlCatalog, snapshot_id: int | None = None) -> Counter[Any]:

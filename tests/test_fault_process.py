@@ -34,11 +34,10 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 from rest_s3 import RestS3Stack, rest_s3_stack, s3_filesystem
-from test_correctness import CONFIG, LAYOUTS, MOR, SCHEMA, Writer
+from test_correctness import LAYOUTS, MOR, SCHEMA, Writer, optimize
 
 from floe.api.group import OptimizerGroup
 from floe.api.models import OptimizedTable
-from floe.local.optimize import optimize_once
 from floe.local.reference_reader import ReferenceReader
 from floe.maintenance.orphans import remove_orphan_files
 from floe.maintenance.reachable import referenced_files
@@ -467,12 +466,10 @@ def test_a_full_disk_fails_the_process_cleanly_and_it_commits_once_there_is_room
     if moment == "the tasks write":
         filled.append(_fill(small_disk))
     with pytest.raises(ProcessFailed, match="No space left on device"):
-        optimize_once(
+        optimize(
             table,
-            "db.t",
-            CONFIG,
-            spark=lambda: spark,
-            forced=OptimizingType.FULL,
+            spark,
+            OptimizingType.FULL,
             num_retries=1,
             on_plan=lambda plan: tasks.append(len(plan.tasks)),
             on_task_done=None if moment == "the tasks write" else fill_once_every_task_is_done,
@@ -485,7 +482,7 @@ def test_a_full_disk_fails_the_process_cleanly_and_it_commits_once_there_is_room
     _check(table, reference, name, before, _data_files(table))
 
     filled[0].unlink()
-    result = optimize_once(table, "db.t", CONFIG, spark=lambda: spark, forced=OptimizingType.FULL)
+    result = optimize(table, spark, OptimizingType.FULL)
     assert result.commit is not None
     _check(table, reference, name, before, _data_files(table))
     catalog.engine.dispose()
@@ -508,16 +505,16 @@ def test_floe_optimize_stopped_mid_task_abandons_the_process_and_says_so(
     start = table.current_snapshot()
     config = _catalog_config(sql_catalog, tmp_path)
     command = [str(BIN / "floe"), "optimize", "--catalog-config", str(config), "db.t", "--type", "full"]
-    optimize = children([*command, "--target-size", "16Ki", "--cores", "1"], tmp_path / "optimize.log")
-    _wait_mid_process(table, optimize)
+    cli = children([*command, "--target-size", "16Ki", "--cores", "1"], tmp_path / "cli.log")
+    _wait_mid_process(table, cli)
 
-    optimize.process.send_signal(signum)
+    cli.process.send_signal(signum)
 
-    assert optimize.wait(120) == code, optimize.output()
-    last = optimize.output().strip().splitlines()[-1]
+    assert cli.wait(120) == code, cli.output()
+    last = cli.output().strip().splitlines()[-1]
     name = signal.Signals(signum).name
     assert last.startswith(f"interrupted by {name}: optimizing of db.t abandoned, nothing committed;"), last
-    assert "Traceback" not in optimize.output()
+    assert "Traceback" not in cli.output()
     table.refresh()
     assert table.current_snapshot() == start
     assert _written_by_floe(_data_files(table), "db.t") == []

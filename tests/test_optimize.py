@@ -14,12 +14,20 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io import FileIO
 from pyspark.sql import SparkSession
 from rich.console import Console
-from test_correctness import CONFIG, LAYOUTS, MOR, SCHEMA, Writer, build_table, data_files_on_disk, rows_at
+from test_correctness import (
+    LAYOUTS,
+    MOR,
+    SCHEMA,
+    Writer,
+    build_table,
+    data_files_on_disk,
+    optimize,
+    rows_at,
+)
 
 from floe.cli import main
 from floe.local import process_tasks
 from floe.local.demo import run_demo
-from floe.local.optimize import optimize_once
 from floe.local.reference_reader import ReferenceReader
 from floe.optimizing import process as optimizing_process
 from floe.optimizing.commit_request import ProcessFailed
@@ -78,12 +86,10 @@ def test_delete_set_over_budget_fails_clearly_and_changes_nothing(
     files_before = data_files_on_disk(table)
 
     with pytest.raises(ProcessFailed, match="DeleteSetTooLarge"):
-        optimize_once(
+        optimize(
             table,
-            "db.t",
-            CONFIG,
-            spark=lambda: spark,
-            forced=OptimizingType.FULL,
+            spark,
+            OptimizingType.FULL,
             num_retries=1,
             delete_memory_limit=64,
         )
@@ -114,12 +120,10 @@ def test_partial_commit_keeps_what_succeeded(
 
     monkeypatch.setattr(process_tasks, "run_tasks_on_spark", a_after_b)
     # Partition a's task cannot load its deletes within the budget and fails; b's has none.
-    result = optimize_once(
+    result = optimize(
         table,
-        "db.t",
-        CONFIG,
-        spark=lambda: spark,
-        forced=OptimizingType.FULL,
+        spark,
+        OptimizingType.FULL,
         num_retries=0,
         allow_partial_commit=True,
         delete_memory_limit=1,
@@ -161,7 +165,7 @@ def test_a_refused_result_deletes_only_its_own_files(
         check_result(spec, result, io)
 
     monkeypatch.setattr(optimizing_process, "check_result", check_refusing_the_last_task_once)
-    result = optimize_once(table, "db.t", CONFIG, spark=lambda: spark, forced=OptimizingType.FULL)
+    result = optimize(table, spark, OptimizingType.FULL)
 
     assert refused and result.commit is not None and len(result.task_results) == 3
     table.refresh()
@@ -203,12 +207,10 @@ def test_a_task_out_of_retries_cancels_the_others_and_leaves_nothing(
     monkeypatch.setattr(process_tasks, "run_tasks_on_spark", first_fails)
     done: list[TaskOutcome] = []
     with pytest.raises(ProcessFailed, match="1 of 4 tasks failed; partial commit is not allowed"):
-        optimize_once(
+        optimize(
             table,
-            "db.t",
-            CONFIG,
-            spark=lambda: spark,
-            forced=OptimizingType.FULL,
+            spark,
+            OptimizingType.FULL,
             num_retries=0,
             on_task_done=done.append,
         )
