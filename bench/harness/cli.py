@@ -49,6 +49,12 @@ def benchmark_parser(
             help=f"comma-separated, from {', '.join(engines)}",
         )
     parser.add_argument("--markdown", type=Path, help="also write the results section to this file")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="also write the result to bench/results/<benchmark>.json, from which `python bench/report.py` "
+        "makes bench/RESULTS.md",
+    )
     if steps:
         add_step_arguments(parser, steps)
     return parser
