@@ -167,3 +167,10 @@ def render_section(result: BenchResult, level: int = 2) -> str:
         f"Command: `{result.command}`"
     )
     return "\n\n".join(parts) + "\n"
+
+
+def report_result(result: BenchResult, record: bool) -> None:
+    """Print ``result``'s section; with ``record`` (the ``--record`` flag) also write its record."""
+    print(render_section(result))
+    if record:
+        print(f"recorded in {write_result(result)}")
