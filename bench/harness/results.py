@@ -133,18 +133,66 @@ def write_result(result: BenchResult, directory: Path = RESULTS_DIR) -> Path:
 
 
 def read_result(path: Path) -> BenchResult:
-    """A record written by ``write_result``; a missing or unknown field is an error naming the file."""
-    raw: dict[str, Any] = json.loads(path.read_text())
+    """A record written by ``write_result``; anything else is a ``ValueError`` naming the file.
+
+    Refused: a file that is not JSON, a missing or unknown field, a field of the wrong type, a
+    table row whose cells do not match its headers, and a ``benchmark`` that is not the file's stem.
+    """
     try:
-        return BenchResult(
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(raw, dict):
+            raise TypeError("a record is a JSON object")
+        result = BenchResult(
             **{
                 **raw,
-                "targets": [Target(**target) for target in raw.get("targets", [])],
-                "figures": [Figures(**table) for table in raw.get("figures", [])],
+                "targets": [Target(**target) for target in _list(raw.get("targets", []), "targets")],
+                "figures": [Figures(**table) for table in _list(raw.get("figures", []), "figures")],
             }
         )
-    except TypeError as error:
+        _check(result)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, ValueError) as error:
         raise ValueError(f"{path}: not a benchmark result: {error}") from error
+    if result.benchmark != path.stem:
+        raise ValueError(
+            f"{path}: holds the result of {result.benchmark!r}, which belongs in {result.benchmark}.json"
+        )
+    return result
+
+
+def _list(value: Any, name: str) -> list[Any]:
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise TypeError(f"{name} is a list of objects")
+    return value
+
+
+def _check(result: BenchResult) -> None:
+    """Raise ``TypeError`` where a field of ``result`` does not hold what its annotation says."""
+
+    def strings(name: str, values: Any) -> None:
+        if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
+            raise TypeError(f"{name} is a list of strings")
+
+    texts = ["benchmark", "title", "question", "command", "date", "commit", "machine", "load"]
+    for name in texts:
+        if not isinstance(getattr(result, name), str):
+            raise TypeError(f"{name} is a string")
+    for target in result.targets:
+        strings("a target's what, goal and measured", [target.what, target.goal, target.measured])
+        if not isinstance(target.met, bool):
+            raise TypeError(f"target {target.what!r}: met is true or false")
+    for table in result.figures:
+        strings(f"table {table.title!r}: its headers", table.headers)
+        strings("a table's title", [table.title])
+        if not isinstance(table.rows, list):
+            raise TypeError(f"table {table.title!r}: rows is a list of rows")
+        for row in table.rows:
+            if not isinstance(row, list) or len(row) != len(table.headers):
+                raise TypeError(
+                    f"table {table.title!r}: each row is a list of {len(table.headers)} cells, one a header"
+                )
+            if not all(isinstance(cell, str | int | float) and not isinstance(cell, bool) for cell in row):
+                raise TypeError(f"table {table.title!r}: a cell is a string or a number")
+    strings("notes", result.notes)
 
 
 def read_results(directory: Path = RESULTS_DIR) -> list[BenchResult]:
