@@ -185,6 +185,9 @@ def test_docs_the_manifests_page_has_every_field_of_each_kind_with_its_bounds_an
     from floe.api.table import SET_OWN_FIELDS, OptimizedTableSpec
 
     page = _load("ref_manifests").render()
+    for spec in KIND_SPECS:  # each kind with a real manifest of examples/
+        block = r'\?\?\? example "Example: `examples/[-\w]+\.yaml`"\n\n    ```yaml\n(    .*\n)*?'
+        assert re.search(rf"{block}    kind: {spec.kind}\n", page), spec.kind
     headings = sections(page, 3)
     settings = {path[1] for path in INHERITED["OptimizedTable"]}
     floe_defaults = OptimizedTableSpec.model_validate({"table": "a.b", "catalog": {"name": "c"}}).model_dump(

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import yaml
 from ref_text import code, page_head, prose, schema_limits, table
 
 from floe.api.units import DURATION_PATTERN, QUANTITY_PATTERN
@@ -25,6 +27,9 @@ Schema = dict[str, Any]
 
 INT_OR_STRING_MESSAGE = "must be a whole number of bytes or a quantity such as 128Mi"
 SETTINGS_ANCHOR = "optimizedtable-spec"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Where each kind's example on the page comes from: the first document of that kind in these.
+EXAMPLES = ("examples/optimized-table.yaml", "examples/table-set.yaml")
 
 #: Descriptions of the fields the models leave to Kubernetes' conventions, by the last part of the path.
 CONVENTIONS = {
@@ -199,6 +204,16 @@ def _strip(path: str, part: str) -> str:
     return path.removeprefix(f"{part}.")
 
 
+def example(kind: str) -> tuple[str, str]:
+    """(file, YAML text) of the first document of ``kind`` in `EXAMPLES`, comments kept."""
+    for name in EXAMPLES:
+        for document in (REPO_ROOT / name).read_text().split("\n---\n"):
+            loaded = yaml.safe_load(document)
+            if isinstance(loaded, dict) and loaded.get("kind") == kind:
+                return name, document.strip()
+    raise ValueError(f"no {kind} in {', '.join(EXAMPLES)} to show as its example")
+
+
 def kind_section(spec: Any) -> list[str]:
     """One kind's section: what it is, its names and columns, its spec and status tables."""
     schema = kind_schema(spec)
@@ -216,6 +231,10 @@ def kind_section(spec: Any) -> list[str]:
         + ".",
         "",
     ]
+    source, text = example(kind)
+    lines += [f'??? example "Example: `{source}`"', "", "    ```yaml"]
+    lines += [f"    {line}".rstrip() for line in text.splitlines()]
+    lines += ["    ```", ""]
     name = schema["properties"]["metadata"].get("properties", {}).get("name")
     if name:
         lines += [f"`metadata.name`: {prose(str(name.get('description', '')))} ({limits(name)}).", ""]
