@@ -158,6 +158,17 @@ def render() -> str:
         )
     )
     lines += ["## Operations", ""]
+    overview = [
+        (
+            f"`{method.upper()} {path}`",
+            f"[{operation['summary']}](#{anchor(operation['summary'])})",
+            ", ".join(code(name) for requirement in operation.get("security", []) for name in requirement)
+            or "none",
+        )
+        for path, methods in spec["paths"].items()
+        for method, operation in methods.items()
+    ]
+    lines.append(table(("Call", "What it does", "Authentication"), overview))
     for path, methods in spec["paths"].items():
         for method, operation in methods.items():
             lines += operation_section(path, method, operation, schemes)
