@@ -14,7 +14,7 @@ Measured engines:
 - ``pyiceberg``: ``list(table.scan().plan_files())``, pyiceberg 0.12's own planning
   (data files matched with their position deletes).
 
-Described in full in ``bench/README.md``.
+Described in full in ``docs/benchmarks/index.md``.
 
 Run: ``.venv/bin/python bench/planning_scale.py [--scale 0.01]``.
 """

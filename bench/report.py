@@ -117,7 +117,7 @@ def render_report(results: Sequence[BenchResult], plots: Sequence[str] = (), *, 
     ]
     parts.append(markdown_table(["benchmark", "targets met", "missed", "latest run"], rows))
     for result, anchor in zip(results, anchors, strict=True):
-        section = render_section(result).rstrip("\n")
+        section = render_section(result, long_tables="folded" if docs else "named").rstrip("\n")
         if docs:
             heading, rest = section.split("\n", 1)
             section = f"{heading} {{ #{anchor} }}\n{rest}"

@@ -4,7 +4,7 @@ The input is the events table with no deletes, 5% position deletes, or the same 
 equality deletes (`harness.variants`), restored from a pristine copy before every run; the
 engines are in `harness.rewrite_engines`. Only the rewrite is timed, with the CPU time of the
 whole process tree; after each floe and Iceberg run, Iceberg's Java reader checks the content
-against the pristine table's. Described in full in ``bench/README.md``.
+against the pristine table's. Described in full in ``docs/benchmarks/index.md``.
 
 Run: ``.venv/bin/python bench/rewrite_throughput.py [--scale 0.01]``.
 """

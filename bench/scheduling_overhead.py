@@ -7,7 +7,7 @@ fast as they can, each completion asking for the thread's next task. Runs: ``dir
 127.0.0.1), once per policy, and ``heartbeat`` (the floor of one HTTP request). Reported
 per run: tasks per second, poll / ack / complete latency as the client sees it, and the
 service's CPU per task. Targets (not asserted): ≥ 1,000 tasks/s, p99 poll < 50 ms.
-Described in full in ``bench/README.md``.
+Described in full in ``docs/benchmarks/index.md``.
 
 Run: ``nice -n 10 .venv/bin/python bench/scheduling_overhead.py [--seconds 5]``.
 """

@@ -69,6 +69,20 @@ def test_ten_records_of_a_typical_size_fit_in_400_lines(report: ModuleType, resu
     assert report.render_report(records, docs=False).count("\n") <= report.MAX_LINES
 
 
+def test_a_long_table_is_named_in_results_md_and_folded_on_the_docs_page(
+    report: ModuleType, results: ModuleType
+) -> None:
+    rounds = results.Figures("Per round", ["round", "WA"], [[str(i), f"{i / 10:.2f}"] for i in range(24)])
+    result = replace(a_result(results, "cdc_write_amplification"), figures=[rounds])
+    results_md = report.render_report([result], docs=False)
+    docs = report.render_report([result], docs=True)
+    assert "**Per round**: 24 rows, in `bench/results/cdc_write_amplification.json`" in results_md
+    assert "| 23    | 2.30 |" not in results_md
+    assert '??? note "Per round (24 rows)"' in docs and "    | 23    | 2.30 |" in docs
+    # The script itself prints every row.
+    assert "| 23    | 2.30 |" in results.render_section(result)
+
+
 def test_a_record_round_trips_through_write_and_read(results: ModuleType, tmp_path: Path) -> None:
     result = a_result(results, "rewrite_throughput", met=2, missed=1)
     path = results.write_result(result, tmp_path)

@@ -200,15 +200,34 @@ def read_results(directory: Path = RESULTS_DIR) -> list[BenchResult]:
     return [read_result(path) for path in sorted(directory.glob("*.json"))]
 
 
-def render_section(result: BenchResult, level: int = 2) -> str:
-    """The markdown section of one result: question, targets, figures, notes, and how it was run."""
+LONG_TABLE_ROWS = 12
+"""A table of more rows (e.g. one row per round) is folded on the docs page and left out of RESULTS.md."""
+
+
+def render_section(result: BenchResult, level: int = 2, long_tables: str = "shown") -> str:
+    """The markdown section of one result: question, targets, figures, notes, and how it was run.
+
+    ``long_tables`` says what becomes of a table over `LONG_TABLE_ROWS` rows: ``shown`` as the
+    others, ``folded`` into a collapsed block (the docs page), or ``named`` in one line
+    pointing at the record (``bench/RESULTS.md``, kept short).
+    """
     heading = "#" * level
     parts = [f"{heading} {result.title}", result.question]
     if result.targets:
         rows = [[t.what, t.goal, t.measured, "met" if t.met else "**missed**"] for t in result.targets]
         parts.append(markdown_table(["target", "goal", "measured", ""], rows))
     for table in result.figures:
-        parts.append(f"**{table.title}**\n\n" + markdown_table(table.headers, table.rows))
+        body = markdown_table(table.headers, table.rows)
+        if len(table.rows) <= LONG_TABLE_ROWS or long_tables == "shown":
+            parts.append(f"**{table.title}**\n\n" + body)
+        elif long_tables == "folded":
+            indented = "\n".join(f"    {line}" for line in body.splitlines())
+            parts.append(f'??? note "{table.title} ({len(table.rows)} rows)"\n\n{indented}')
+        else:
+            parts.append(
+                f"**{table.title}**: {len(table.rows)} rows, in `bench/results/{result.benchmark}.json` "
+                "and on the docs' results page."
+            )
     parts.extend(result.notes)
     parts.append(
         f"Measured {result.date} on commit `{result.commit}`, {result.machine}, load {result.load}.  \n"
