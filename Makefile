@@ -23,7 +23,7 @@ LINT_DIRS := $(wildcard operator optimizer_image tests scripts)
 # mypy fails on a directory without Python files, and optimizer_image may still be empty.
 MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
 
-.PHONY: venv jars test-envs k8s-env helm-env checkov-env moto-env rest-catalog-env flink-env host-env kind-env images lint test demo cluster cluster-catalog cluster-down
+.PHONY: venv jars test-envs k8s-env helm-env checkov-env moto-env rest-catalog-env flink-env host-env kind-env images lint docs test demo cluster cluster-catalog cluster-down
 
 venv: $(VENV_STAMP)
 
@@ -97,6 +97,12 @@ lint: venv
 	$(VENV)/bin/mypy --strict $(MYPY_DIRS)
 	$(VENV)/bin/lint-imports --no-cache
 
+# The docs site (mkdocs.yml: docs/, and the reference pages scripts/docs/mkdocs_hooks.py generates
+# from the code), built into build/site. Strict: a broken link, a missing page or a generator that
+# fails stops the build.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 # Everything the tests use. The Go builds (the kube binaries and helm: CPU-bound, niced, most of a
 # cold run's build time) run beside the rest (pip, Maven, debootstrap, podman: mostly network and
 # disk), so a cold run waits for the longer of the two, not for their sum. Maven's builds stay in
@@ -110,7 +116,8 @@ test-envs: venv
 	if [ $$rc -ne 0 ]; then exit $$rc; fi; \
 	$(MAKE) --no-print-directory kind-env
 
-# The venv, the builds, lint beside pytest on two workers, and each phase's time at the end.
+# The venv, the builds, lint and the docs build beside pytest on two workers, and each phase's time
+# at the end.
 test:
 	scripts/test/run.sh
 

@@ -1,18 +1,18 @@
-"""The bursty pattern of `bench/autoscaling.py` on kind: real pods, as users run floe.
+"""The bursty pattern of `bench/autoscaling.py` (`harness.bursts`) on kind: real pods, as users run floe.
 
-Every ``--period`` seconds each of ``--tables`` tables gets a burst of small files at once
-(enough to trigger minor optimizing), then nothing. Two OptimizerGroups run the same rounds,
-one after the other, each with its own tables: ``static``, ``--max-executors`` executor pods
-all the time, and ``autoscaled``, ``minExecutors: 0`` up to the same maximum. floe is installed
-by its chart; the tables live in the REST catalog on S3 (moto) of the e2e tests; executors are
-Spark executor pods the group's driver asks for.
+Two OptimizerGroups run the same rounds, one after the other, each with its own tables:
+``static``, ``--max-executors`` executor pods all the time, and ``autoscaled``,
+``minExecutors: 0`` up to the same maximum. floe is installed by its chart; the tables live in
+the REST catalog on S3 (moto) of the e2e tests; executors are Spark executor pods the group's
+driver asks for.
 
 Measured per group: executor-seconds (executor pods that exist, sampled every second from the
 first measured burst to the end of the last round: a pod starting is paid for) and
 trigger-to-commit latency (from a table's last file of a burst to floe's snapshot of it), split
-where the group's driver handed the process's first task to Spark and where that task began on an
-executor (from the driver's log); and how long executor pods took to start (their timestamps).
-Targets (issue 14): >= 50 % fewer executor-seconds, median latency <= 1.2x the static group's.
+where the operator planned the process (its log), where the group's driver handed the process's
+first task to Spark and where that task began on an executor (from the driver's log); and how
+long executor pods took to start (their timestamps). Targets: >= 50 % fewer executor-seconds,
+median latency <= 1.2x the static group's.
 
 The cluster, images, chart and catalog are those of ``tests/e2e`` (its fixtures, made or found
 cached), so this runs under pytest: ``.venv/bin/python bench/autoscaling_kind.py`` (about
@@ -41,9 +41,9 @@ ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT / "tests"), str(BENCH)]  # tests/e2e's fixtures, and bench's own modules
 
 import e2e.conftest as e2e  # noqa: E402
-from autoscaling import PLANNED, SCHEMA, ModeResult, check_jitter, group_spec, report, run_rounds  # noqa: E402
-from harness.cli import benchmark_parser  # noqa: E402
-from harness.report import emit  # noqa: E402
+from harness import bursts  # noqa: E402
+from harness.results import report_result  # noqa: E402
+from harness.scaling_result import ModeResult, scaling_result  # noqa: E402
 
 # The e2e tests' cluster, images, chart and catalog, as fixtures of this module: they win over
 # pytest-kind's of the same name, as tests/e2e's conftest's do there.
@@ -54,7 +54,6 @@ ARGS_ENV = "FLOE_BENCH_AUTOSCALING_KIND"
 NAMESPACE = "bench"
 CATALOG = "bench_rest"
 SECRET = "bench-catalog"
-MODES = ("static", "autoscaled")
 HANDOUT = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \[[^\]]*\] floe_optimizer\.app: "
     r"thread \d+: running task (\S+)-t\d{4} of ",
@@ -68,39 +67,22 @@ ENDED = re.compile(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The pattern and the groups; the defaults fit one 2-core kind node."""
-    parser = benchmark_parser(__doc__ or "", "autoscaling-kind", seed="the bursts' offsets in their rounds")
-    parser.add_argument("--tables", type=int, default=3)
-    parser.add_argument("--burst-files", type=int, default=4, help="files per table per burst (its trigger)")
-    parser.add_argument("--rows", type=int, default=20_000, help="rows per file")
-    parser.add_argument("--rounds", type=int, default=5, help="measured rounds")
-    parser.add_argument("--warmup-rounds", type=int, default=1, help="rounds before the measured ones")
-    parser.add_argument("--period", type=float, default=120.0, help="seconds from one burst to the next")
-    parser.add_argument(
-        "--jitter",
-        type=float,
-        default=10.0,
-        help="each table's burst lands at a random offset of its own up to this: the table refresh",
-    )
-    parser.add_argument("--max-executors", type=int, default=2)
-    parser.add_argument("--cores", type=int, default=1, help="cores (task threads) per executor")
-    parser.add_argument("--scale-down-delay", type=float, default=30.0)
+    """The pattern (`harness.bursts`) and the groups; the defaults fit one 2-core kind node."""
+    parser = bursts.pattern_parser(__doc__ or "", "autoscaling-kind", tables=3, rounds=5, jitter=10.0)
     parser.add_argument(
         "--startup-cpu-limit",
         default="2",
         help="both groups' executorStartupCpuLimit ('' for none: executor pods start at their cores)",
     )
-    parser.add_argument("--round-timeout", type=float, default=600.0)
     parser.add_argument("--keep-cluster", action="store_true", help="keep the kind cluster afterwards")
-    return check_jitter(parser, parser.parse_args(argv))
+    return bursts.check_jitter(parser, parser.parse_args(argv))
 
 
 def main() -> int:
-    """Run the benchmark under pytest with the e2e fixtures; the report goes to stdout (and
-    ``--markdown``)."""
+    """Run the benchmark under pytest with the e2e fixtures; the result goes to stdout (and, with
+    ``--record``, to its record)."""
     args = parse_args()
-    command = "python bench/autoscaling_kind.py " + " ".join(sys.argv[1:])
-    os.environ[ARGS_ENV] = json.dumps({**vars(args), "command": command.strip()}, default=str)
+    os.environ[ARGS_ENV] = json.dumps(vars(args), default=str)
     options = ["--keep-cluster"] if args.keep_cluster else []
     return pytest.main(
         [
@@ -116,9 +98,6 @@ def main() -> int:
             __file__,
         ]
     )
-
-
-# --- under pytest -------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +172,7 @@ def _timestamp(text: str) -> float:
 
 def _manifests(mode: str, args: argparse.Namespace, identifiers: list[str]) -> list[dict[str, Any]]:
     # Small CPU requests: both groups' pods fit one 2-core node beside the control plane.
-    spec = {**group_spec(mode, args), "executorCpuRequest": "200m"}
+    spec = {**bursts.group_spec(mode, args), "executorCpuRequest": "200m"}
     if args.startup_cpu_limit:
         spec["executorStartupCpuLimit"] = args.startup_cpu_limit
     group = {
@@ -220,12 +199,8 @@ def _manifests(mode: str, args: argparse.Namespace, identifiers: list[str]) -> l
     return [group, *tables]
 
 
-def _group_status(kubectl: Any, mode: str) -> dict[str, Any]:
-    return dict(kubectl.json("get", "og", mode, "-n", NAMESPACE).get("status") or {})
-
-
 def _ready(kubectl: Any, mode: str, args: argparse.Namespace) -> bool:
-    status = _group_status(kubectl, mode)
+    status = kubectl.json("get", "og", mode, "-n", NAMESPACE).get("status") or {}
     selector = f"floe.dev/group={mode},floe.dev/role=driver"
     drivers = kubectl.json("get", "pods", "-n", NAMESPACE, "-l", selector)
     running = any(p.get("status", {}).get("phase") == "Running" for p in drivers["items"])
@@ -260,7 +235,7 @@ def planned_times(kubectl: Any) -> dict[str, float]:
     planned: dict[str, float] = {}
     for line in log.splitlines():
         stamp, _, text = line.partition(" ")
-        if found := PLANNED.search(text):
+        if found := bursts.PLANNED.search(text):
             planned.setdefault(found.group(1), _timestamp(stamp))
     return planned
 
@@ -273,14 +248,14 @@ def run_mode(mode: str, args: argparse.Namespace, kubectl: Any, catalog: Any) ->
     """One group's rounds on its own tables; its `ModeResult`."""
     catalog.create_namespace(mode)
     identifiers = [f"{mode}.t{i:02d}" for i in range(args.tables)]
-    tables = [catalog.create_table(i, SCHEMA, properties={"format-version": "2"}) for i in identifiers]
+    tables = [catalog.create_table(i, bursts.SCHEMA, properties={"format-version": "2"}) for i in identifiers]
     manifests = _manifests(mode, args, identifiers)
     kubectl.apply(manifests)
     e2e.wait_for(f"the {mode} group ready", lambda: _ready(kubectl, mode, args), timeout_s=600)
     clock = PodClock(kubectl, mode)
     clock.start()
     try:
-        bursts, wall = run_rounds(mode, tables, args, clock.reset)
+        measured, wall = bursts.run_rounds(mode, tables, args, clock.reset)
     finally:
         executor_seconds = clock.stop()
     handouts, began = first_tasks(kubectl, mode)
@@ -288,21 +263,18 @@ def run_mode(mode: str, args: argparse.Namespace, kubectl: Any, catalog: Any) ->
     events = kubectl.events(NAMESPACE, "OptimizerGroup", mode)
     changes = sum(int(e.get("count") or 1) for e in events if e["reason"] in ("ScaledUp", "ScaledDown"))
     for manifest in reversed(manifests):
-        kind = manifest["kind"].lower()
         name = manifest["metadata"]["name"]
-        kubectl("delete", kind, name, "-n", NAMESPACE, "--wait=true", "--timeout=180s")
+        kubectl("delete", manifest["kind"].lower(), name, "-n", NAMESPACE, "--wait=true", "--timeout=180s")
     starts = list(clock.starts.values())
     return ModeResult(
-        mode, executor_seconds, wall, bursts, changes, clock.most, handouts, began, starts, planned
+        mode, executor_seconds, wall, measured, changes, clock.most, handouts, began, starts, planned
     )
 
 
 def test_bursty_pattern_on_kind(release: None, kubectl: Any, data_stack: Any) -> None:
-    """Both groups' rounds, then the report (the benchmark has no pass or fail of its own)."""
+    """Both groups' rounds, then the result (the benchmark has no pass or fail of its own)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", force=True)
-    settings = json.loads(os.environ[ARGS_ENV])
-    command = settings.pop("command")
-    args = argparse.Namespace(**settings)
+    args = argparse.Namespace(**json.loads(os.environ[ARGS_ENV]))
     kubectl.apply(
         {
             "apiVersion": "v1",
@@ -312,14 +284,15 @@ def test_bursty_pattern_on_kind(release: None, kubectl: Any, data_stack: Any) ->
         }
     )
     catalog = data_stack.client(CATALOG)
-    results = {mode: run_mode(mode, args, kubectl, catalog) for mode in MODES}
+    results = {mode: run_mode(mode, args, kubectl, catalog) for mode in bursts.MODES}
     setting = (
         "On kind: one node (2 cores), floe installed by its chart, the operator refreshing tables "
         "every 10 s and deciding every 1 s, executor pods of 200m CPU request and 1 GiB"
         + (f", starting with a CPU limit of {args.startup_cpu_limit}" if args.startup_cpu_limit else "")
         + ", tables in the REST catalog on S3 (moto) written from the host."
     )
-    emit(report(results, args, command, setting), Path(args.markdown) if args.markdown else None)
+    title = "Autoscaling on kind: executor-seconds and trigger-to-commit latency on a bursty pattern"
+    report_result(scaling_result("autoscaling_kind", title, results, args, setting), args.record)
 
 
 if __name__ == "__main__":

@@ -1,32 +1,23 @@
 """Idle cost per table: what the operator's engine loop spends on tables nothing writes to.
 
-Issue 21 measured the operator's idle CPU growing with its tables (about 2 ms per table per
-10 s refresh, on one GIL-bound core) and its engine loop stalling on the first refresh of many
-tables. This benchmark measures the operator's loop in-process, without Kubernetes:
-``--tables`` tables (default 1,000 and 10,000) in one SQL catalog (SQLite), one small file
-each, applied to one ``OptimizingEngine``, maintenance jobs off (each loads its table about
-once an hour; the refresh, every 10 s, is 360 times that).
+The operator's loop, in-process without Kubernetes: ``--tables`` tables (default 1,000 and
+10,000) of one small file each in one SQL catalog (SQLite), applied to one ``OptimizingEngine``,
+maintenance jobs off (each loads its table about once an hour, the refresh 360 times). Two
+sides, each in a fresh child process (`harness.revisions`): ``before``, floe at ``--before``
+(a git revision), and ``after``, this checkout. Each measures:
 
-Two sides, each in a fresh child process: ``before``, floe at ``--before`` (a git revision,
-extracted once), and ``after``, this checkout. Each measures:
-
-- refresh: the first refresh (every table loaded, scanned and evaluated: its wall time, the
-  engine rounds it took and the longest of them, during which nothing else is done), then
-  ``--rounds`` refreshes of every table (refresh interval 0): CPU per table per refresh and
-  per table per hour at the operator's 10 s, the wall time of one (the engine loop does
-  nothing else meanwhile), table loads and catalog probes per table per hour;
-- loop: the operator's loop as ``floe operator`` runs it, for ``--loop-seconds`` after the
-  first refresh and a warm-up: ``engine.tick()`` every second (tables refreshed every 10 s)
-  and the status flush every 5 s into a stand-in for the API server that counts patches: CPU
-  as a share of one core and per table per hour (issue 21's targets at 10,000 tables: <= 5 %
-  of a core, <= 18 ms per table per hour), status patches per second;
+- refresh: the first refresh of every table (its wall time, the engine rounds it took and the
+  longest of them), then ``--rounds`` refreshes of every table: CPU per table per hour at the
+  operator's 10 s, the wall time of one, table loads and catalog probes per table per hour;
+- loop: ``engine.tick()`` every second and the status flush every 5 s (into a stand-in for the
+  API server that counts patches) for ``--loop-seconds`` after a warm-up: CPU as a share of one
+  core and per table per hour (targets: <= 5 %, <= 18 ms), status patches per second;
 - peak RSS of the process.
 
 ``--catalog rest`` puts the same tables in Iceberg's REST catalog server (1.11, JDBC on SQLite,
-tables on moto's S3; both on loopback, made afresh each run), which answers a load with an ETag
-and a repeated load with 304 Not Modified; ``--snapshots`` gives its tables a history (the load
-a 304 saves grows with it); ``before`` then defaults to the last revision that loaded every REST
-table at every refresh.
+tables on moto's S3, on loopback, made afresh each run), which answers a repeated load with 304
+Not Modified; ``--snapshots`` gives its tables a history; ``before`` then defaults to the last
+revision that loaded every REST table at every refresh.
 
 Not measured: kopf and the API server around the loop, maintenance.
 Run: ``.venv/bin/python bench/catalog_scale.py [--tables 1000,10000] [--catalog rest]``.
@@ -35,21 +26,17 @@ Run: ``.venv/bin/python bench/catalog_scale.py [--tables 1000,10000] [--catalog 
 from __future__ import annotations
 
 import argparse
-import json
 import resource
-import subprocess
 import sys
-import tarfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness.small_tables import catalog_properties, fill_catalog, make_catalog
-
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
+from harness.cli import benchmark_parser
+from harness.report import times
+from harness.results import BenchResult, Figures, Target, new_result, report_result
+from harness.revisions import REPO, revision_source, run_against
+from harness.table_catalogs import CATALOGS, tables_catalog
 
 SIDES = ("before", "after")
 BEFORE = "a4899e5"
@@ -79,12 +66,19 @@ class _CountingKube:
 
 def measure(tables: int, properties: dict[str, str], rounds: int, loop_seconds: float) -> dict[str, Any]:
     """Both measurements, with the floe this process imports (the child's source)."""
-    from floe.api.group import OptimizerGroup
     from floe.api.models import OptimizedTable
     from floe.controller.status import TableStatusFlusher
-    from floe.kit.redaction import Redactor
-    from floe.optimizing.engine import OptimizingEngine
     from floe.service.task_service import TaskService
+
+    try:
+        from floe.api.group import OptimizerGroup
+        from floe.kit.redaction import Redactor
+        from floe.optimizing.engine import OptimizingEngine
+    except ImportError:  # floe before these modules moved: the default --before revisions
+        from floe.service.engine import OptimizingEngine
+        from floe.tables.credentials import Redactor
+
+        from floe.api.models import OptimizerGroup
 
     def make_engine(refresh_interval_s: float) -> OptimizingEngine:
         engine = OptimizingEngine(
@@ -183,118 +177,77 @@ def measure(tables: int, properties: dict[str, str], rounds: int, loop_seconds: 
     return out
 
 
-def _revision_source(revision: str, work_dir: Path) -> Path:
-    """floe's operator package at `revision`, extracted once from git."""
-    commit = subprocess.check_output(["git", "-C", str(REPO), "rev-parse", revision], text=True).strip()
-    target = work_dir / f"src-{commit[:12]}"
-    if not (target / "operator").is_dir():
-        work_dir.mkdir(parents=True, exist_ok=True)
-        archive = work_dir / f"{commit[:12]}.tar"
-        subprocess.run(
-            ["git", "-C", str(REPO), "archive", "-o", str(archive), commit, "operator"], check=True
-        )
-        with tarfile.open(archive) as tar:
-            tar.extractall(target, filter="data")
-        archive.unlink()
-    return target
+COLUMNS = (
+    ("first refresh s", "first_wall_s", ".1f"),
+    ("its rounds", "first_rounds", "d"),
+    ("longest round s", "first_longest_round_s", ".1f"),
+    ("refresh CPU ms / table / hour", "cpu_ms_per_table_hour", ".1f"),
+    ("one refresh s", "idle_refresh_wall_s", ".2f"),
+    ("loads / table / hour", "loads_per_table_hour", ".0f"),
+    ("304s / table / hour", "not_modified_per_table_hour", ".0f"),
+    ("catalog probes / hour", "probes_per_hour", ".0f"),
+    ("loop CPU % of a core", "loop_core_percent", ".1f"),
+    ("loop CPU ms / table / hour", "loop_ms_per_table_hour", ".1f"),
+    ("status patches / s", "loop_patches_per_s", ".1f"),
+    ("peak RSS MiB", "peak_rss_mib", ".0f"),
+)
+"""Each side's figures: the column's header, the key of `measure`'s result, its format."""
+RATIOS = (
+    ("refresh CPU, before / after", "cpu_ms_per_table_hour"),
+    ("one refresh, before / after", "idle_refresh_wall_s"),
+    ("loop CPU, before / after", "loop_core_percent"),
+)
+TARGETS = (("% of a core", "loop_core_percent", 5), ("ms / table / hour", "loop_ms_per_table_hour", 18))
+"""The loop's targets: what, the key of `measure`'s result, at most this."""
 
 
-def report(results: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespace, command: str) -> str:
-    """The results section."""
-    from harness.machine import load_average
-    from harness.report import markdown_table, times
-
+def result(results: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespace) -> BenchResult:
+    """Both sides' figures at each table count, this checkout's loop against the targets."""
     rows = [
-        [
-            f"{tables:,}",
-            side,
-            f"{r['first_wall_s']:.1f}",
-            f"{r.get('first_rounds', 1)}",
-            f"{r.get('first_longest_round_s', r['first_wall_s']):.1f}",
-            f"{r['cpu_ms_per_table_hour']:.1f}",
-            f"{r['idle_refresh_wall_s']:.2f}",
-            f"{r['loads_per_table_hour']:.0f}",
-            f"{r.get('not_modified_per_table_hour', 0):.0f}",
-            f"{r['probes_per_hour']:.0f}",
-            f"{r['loop_core_percent']:.1f}",
-            f"{r['loop_ms_per_table_hour']:.1f}",
-            f"{r['loop_patches_per_s']:.1f}",
-            f"{r['peak_rss_mib']:.0f}",
-        ]
+        [f"{tables:,}", side, *(format(r[key], spec) for _, key, spec in COLUMNS)]
         for tables, by_side in results.items()
         for side, r in by_side.items()
     ]
-    headers = [
-        "tables",
-        "floe",
-        "first refresh s",
-        "its rounds",
-        "longest round s",
-        "refresh CPU ms / table / hour",
-        "one refresh s",
-        "loads / table / hour",
-        "304s / table / hour",
-        "catalog probes / hour",
-        "loop CPU % of a core (target <= 5)",
-        "loop CPU ms / table / hour (target <= 18)",
-        "status patches / s",
-        "peak RSS MiB",
+    both = {tables: s for tables, s in results.items() if set(SIDES) <= set(s)}
+    ratios = [
+        [f"{tables:,}", *(times(s["before"][key], s["after"][key]) for _, key in RATIOS)]
+        for tables, s in both.items()
     ]
-    ratios = markdown_table(
-        ["tables", "refresh CPU, before / after", "one refresh, before / after", "loop CPU, before / after"],
-        [
-            [
-                f"{tables:,}",
-                times(s["before"]["cpu_ms_per_table_hour"], s["after"]["cpu_ms_per_table_hour"]),
-                times(s["before"]["idle_refresh_wall_s"], s["after"]["idle_refresh_wall_s"]),
-                times(s["before"]["loop_core_percent"], s["after"]["loop_core_percent"]),
-            ]
-            for tables, s in results.items()
-            if set(SIDES) <= set(s)
-        ],
-    )
-    return (
-        "## 7. Idle cost per table: the engine loop over tables nothing writes to\n\n"
-        f"Command: `{command}`. Load average at the end: {load_average()}.\n\n"
-        f"{CATALOGS[args.catalog]}, {args.snapshots} snapshot(s) of one small file per table, "
-        "maintenance off; in-process, no "
-        f"Kubernetes. before: floe at `{args.before}`; after: this checkout. Refresh: {args.rounds} "
-        f"refreshes of every table after the first, per hour at the operator's "
+    targets = [
+        Target(
+            f"loop CPU at {tables:,} tables, {what}",
+            f"<= {goal}",
+            f"{s['after'][key]:.1f}",
+            s["after"][key] <= goal,
+        )
+        for tables, s in results.items()
+        if "after" in s
+        for what, key, goal in TARGETS
+    ]
+    conditions = (
+        f"{CATALOGS[args.catalog]}, {args.snapshots} snapshot(s) of one small file per table, maintenance "
+        f"off; in-process, no Kubernetes. before: floe at `{args.before}`; after: this checkout. Refresh: "
+        f"{args.rounds} refreshes of every table after the first, per hour at the operator's "
         f"{REFRESH_INTERVAL_S:.0f} s. Loop: the engine round every {TICK_S:.0f} s and the status flush "
-        f"every {FLUSH_S:.0f} s for {args.loop_seconds:.0f} s after {WARMUP_S:.0f} s of warm-up.\n\n"
-        f"{markdown_table(headers, rows)}\n\n{ratios}\n"
+        f"every {FLUSH_S:.0f} s for {args.loop_seconds:.0f} s after {WARMUP_S:.0f} s of warm-up, after every "
+        "table's first refresh and first status: with nothing written, the status patches stay at 0."
     )
-
-
-CATALOGS = {
-    "sql": "One SQL catalog (SQLite)",
-    "rest": "One REST catalog (Iceberg 1.11's server, JDBC on SQLite, tables on moto's S3, on loopback)",
-}
-
-
-@contextmanager
-def tables_catalog(kind: str, directory: Path, tables: int, snapshots: int) -> Iterator[dict[str, str]]:
-    """The pyiceberg properties of a catalog of `tables` small tables, for the time it is used:
-    the SQL catalog (one snapshot per table) is made once and kept; the REST one (its S3 is in
-    memory) is made each run, with `snapshots` snapshots per table."""
-    if kind == "sql":
-        make_catalog(directory, tables)
-        yield catalog_properties(directory)
-        return
-    sys.path.insert(0, str(REPO / "tests"))
-    from rest_s3 import rest_s3_stack
-
-    directory.mkdir(parents=True, exist_ok=True)
-    with rest_s3_stack("127.0.0.1", directory) as stack:
-        fill_catalog(stack.client("lake"), tables, snapshots)
-        yield stack.properties
+    return new_result(
+        "catalog_scale",
+        "Idle cost per table: the engine loop over tables nothing writes to",
+        "What the operator's engine loop spends on tables nothing writes to: the refresh of every table, "
+        "and the loop as `floe operator` runs it (an engine round every second, the status flush every "
+        "5 s), floe before a change against this checkout.",
+        targets=targets,
+        figures=[
+            Figures("Refresh and loop, each side", ["tables", "floe", *(h for h, _, _ in COLUMNS)], rows),
+            *([Figures("Before / after", ["tables", *(h for h, _ in RATIOS)], ratios)] if ratios else []),
+        ],
+        notes=[conditions, "Not measured: kopf and the API server around the loop, maintenance."],
+    )
 
 
 def main() -> int:
-    sys.path.insert(0, str(BENCH))
-    from harness.cli import benchmark_parser
-    from harness.report import command_line, emit
-
     parser = benchmark_parser(__doc__ or "", "catalog-scale")
     parser.add_argument("--tables", default="1000,10000", help="comma-separated table counts")
     parser.add_argument("--catalog", choices=sorted(CATALOGS), default="sql", help="the tables' catalog")
@@ -318,26 +271,13 @@ def main() -> int:
             args.catalog, args.dir / f"tables-{tables}{suffix}", tables, args.snapshots
         ) as properties:
             for side in args.sides.split(","):
-                source = _revision_source(args.before, args.dir) if side == "before" else REPO
-                child = [
-                    str(source / "operator"),
-                    tables,
-                    json.dumps(properties),
-                    args.rounds,
-                    args.loop_seconds,
-                ]
-                code = (
-                    "import json, sys; sys.path.insert(0, sys.argv[1]); "
-                    f"sys.path.insert(1, {str(BENCH)!r}); import catalog_scale as c; "
-                    "print(json.dumps(c.measure(int(sys.argv[2]), json.loads(sys.argv[3]), "
-                    "int(sys.argv[4]), float(sys.argv[5]))))"
+                source = revision_source(args.before, args.dir) if side == "before" else REPO
+                measured = run_against(
+                    source, "catalog_scale", "measure", tables, properties, args.rounds, args.loop_seconds
                 )
-                out = subprocess.run(
-                    [sys.executable, "-c", code, *map(str, child)], check=True, capture_output=True, text=True
-                ).stdout
-                results.setdefault(tables, {})[side] = json.loads(out.strip().splitlines()[-1])
-                print(f"{tables} tables, {side}: {results[tables][side]}", file=sys.stderr)
-    emit(report(results, args, command_line()), args.markdown)
+                results.setdefault(tables, {})[side] = measured
+                print(f"{tables} tables, {side}: {measured}", file=sys.stderr)
+    report_result(result(results, args), args.record)
     return 0
 
 

@@ -14,7 +14,7 @@ Measured engines:
 - ``pyiceberg``: ``list(table.scan().plan_files())``, pyiceberg 0.12's own planning
   (data files matched with their position deletes).
 
-Described in full in ``bench/README.md``.
+Described in full in ``docs/benchmarks/index.md``.
 
 Run: ``.venv/bin/python bench/planning_scale.py [--scale 0.01]``.
 """
@@ -31,9 +31,9 @@ from typing import Any
 
 from harness import MiB
 from harness.cli import benchmark_parser
-from harness.machine import load_average
+from harness.figures import columns_figures
 from harness.profiling import profiled
-from harness.report import columns_table, command_line, emit
+from harness.results import BenchResult, Figures, Target, new_result, report_result
 from harness.steps import run_requested_step, run_step
 from harness.synthetic import TABLE, Shape, build_table, catalog, reuse_or_build
 from harness.timing import fastest
@@ -122,9 +122,10 @@ def _scan_plan_seconds(run: dict[str, Any]) -> float:
     return float(run["scan_seconds"] + run["plan_seconds"])
 
 
-def _report(built: dict[str, Any], runs: dict[str, dict[str, Any]]) -> str:
-    """The markdown results section: one row per engine, and floe against its targets."""
-    table = columns_table(
+def _result(built: dict[str, Any], runs: dict[str, dict[str, Any]]) -> BenchResult:
+    """The result: the table, one row per engine, and floe against its targets."""
+    engines = columns_figures(
+        "Planning, per engine",
         [
             ("engine", lambda r: r["engine"]),
             ("load s", lambda r: f"{r['load_seconds']:.2f}"),
@@ -133,42 +134,60 @@ def _report(built: dict[str, Any], runs: dict[str, dict[str, Any]]) -> str:
             ("scan+plan s (each run)", lambda r: " / ".join(f"{wall:.2f}" for wall in r["walls"])),
             ("CPU s", lambda r: f"{r['cpu_seconds']:.2f}"),
             ("RSS before MiB", lambda r: f"{r['rss_before_bytes'] / MiB:.0f}"),
-            ("peak RSS MiB", lambda r: f"**{r['peak_rss_bytes'] / MiB:.0f}**"),
+            ("peak RSS MiB", lambda r: f"{r['peak_rss_bytes'] / MiB:.0f}"),
             ("tracemalloc peak MiB", lambda r: f"{r['tracemalloc_peak_bytes'] / MiB:.0f}"),
             ("data / delete files", lambda r: f"{r['data_files']:,} / {r['delete_files']:,}"),
             ("tasks (data files in them)", lambda r: f"{r['tasks']:,} ({r['planned_files']:,})"),
         ],
         runs.values(),
     )
-    floe = runs.get("floe")
-    verdict = ""
-    if floe is not None:
-        total, cpu = _scan_plan_seconds(floe), floe["cpu_seconds"]
-        verdict = (
-            f"\nTargets for floe (at scale 1): scan+plan < {TARGET_SECONDS:.0f} s: "
-            f"{_verdict(total < TARGET_SECONDS)} by wall time ({total:.2f} s), "
-            f"{_verdict(cpu < TARGET_SECONDS)} by CPU time ({cpu:.2f} s); peak RSS < 2 GiB: "
-            f"{_verdict(floe['peak_rss_bytes'] < TARGET_BYTES)} ({floe['peak_rss_bytes'] / MiB:.0f} MiB).\n"
-        )
-    return (
-        "### Planning at scale\n\n"
-        f"Command: `{command_line()}`  \n"
-        f"Table: {built['data_files']:,} data files, {built['delete_files']:,} position delete files, "
-        f"{built['partitions']:,} partitions, {built['commits']} commits (one manifest each); "
-        f"built in {built['build_seconds']:.0f} s. Load average at the end: {load_average()}.\n\n"
-        f"{table}\n{verdict}\n"
-        "load = open the SQLite catalog and load the table metadata (not part of planning); "
-        "scan = read the manifests into live files (pyiceberg: all of `plan_files`); "
-        "plan = evaluate and bin-pack (floe only). CPU s = CPU time of the planning process in the fastest "
-        "run (all its threads): planning is single-threaded under the GIL, so this is what scan+plan takes "
-        "on an idle core. RSS before = peak RSS after imports and table load. "
-        "Wall time and RSS come from one child process per engine and run (the fastest run's scan, plan and "
-        "RSS are shown), tracemalloc's peak from another one.\n"
+    table = Figures(
+        "The table",
+        ["data files", "position delete files", "partitions", "commits (one manifest each)", "built in s"],
+        [
+            [
+                f"{built['data_files']:,}",
+                f"{built['delete_files']:,}",
+                f"{built['partitions']:,}",
+                str(built["commits"]),
+                f"{built['build_seconds']:.0f}",
+            ]
+        ],
     )
-
-
-def _verdict(met: bool) -> str:
-    return "met" if met else "MISSED"
+    targets = []
+    floe = runs.get("floe")
+    if floe is not None:
+        total, cpu, rss = _scan_plan_seconds(floe), floe["cpu_seconds"], floe["peak_rss_bytes"]
+        targets = [
+            Target(
+                "floe scan+plan, wall time",
+                f"< {TARGET_SECONDS:.0f} s",
+                f"{total:.2f} s",
+                total < TARGET_SECONDS,
+            ),
+            Target(
+                "floe scan+plan, CPU time", f"< {TARGET_SECONDS:.0f} s", f"{cpu:.2f} s", cpu < TARGET_SECONDS
+            ),
+            Target("floe peak RSS", "< 2 GiB", f"{rss / MiB:.0f} MiB", rss < TARGET_BYTES),
+        ]
+    return new_result(
+        "planning_scale",
+        "Planning at scale",
+        "How long floe takes to scan a table's manifests and plan its optimizing, and how much memory, "
+        "at 100,000 data and 20,000 position delete files over 1,000 partitions (the targets are for "
+        "that size, `--scale 1`), against pyiceberg's own `plan_files`.",
+        targets=targets,
+        figures=[table, engines],
+        notes=[
+            "load = open the SQLite catalog and load the table metadata (not part of planning); scan = "
+            "read the manifests into live files (pyiceberg: all of `plan_files`); plan = evaluate and "
+            "bin-pack (floe: default thresholds; floe-full: forced full optimizing). CPU s = CPU time of "
+            "the planning process in the fastest run: planning is single-threaded under the GIL, so this "
+            "is what scan+plan takes on an idle core. RSS before = peak RSS after imports and table load. "
+            "Wall time and RSS come from one child process per engine and run (the fastest run's are "
+            "shown), tracemalloc's peak from another one.",
+        ],
+    )
 
 
 def main() -> int:
@@ -226,7 +245,7 @@ def main() -> int:
                 f"profile-{engine}",
             )
             print(f"cProfile of {engine} in {profile_path}:\n{profile_path.read_text()}")
-    emit(_report(built, runs), args.markdown)
+    report_result(_result(built, runs), args.record)
     return 0
 
 

@@ -1,17 +1,10 @@
 """Rewrite throughput: floe's full optimizing against Iceberg's ``rewrite_data_files`` and a pyarrow bound.
 
-The input is the events table in three variants, ``none``, ``pos`` and ``eq`` (no deletes,
-5% position deletes, the same rows as equality deletes; `harness.variants`), each
-restored from a pristine copy before every run. Engines, all on CORES cores:
-
-- ``floe``: ``optimize_once(..., forced=FULL)`` with a 128 MiB target on the run's Spark session;
-- ``iceberg``: ``CALL <catalog>.system.rewrite_data_files(...)``, binpack, on the same session;
-- ``bound``: bare pyarrow in a child process, reading and rewriting the data files in
-  bins of 128 MiB with no Iceberg logic: what the bytes alone cost.
-
-Only the rewrite is timed, with the CPU time of the whole process tree (`harness.cpu`);
-after each floe and Iceberg run, Iceberg's Java reader checks the content against the
-pristine table's. Described in full in ``bench/README.md``.
+The input is the events table with no deletes, 5% position deletes, or the same rows as
+equality deletes (`harness.variants`), restored from a pristine copy before every run; the
+engines are in `harness.rewrite_engines`. Only the rewrite is timed, with the CPU time of the
+whole process tree; after each floe and Iceberg run, Iceberg's Java reader checks the content
+against the pristine table's. Described in full in ``docs/benchmarks/index.md``.
 
 Run: ``.venv/bin/python bench/rewrite_throughput.py [--scale 0.01]``.
 """
@@ -19,230 +12,32 @@ Run: ``.venv/bin/python bench/rewrite_throughput.py [--scale 0.01]``.
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
-import os
 import shutil
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from harness import MiB
 from harness.cli import benchmark_parser, comma_separated
-from harness.machine import load_average
+from harness.figures import columns_figures
 from harness.pristine import Layout
-from harness.profiling import profiled
-from harness.report import columns_table, command_line, emit
+from harness.results import BenchResult, Figures, Target, new_result, report_result
+from harness.rewrite_attempts import CHILD_STEPS, RewriteAttempts, prepare
 from harness.rows import DAYS
-from harness.steps import run_requested_step, run_step
-from harness.timing import fastest, timed
-from harness.variants import (
-    TABLE,
-    VARIANTS,
-    add_equality_deletes,
-    build_variants,
-    content_hash,
-    full_scan_seconds,
-    register,
-    table_stats,
-    write_base,
-)
-
-from floe.local.optimize import OptimizeResult, optimize_once
-from floe.local.reference_jars import reference_jars
-from floe.local.reference_reader import ReferenceReader
-from floe.optimizing.specs import build_process
-from floe.planning.config import OptimizingConfig
-from floe.planning.plan import OptimizingType
-from floe.planning.planner import plan_optimizing
-from floe.rewrite.task import run_rewrite_task
-from floe.tables.scan import scan_table
-from floe_optimizer.spark_session import get_spark
+from harness.steps import run_requested_step
+from harness.timing import fastest
+from harness.variants import VARIANTS, Variants
 
 ENGINES = ("bound", "floe", "iceberg")
-TARGET_FILE_BYTES = 128 * MiB
-BOUND_ROW_GROUP_BYTES = 64 * MiB
-ICEBERG_OPTIONS = {
-    "target-file-size-bytes": str(TARGET_FILE_BYTES),
-    "rewrite-all": "true",
-    "delete-file-threshold": "1",
-    "remove-dangling-deletes": "true",
-}
-WARMUP_SCALE = 0.004
 TARGET_VS_ICEBERG = 2.0
 TARGET_VS_BOUND = 0.7
 TARGET_CHECK_SHARE = 0.02
 """Checking a task's result before it may be committed costs under 2 % of the task's time."""
-TARGET_OUTPUT_VS_ICEBERG = 0.92
-"""floe's output is at most this share of the bytes Iceberg's rewrite writes for the same rows."""
-TARGET_SCAN_VS_ICEBERG = 1.0
-"""A full scan of floe's output by Spark takes no longer than of Iceberg's."""
 SCAN_REPEAT = 5
 """Full reads per rewritten table, the fastest kept: single reads of 1 to 2 s vary by several percent."""
-PROFILE_LISTING = (("tottime", 25), ("cumulative", 40))
-
-
-class SparkEngines:
-    """The run's one Spark session, with floe's and Iceberg's rewrites on it."""
-
-    def __init__(self, cores: int) -> None:
-        session = get_spark(master=f"local[{cores}]", app_name="floe-bench", extra_jars=reference_jars())
-        self._session = session
-        self.reader = ReferenceReader(session)
-        """Iceberg Java on the session: the content checks and Spark's DELETE use it too."""
-
-    def floe(self, layout: Layout, name: str) -> dict[str, Any]:
-        """Time floe's full optimizing of the table in catalog ``name`` and its plan, rewrite and commit."""
-        marks: dict[str, float] = {}
-
-        def mark(event: str) -> Callable[[Any], None]:
-            return lambda _: marks.__setitem__(event, time.perf_counter())
-
-        with layout.catalog(name) as catalog:
-            table = catalog.load_table(TABLE)
-            config = OptimizingConfig(target_size=TARGET_FILE_BYTES, max_task_size_bytes=TARGET_FILE_BYTES)
-
-            def run() -> OptimizeResult:
-                marks["start"] = time.perf_counter()
-                result = optimize_once(
-                    table,
-                    TABLE,
-                    config,
-                    spark=lambda: self._session,
-                    forced=OptimizingType.FULL,
-                    on_plan=mark("planned"),
-                    on_task_done=mark("rewritten"),
-                )
-                marks["end"] = time.perf_counter()
-                return result
-
-            optimized = timed(run)
-        return {
-            "seconds": optimized.seconds,
-            "cpu_seconds": optimized.cpu_seconds,
-            "tasks": len(optimized.value.plan.tasks),
-            "check_seconds": optimized.value.check_seconds,
-            "floe_bytes_read": optimized.value.bytes_read,
-            "phases": [
-                marks["planned"] - marks["start"],
-                marks["rewritten"] - marks["planned"],
-                marks["end"] - marks["rewritten"],
-            ],
-        }
-
-    def iceberg(self, layout: Layout, name: str) -> dict[str, Any]:
-        """Time Iceberg's rewrite_data_files procedure on the table in catalog ``name``."""
-        register(self.reader, layout, name)
-        options = ", ".join(f"'{key}', '{value}'" for key, value in ICEBERG_OPTIONS.items())
-        call = (
-            f"CALL {name}.system.rewrite_data_files(table => '{name}.{TABLE}', strategy => 'binpack', "
-            f"options => map({options}))"
-        )
-        run = timed(lambda: self.reader.sql(call))
-        return {
-            "seconds": run.seconds,
-            "cpu_seconds": run.cpu_seconds,
-            "procedure_result": [list(row) for row in run.value],
-        }
-
-    def stop(self) -> None:
-        """Stop the Spark session."""
-        self._session.stop()
-
-
-def _bound_bin(paths: list[str], output: str) -> tuple[int, int]:
-    """Read whole files, concatenate, write one zstd file with ~64 MiB row groups; return rows and bytes."""
-    data = pa.concat_tables([pq.read_table(path) for path in paths])
-    row_bytes = max(1.0, data.nbytes / max(1, data.num_rows))
-    pq.write_table(
-        data, output, compression="zstd", row_group_size=max(1, int(BOUND_ROW_GROUP_BYTES / row_bytes))
-    )
-    return data.num_rows, os.path.getsize(output)
-
-
-def step_bound(args: argparse.Namespace) -> dict[str, Any]:
-    """Child step: time the bare pyarrow read-then-write of the bins in ``--bins``, ``--cores`` processes."""
-    bins: list[list[str]] = json.loads(Path(args.bins).read_text())
-    out_dir = Path(args.dir) / "bound-out"
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir()
-    jobs = [(paths, str(out_dir / f"bin-{n:05d}.parquet")) for n, paths in enumerate(bins)]
-
-    def run() -> list[tuple[int, int]]:
-        pool = multiprocessing.get_context("fork").Pool(args.cores)
-        try:
-            written = pool.starmap(_bound_bin, jobs, chunksize=1)
-        finally:
-            pool.close()
-            pool.join()
-        return written
-
-    bound = timed(run)
-    shutil.rmtree(out_dir)
-    return {
-        "seconds": bound.seconds,
-        "cpu_seconds": bound.cpu_seconds,
-        "output_files": len(bound.value),
-        "output_bytes": sum(size for _, size in bound.value),
-        "rows": sum(rows for rows, _ in bound.value),
-    }
-
-
-def bound_bins(layout: Layout, name: str) -> list[list[str]]:
-    """The data files of each partition, in path order, packed into bins of at most 128 MiB (local paths)."""
-    by_partition: dict[Any, list[Any]] = defaultdict(list)
-    with layout.catalog(name) as catalog:
-        for f in scan_table(catalog.load_table(TABLE)).files.data_files:
-            by_partition[f.partition].append(f)
-    bins: list[list[str]] = []
-    for files in by_partition.values():
-        current: list[str] = []
-        used = 0
-        for f in sorted(files, key=lambda f: f.path):
-            if current and used + f.size_bytes > TARGET_FILE_BYTES:
-                bins.append(current)
-                current, used = [], 0
-            current.append(urlparse(f.path).path if f.path.startswith("file:") else f.path)
-            used += f.size_bytes
-        if current:
-            bins.append(current)
-    return bins
-
-
-def step_profile(args: argparse.Namespace) -> dict[str, Any]:
-    """Child step: run floe's largest full-optimizing task of the table in this process under cProfile."""
-    with Layout(Path(args.dir)).catalog(args.catalog) as catalog:
-        table = catalog.load_table(TABLE)
-        config = OptimizingConfig(target_size=TARGET_FILE_BYTES, max_task_size_bytes=TARGET_FILE_BYTES)
-        scanned = scan_table(table)
-        plan = plan_optimizing(
-            scanned.files,
-            config,
-            now_s=time.time(),
-            last_minor_s=None,
-            last_full_s=None,
-            forced=OptimizingType.FULL,
-        )
-        process = build_process(table, TABLE, scanned, plan, config)
-        spec = max(process.specs, key=lambda s: sum(f.size_bytes for f in s.data_files))
-        with profiled(Path(args.profile_out), PROFILE_LISTING):
-            started = time.perf_counter()
-            result = run_rewrite_task(spec)
-            seconds = time.perf_counter() - started
-        for written in result.files:
-            table.io.delete(written.path)
-    return {"seconds": seconds, "bytes_read": result.bytes_read}
-
-
-# --- orchestration and report -------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -252,8 +47,14 @@ class _Run:
     variant: str
     engine: str
     run: dict[str, Any]
-    mib: float
+    stats: dict[str, int]
     cores: int
+
+    @property
+    def mib(self) -> float:
+        """What the engine must read: data and delete file bytes (the bound reads data files only)."""
+        deletes = 0 if self.engine == "bound" else self.stats["delete_bytes"]
+        return (self.stats["data_bytes"] + deletes) / MiB
 
     @property
     def wall_rate(self) -> float:
@@ -265,202 +66,180 @@ class _Run:
         """Input MiB per CPU second."""
         return self.mib / float(self.run["cpu_seconds"])
 
+    @property
+    def output(self) -> str:
+        """Files and MiB the run left: the bound's own output, or the table's data files after the rewrite."""
+        run, after = self.run, self.run.get("after", {})
+        size = after.get("data_bytes", run.get("output_bytes"))
+        return f"{after.get('data_files', run.get('output_files'))} files, {size / MiB:,.0f} MiB"
 
-def _report(
-    base: dict[str, Any],
-    stats: dict[str, dict[str, int]],
-    before: dict[str, list[str]],
-    runs: dict[str, dict[str, dict[str, Any]]],
-    cores: int,
-) -> str:
-    """The markdown results section: the input tables, one row per run, and floe's ratios."""
-    first = next(iter(stats.values()))
-    measured = {
-        variant: {
-            engine: _Run(variant, engine, run, _input_mib(stats[variant], engine), cores)
-            for engine, run in engines.items()
-        }
+    @property
+    def deletes_left(self) -> str:
+        """Delete files left in the table after the rewrite (the bound commits nothing)."""
+        after = self.run.get("after")
+        return str(after["pos_delete_files"] + after["eq_delete_files"]) if after else "-"
+
+
+Engines = dict[str, _Run]
+"""One variant's fastest run of each engine, by engine (floe's always among them)."""
+
+
+def _over(other: str, rate: str) -> Callable[[Engines], float | None]:
+    """floe's wall or CPU rate over ``other``'s (None when ``other`` did not run)."""
+    return lambda e: getattr(e["floe"], rate) / getattr(e[other], rate) if other in e else None
+
+
+def _than_iceberg(key: Callable[[dict[str, Any]], float]) -> Callable[[Engines], float | None]:
+    """floe's figure ``key`` over Iceberg's (None when Iceberg did not run)."""
+    return lambda e: key(e["floe"].run) / key(e["iceberg"].run) if "iceberg" in e else None
+
+
+def _check_share(e: Engines) -> float:
+    """floe's result-check time against its tasks' time (the rewrite phase on every core)."""
+    return float(e["floe"].run["check_seconds"] / (e["floe"].run["phases"][1] * e["floe"].cores))
+
+
+@dataclass(frozen=True)
+class _Ratio:
+    """A figure of floe against a peer: header, value, format, and its target if any (``goal``'s
+    comparison with ``threshold``)."""
+
+    header: str
+    value: Callable[[Engines], float | None]
+    form: str
+    goal: str = ""
+    threshold: float = 0.0
+
+    def cell(self, e: Engines) -> str:
+        """The figure as shown, ``-`` when the peer did not run."""
+        return "-" if (value := self.value(e)) is None else self.form.format(value)
+
+
+RATIOS = (
+    _Ratio("floe / Iceberg, wall", _over("iceberg", "wall_rate"), "{:.2f}x", ">= 2x", TARGET_VS_ICEBERG),
+    _Ratio("floe / Iceberg, CPU", _over("iceberg", "cpu_rate"), "{:.2f}x"),
+    _Ratio("floe / bound, wall", _over("bound", "wall_rate"), "{:.0%}", ">= 70%", TARGET_VS_BOUND),
+    _Ratio("floe / bound, CPU", _over("bound", "cpu_rate"), "{:.0%}"),
+    _Ratio("result checks, share of task time", _check_share, "{:.2%}", "< 2%", TARGET_CHECK_SHARE),
+    _Ratio(
+        "floe / Iceberg output bytes",
+        _than_iceberg(lambda r: r["after"]["data_bytes"]),
+        "{:.3f}x",
+        "<= 0.92x",
+        0.92,
+    ),
+    _Ratio("floe / Iceberg full scan", _than_iceberg(lambda r: r["scan_seconds"]), "{:.2f}x", "<= 1x", 1.0),
+)
+"""floe against its peers; the output and full-scan targets: floe's output at most 0.92x the bytes of
+Iceberg's for the same rows, and Spark reading it no slower than Iceberg's."""
+MET = {">=": float.__ge__, "<=": float.__le__, "<": float.__lt__}
+
+
+def _targets(floe_runs: list[Engines]) -> list[Target]:
+    """Each ratio with a target over the variants it was measured on: every variant's figure, met by all."""
+    targets = []
+    for ratio in RATIOS:
+        values = [(e["floe"].variant, v) for e in floe_runs if (v := ratio.value(e)) is not None]
+        if ratio.goal and values:
+            what = f"{ratio.header} ({' / '.join(variant for variant, _ in values)})"
+            figures = " / ".join(ratio.form.format(v) for _, v in values)
+            met = all(MET[ratio.goal.split()[0]](v, ratio.threshold) for _, v in values)
+            targets.append(Target(what, ratio.goal, figures, met))
+    return targets
+
+
+def _result(
+    base: dict[str, Any], built: Variants, runs: dict[str, dict[str, Any]], cores: int
+) -> BenchResult:
+    """The result: the input tables, one row per run, floe against its peers and its targets."""
+    stats, before = built.stats, built.content
+    measured = [
+        {engine: _Run(variant, engine, run, stats[variant], cores) for engine, run in engines.items()}
         for variant, engines in runs.items()
-    }
+    ]
 
     def content(r: _Run) -> str:
-        if r.engine == "bound":
-            return "- (no deletes applied)"
         wrong = [h for h in r.run["hashes"] if h != before[r.variant]]
-        return "equal" if not wrong else f"**DIFFERENT**: {wrong}"
+        return (
+            "- (no deletes applied)" if r.engine == "bound" else f"DIFFERENT: {wrong}" if wrong else "equal"
+        )
 
-    input_table = columns_table(
+    input_table = Figures(
+        "Input",
+        ["variant", "data files", "data MiB", "delete files pos / eq", "delete MiB", "rows deleted", "rows"],
         [
-            ("variant", lambda v: v),
-            ("data files", lambda v: f"{stats[v]['data_files']:,}"),
-            ("data MiB", lambda v: f"{stats[v]['data_bytes'] / MiB:,.0f}"),
-            (
-                "delete files pos / eq",
-                lambda v: f"{stats[v]['pos_delete_files']:,} / {stats[v]['eq_delete_files']:,}",
-            ),
-            ("delete MiB", lambda v: f"{stats[v]['delete_bytes'] / MiB:,.1f}"),
-            ("rows deleted", lambda v: f"{stats[v]['delete_records']:,}"),
-            ("rows", lambda v: f"{int(before[v][0]):,}"),
+            [
+                v,
+                f"{t['data_files']:,}",
+                f"{t['data_bytes'] / MiB:,.0f}",
+                f"{t['pos_delete_files']:,} / {t['eq_delete_files']:,}",
+                f"{t['delete_bytes'] / MiB:,.1f}",
+                f"{t['delete_records']:,}",
+                f"{int(before[v][0]):,}",
+            ]
+            for v, t in stats.items()
         ],
-        stats,
     )
-    run_table = columns_table(
+    run_table = columns_figures(
+        "Runs",
         [
             ("variant", lambda r: r.variant),
             ("engine", lambda r: r.engine),
             ("input MiB", lambda r: f"{r.mib:,.0f}"),
             ("wall s", lambda r: " / ".join(f"{wall:.1f}" for wall in r.run["walls"])),
-            ("MiB/s/core", lambda r: f"**{r.wall_rate:.1f}**"),
+            ("MiB/s/core", lambda r: f"{r.wall_rate:.1f}"),
             ("CPU s", lambda r: f"{r.run['cpu_seconds']:.1f}"),
             ("CPU use", lambda r: f"{r.run['cpu_seconds'] / r.run['seconds'] / cores:.0%}"),
             ("MiB/CPU-s", lambda r: f"{r.cpu_rate:.1f}"),
-            ("output", _output),
-            ("deletes left", _deletes_left),
+            ("output", lambda r: r.output),
+            ("deletes left", lambda r: r.deletes_left),
             ("content after", content),
         ],
-        [r for engines in measured.values() for r in engines.values()],
+        [r for engines in measured for r in engines.values()],
     )
-    ratio_table = columns_table(
+    floe_runs = [engines for engines in measured if "floe" in engines]
+    ratio_table = columns_figures(
+        "floe against Iceberg and the bound",
         [
             ("variant", lambda e: e["floe"].variant),
+            *[(ratio.header, ratio.cell) for ratio in RATIOS],
+            ("result checks s", lambda e: f"{e['floe'].run['check_seconds']:.2f}"),
             (
-                f"floe / Iceberg, wall (target >= {TARGET_VS_ICEBERG:g}x)",
-                lambda e: _ratio(e, "iceberg", "wall"),
+                "full scan s, floe / Iceberg",
+                lambda e: " / ".join(
+                    f"{e[n].run['scan_seconds']:.2f}" for n in ("floe", "iceberg") if n in e
+                ),
             ),
-            ("floe / Iceberg, CPU", lambda e: _ratio(e, "iceberg", "cpu")),
-            (f"floe / bound, wall (target >= {TARGET_VS_BOUND:.0%})", lambda e: _ratio(e, "bound", "wall")),
-            ("floe / bound, CPU", lambda e: _ratio(e, "bound", "cpu")),
             (
                 "floe plan / rewrite / commit s",
                 lambda e: " / ".join(f"{p:.1f}" for p in e["floe"].run["phases"]),
             ),
-            (
-                f"result checks, share of task time (target < {TARGET_CHECK_SHARE:.0%})",
-                lambda e: _check_share(e["floe"].run, cores),
-            ),
-            (
-                f"floe / Iceberg output bytes (target <= {TARGET_OUTPUT_VS_ICEBERG:g}x)",
-                _output_ratio,
-            ),
-            (
-                f"floe / Iceberg full scan s (target <= {TARGET_SCAN_VS_ICEBERG:g}x)",
-                _scan_ratio,
-            ),
             ("floe bytes_read MiB", lambda e: f"{e['floe'].run['floe_bytes_read'] / MiB:,.0f}"),
             ("floe tasks", lambda e: str(e["floe"].run["tasks"])),
         ],
-        [engines for engines in measured.values() if "floe" in engines],
+        floe_runs,
     )
-    return "\n".join(
-        [
-            "### Rewrite throughput",
-            "",
-            f"Command: `{command_line()}`  ",
+    first = next(iter(stats.values()))
+    return new_result(
+        "rewrite_throughput",
+        "Rewrite throughput",
+        "How fast floe's full optimizing rewrites a table of small files (no deletes, position deletes, "
+        "equality deletes) against Iceberg's `rewrite_data_files`, and against bare pyarrow reading and "
+        "writing the same bytes (the bound).",
+        targets=_targets(floe_runs),
+        figures=[input_table, run_table, ratio_table],
+        notes=[
             f"Input: {first['data_files']:,} data files, {first['data_bytes'] / MiB:,.0f} MiB, "
-            f"{base['rows']:,} rows, {DAYS} day partitions (built in {base['build_seconds']:.0f} s). "
-            f"Engines on `local[{cores}]` (bound: {cores} processes); per-core rates divide by {cores}. "
-            f"Load average at the end: {load_average()}.",
-            "",
-            "Variants: " + "; ".join(f"`{v}` = {VARIANTS[v]}" for v in stats) + ".",
-            "",
-            input_table,
-            "",
-            run_table,
-            "",
-            ratio_table,
-            "",
-            "input = live data + delete file bytes of the starting snapshot (bound: data files only). "
-            "wall s = each attempt's wall time; the fastest attempt is the one reported. "
-            "MiB/s/core = input / wall s / cores. CPU s = CPU time of the whole process tree (driver, JVM, "
-            f"Python workers) in the timed window; CPU use = CPU s / (wall s * {cores}); MiB/CPU-s = input / "
-            "CPU s, which other work on the machine does not dilute. output bytes = the data files the "
-            f"rewrite left; full scan s = the fastest of {SCAN_REPEAT} `sum(hash(*))` reads of the "
-            "rewritten table by Iceberg Java (vectorized). content after = Iceberg Java's "
-            "`count(*)`, `sum(xxhash64(*))`, `sum(hash(*))` after the rewrite against the same over the "
-            "pristine table. Result checks = the time floe spent checking its tasks' results (row "
-            "conservation, file names, sizes, footers, metrics) against the tasks' time: the rewrite phase "
-            f"on {cores} cores.",
-            "",
-        ]
+            f"{base['rows']:,} rows, {DAYS} day partitions; "
+            + "; ".join(f"`{v}` = {VARIANTS[v]}" for v in stats)
+            + f". Engines on `local[{cores}]` (bound: {cores} processes); per-core rates divide by {cores}.",
+            "input = live data + delete file bytes (bound: data files only); wall s = each attempt's, the "
+            "fastest reported; CPU s = the whole process tree's (driver, JVM, Python workers), which other "
+            f"work does not dilute. full scan = the fastest of {SCAN_REPEAT} `sum(hash(*))` reads by Iceberg "
+            "Java; content after = Iceberg Java's `count(*)`, `sum(xxhash64(*))`, `sum(hash(*))` against "
+            "the pristine table's.",
+        ],
     )
-
-
-def _input_mib(stats: dict[str, int], engine: str) -> float:
-    """What the engine must read: data and delete file bytes (the bound reads data files only)."""
-    return (stats["data_bytes"] + (0 if engine == "bound" else stats["delete_bytes"])) / MiB
-
-
-def _output(r: _Run) -> str:
-    """Files and MiB the run left: the bound's own output, or the table's data files after the rewrite."""
-    if r.engine == "bound":
-        return f"{r.run['output_files']} files, {r.run['output_bytes'] / MiB:,.0f} MiB"
-    return f"{r.run['after']['data_files']} files, {r.run['after']['data_bytes'] / MiB:,.0f} MiB"
-
-
-def _deletes_left(r: _Run) -> str:
-    """Delete files left in the table after the rewrite (the bound commits nothing)."""
-    if r.engine == "bound":
-        return "-"
-    return str(r.run["after"]["pos_delete_files"] + r.run["after"]["eq_delete_files"])
-
-
-def _check_share(run: dict[str, Any], cores: int) -> str:
-    """floe's result-check time against its tasks' time (the rewrite phase on every core)."""
-    if "check_seconds" not in run:
-        return "-"
-    share = run["check_seconds"] / (run["phases"][1] * cores)
-    mark = "met" if share < TARGET_CHECK_SHARE else "**missed**"
-    return f"{share:.2%} ({run['check_seconds']:.2f} s, {mark})"
-
-
-def _output_ratio(engines: dict[str, _Run]) -> str:
-    """floe's output bytes over Iceberg's, marked against the target."""
-    if "iceberg" not in engines:
-        return "-"
-    value = engines["floe"].run["after"]["data_bytes"] / engines["iceberg"].run["after"]["data_bytes"]
-    verdict = "met" if value <= TARGET_OUTPUT_VS_ICEBERG else "missed"
-    return f"**{value:.3f}x** ({verdict})"
-
-
-def _scan_ratio(engines: dict[str, _Run]) -> str:
-    """The full scan of floe's output over that of Iceberg's, with both times."""
-    if "iceberg" not in engines:
-        return "-"
-    floe, iceberg = engines["floe"].run["scan_seconds"], engines["iceberg"].run["scan_seconds"]
-    verdict = "met" if floe <= TARGET_SCAN_VS_ICEBERG * iceberg else "missed"
-    return f"**{floe / iceberg:.2f}x** ({floe:.2f} / {iceberg:.2f} s, {verdict})"
-
-
-def _ratio(engines: dict[str, _Run], other: str, rate: str) -> str:
-    """floe's wall or CPU rate over ``other``'s, marked against the target."""
-    if other not in engines:
-        return "-"
-    target = TARGET_VS_ICEBERG if other == "iceberg" else TARGET_VS_BOUND
-    floe, them = engines["floe"], engines[other]
-    value = floe.wall_rate / them.wall_rate if rate == "wall" else floe.cpu_rate / them.cpu_rate
-    verdict = "met" if value >= target else "missed"
-    shown = f"{value:.2f}x" if target >= 1 else f"{value:.0%}"
-    return f"**{shown}** ({verdict})"
-
-
-def warm_up(spark: SparkEngines, root: Path, seed: int, engines: list[str]) -> None:
-    """Run floe and Iceberg once on a small table with equality deletes, so that the timed runs are warm.
-
-    This loads Iceberg's classes and JIT-compiles its read, delete and write paths, and
-    starts Spark's Python workers with floe imported, as in a long-running optimizer.
-    """
-    warm = Layout(root)
-    write_base(warm, "warm_build", WARMUP_SCALE, seed)
-    add_equality_deletes(warm, "warm_build")
-    warm.save("eq", "warm_build")
-    for engine in engines:
-        name = f"warm_{engine}"
-        warm.restore("eq", name)
-        if engine == "floe":
-            spark.floe(warm, name)
-        elif engine == "iceberg":
-            spark.iceberg(warm, name)
-    shutil.rmtree(root)
 
 
 def main() -> int:
@@ -476,83 +255,41 @@ def main() -> int:
         engines=ENGINES,
         steps=("bound", "profile"),
     )
+    parser.add_argument("--cores", type=int, default=2, help="Spark local cores and bound processes")
+    variants, listed = comma_separated(list(VARIANTS)), ", ".join(VARIANTS)
     parser.add_argument(
-        "--cores", type=int, default=2, help="Spark local cores and bound processes (default 2)"
-    )
-    parser.add_argument(
-        "--variants",
-        type=comma_separated(list(VARIANTS)),
-        default=",".join(VARIANTS),
-        help=f"comma-separated, from {', '.join(VARIANTS)}",
+        "--variants", type=variants, default=",".join(VARIANTS), help=f"comma-separated, from {listed}"
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory afterwards")
-    parser.add_argument("--catalog", help=argparse.SUPPRESS)
-    parser.add_argument("--bins", help=argparse.SUPPRESS)
-    parser.add_argument("--profile-out", help=argparse.SUPPRESS)
+    for hidden in ("--catalog", "--bins", "--profile-out"):
+        parser.add_argument(hidden, help=argparse.SUPPRESS)
     args = parser.parse_args()
     layout = Layout(args.dir.resolve())
     if args.step is not None:
-        run_requested_step(args, {"bound": step_bound, "profile": step_profile})
+        run_requested_step(args, CHILD_STEPS)
         return 0
-
-    script = Path(__file__).resolve()
     if layout.root.exists():
         shutil.rmtree(layout.root)
     (layout.root / "logs").mkdir(parents=True)
-
-    def child(step: str, label: str, *extra: str) -> dict[str, Any]:
-        argv = ["--step", step, "--dir", str(layout.root), "--cores", str(args.cores), *extra]
-        return run_step(script, argv, layout.root, label)
-
     started = time.monotonic()
 
     def log(message: str) -> None:
         print(f"[{time.monotonic() - started:6.0f} s] {message}", flush=True)
 
-    log(f"building the input table in {layout.live} (scale {args.scale:g})")
-    base = write_base(layout, "none_build", args.scale, args.seed)
-    layout.save("none", "none_build")
-    log(f"built {base['rows']:,} rows; starting Spark and warming up")
-    spark = SparkEngines(args.cores)
-    warm_up(spark, layout.root / "warmup", args.seed, args.engines)
-    built = build_variants(layout, spark.reader, args.variants, log)
-    runs: dict[str, dict[str, dict[str, Any]]] = {}
+    base, spark, built = prepare(layout, args, log)
+    engines = RewriteAttempts(layout, Path(__file__).resolve(), args.cores, spark, SCAN_REPEAT, log)
+    runs: dict[str, dict[str, Any]] = {}
     for variant in args.variants:
         runs[variant] = {}
         for engine in args.engines:
-            attempts = []
-            for attempt in range(args.repeat):
-                name = f"{variant}_{engine}_{attempt}"
-                layout.restore(variant, name)
-                if engine == "bound":
-                    bins_file = layout.root / "logs" / f"bins-{variant}.json"
-                    bins_file.write_text(json.dumps(bound_bins(layout, name)))
-                    run = child("bound", f"bound-{name}", "--bins", str(bins_file))
-                else:
-                    run = spark.floe(layout, name) if engine == "floe" else spark.iceberg(layout, name)
-                    run["after"] = table_stats(layout, name)
-                    run["hash"] = content_hash(spark.reader, layout, name)
-                    run["scan_seconds"] = full_scan_seconds(spark.reader, layout, name, repeat=SCAN_REPEAT)
-                seconds, cpu = run["seconds"], run["cpu_seconds"]
-                log(f"{variant} / {engine} #{attempt + 1}: {seconds:.1f} s, {cpu:.0f} CPU s")
-                attempts.append(run)
+            attempts = [engines.attempt(variant, engine, n) for n in range(args.repeat)]
             # Every attempt's content is checked, not only the fastest one's.
             best = fastest(attempts, lambda r: float(r["seconds"]))
             runs[variant][engine] = {**best, "hashes": [r["hash"] for r in attempts if "hash" in r]}
         if args.profile:
-            name = f"{variant}_profile"
-            layout.restore(variant, name)
-            profile_path = layout.root / "logs" / f"profile-{variant}.txt"
-            profiled_task = child(
-                "profile", f"profile-{variant}", "--catalog", name, "--profile-out", str(profile_path)
-            )
-            log(
-                f"cProfile of floe's largest {variant} task ({profiled_task['bytes_read'] / MiB:.0f} MiB in "
-                f"{profiled_task['seconds']:.1f} s, one process, no Spark):\n{profile_path.read_text()}"
-            )
+            engines.profile(variant)
     spark.stop()
-
-    emit(_report(base, built.stats, built.content, runs, args.cores), args.markdown)
+    report_result(_result(base, built, runs, args.cores), args.record)
     if not args.keep:
         shutil.rmtree(layout.root)
     return 0

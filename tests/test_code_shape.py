@@ -200,3 +200,25 @@ def test_the_measures_find_synthetic_offenders() -> None:
     assert pyiceberg_contacts("def f(sc):\n    return sc._jsc\n") == set()
     spark = "import pyiceberg\nfrom pyspark import SparkContext\nSparkContext._active_spark_context\n"
     assert pyiceberg_contacts(spark) == set()
+
+
+MAX_BENCH_SCRIPT_LINES = 300
+MAX_README_LINES = 150
+
+
+def test_benchmark_scripts_keep_only_what_they_measure() -> None:
+    """Each `bench/<name>.py` and harness module within 300 lines: a script keeps what it measures."""
+    scripts = [*(ROOT / "bench").glob("*.py"), *(ROOT / "bench" / "harness").glob("*.py")]
+    assert len(scripts) > 10
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in scripts
+        if (lines := len(path.read_text().splitlines())) > MAX_BENCH_SCRIPT_LINES
+    }
+    assert not long, f"over {MAX_BENCH_SCRIPT_LINES} lines: {long}"
+
+
+def test_the_readme_fits_a_screen_or_two() -> None:
+    """The README says what floe is and how to start; the docs site holds the rest."""
+    lines = len((ROOT / "README.md").read_text().splitlines())
+    assert lines <= MAX_README_LINES, f"README.md: {lines} lines, over {MAX_README_LINES}: move it to docs/"

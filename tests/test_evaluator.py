@@ -1,4 +1,4 @@
-"""Per-partition triggers and their boundaries (DESIGN.md, "Evaluation, per partition")."""
+"""Per-partition triggers and their boundaries (docs/design/optimizing.md, "Evaluation, per partition")."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ catalog (Iceberg's REST server on moto's S3) and the Hive catalog (Hive 2.3.9's 
 `hive_server`), and `in_memory_maintenance` for pyiceberg's in-memory catalog, which no second
 process can reach. After each job Iceberg Java reads the table: the same rows with the same row
 lineage (``_row_id``, ``_last_updated_sequence_number``), less exactly the rows retention
-removes. The README's "Catalogs" notes say why Glue, DynamoDB and BigQuery are not among them.
+removes. docs/how-to/catalogs.md says why Glue, DynamoDB and BigQuery are not among them.
 """
 
 from __future__ import annotations

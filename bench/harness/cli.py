@@ -24,7 +24,7 @@ def benchmark_parser(
     engines: Sequence[str] = (),
     steps: Sequence[str] = (),
 ) -> argparse.ArgumentParser:
-    """A parser with ``--dir`` (default ``bench/.work/<work_dir>``) and ``--markdown``.
+    """A parser with ``--dir`` (default ``bench/.work/<work_dir>``) and ``--record``.
 
     Each other shared flag is added when its help text is given: ``--scale`` (a float,
     default 1), ``--repeat`` (runs of each measurement, the fastest kept; default 1),
@@ -48,7 +48,12 @@ def benchmark_parser(
             default=",".join(engines),
             help=f"comma-separated, from {', '.join(engines)}",
         )
-    parser.add_argument("--markdown", type=Path, help="also write the results section to this file")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="also write the result to bench/results/<benchmark>.json, from which `python bench/report.py` "
+        "makes bench/RESULTS.md",
+    )
     if steps:
         add_step_arguments(parser, steps)
     return parser

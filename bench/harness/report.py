@@ -1,15 +1,12 @@
-"""The results section a benchmark prints: markdown tables, ratios, the command line, where it goes.
+"""The tables and ratios a benchmark's results are written with.
 
-The sections are pasted into ``bench/RESULTS.md``, whose readers compare runs by their
-tables' shapes and columns, so these helpers only format; every benchmark decides its
-own columns and wording.
+These helpers only format; every benchmark decides its own columns and wording, and
+``harness.results`` turns them into the benchmark's record.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -39,15 +36,3 @@ def columns_table(columns: Sequence[Column[T]], items: Iterable[T]) -> str:
 def times(numerator: float, denominator: float) -> str:
     """``numerator / denominator`` as ``12.3x``; ``-`` when the denominator is 0."""
     return f"{numerator / denominator:.1f}x" if denominator else "-"
-
-
-def command_line() -> str:
-    """How this run was started, as the results section quotes it: ``python bench/<script> <args>``."""
-    return " ".join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
-
-
-def emit(section: str, markdown: Path | None) -> None:
-    """Print the results section, and also write it to ``markdown`` when one is given."""
-    print(section)
-    if markdown is not None:
-        markdown.write_text(section)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make test`: the venv, every build the tests use, lint beside pytest on two workers, and at
-# the end each phase's wall-clock time, so a phase that grows shows in every run's output.
+# `make test`: the venv, every build the tests use, lint and the docs site's strict build beside
+# pytest on two workers, and at the end each phase's wall-clock time, so a phase that grows shows
+# in every run's output.
 #
 # Usage: scripts/test/run.sh [PYTEST_ARGS...]   (make test passes none: every test runs)
 #
@@ -14,8 +15,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 make=("${MAKE:-make}" --no-print-directory)
 phases="$(mktemp)"
 lint_log="$(mktemp)"
+docs_log="$(mktemp)"
 start="$(date +%s)"
-trap 'rm -f "$phases" "$lint_log"' EXIT
+trap 'rm -f "$phases" "$lint_log" "$docs_log"' EXIT
 
 # phase NAME CMD...: run CMD, appending "NAME start end rc" (seconds from the start) to $phases.
 phase() {
@@ -45,19 +47,28 @@ rc=0
 phase venv "${make[@]}" venv || rc=$?
 [ "$rc" -eq 0 ] && { phase builds "${make[@]}" test-envs || rc=$?; }
 if [ "$rc" -eq 0 ]; then
-    # Lint needs about one core for two minutes; it runs beside pytest, its output kept until
-    # pytest ends so the two do not interleave.
-    phase lint "${make[@]}" lint >"$lint_log" 2>&1 &
-    lint_pid=$!
+    # Lint needs about one core for two minutes, then the docs build (mkdocs --strict) a few
+    # seconds; they run one after the other beside pytest, their output kept until pytest ends so
+    # nothing interleaves.
+    (
+        side_rc=0
+        phase lint "${make[@]}" lint >"$lint_log" 2>&1 || side_rc=$?
+        phase docs "${make[@]}" docs >"$docs_log" 2>&1 || side_rc=$?
+        exit "$side_rc"
+    ) &
+    side_pid=$!
     pytest_rc=0
     phase pytest .venv/bin/pytest -q -n 2 --dist loadfile "$@" || pytest_rc=$?
-    lint_rc=0
-    wait "$lint_pid" || lint_rc=$?
+    side_rc=0
+    wait "$side_pid" || side_rc=$?
     echo
     echo "== lint =="
     cat "$lint_log"
+    echo
+    echo "== docs =="
+    cat "$docs_log"
     if [ "$pytest_rc" -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi
-    rc=$((pytest_rc != 0 ? pytest_rc : lint_rc))
+    rc=$((pytest_rc != 0 ? pytest_rc : side_rc))
 fi
 report
 exit "$rc"

@@ -6,7 +6,7 @@ as Iceberg Java's RowDelta does, so that another engine's concurrent rewrite of 
 sees them (`_snapshot_parts`). A process doing both makes the two, the ``delete`` on the
 ``replace``, added together: main moves to the second or not at all.
 
-The rules (DESIGN.md, "Commit rules that keep data safe"):
+The rules (docs/design/commit.md, "The rules that keep data safe"):
 - new files carry the starting snapshot's data sequence number, so equality deletes
   committed after planning still apply to the rewritten rows;
 - the commit fails when, since the starting snapshot, a rewritten or converted data file

@@ -3,7 +3,7 @@ since its starting snapshot and against the head it would commit on, the snapsho
 that committed it already (an attempt whose answer was lost), and which delete files the
 rewrite leaves without a live data file to apply to.
 
-The rules are `floe.commit.rewrite`'s (DESIGN.md, "Commit rules that keep data safe"); a
+The rules are `floe.commit.rewrite`'s (docs/design/commit.md, "The rules that keep data safe"); a
 check that fails raises CommitConflict, and nothing is committed.
 """
 

@@ -1,4 +1,4 @@
-"""Optimizing thresholds of one table, as plain values (see DESIGN.md's property table)."""
+"""Optimizing thresholds of one table, as plain values (see docs/design/optimizing.md, "Table properties")."""
 
 from __future__ import annotations
 

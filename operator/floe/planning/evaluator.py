@@ -1,9 +1,9 @@
 """Per-partition evaluation: classify data files and decide minor, major or full optimizing.
 
-Pure functions over plain values (DESIGN.md, "Evaluation, per partition"); the clock and
-the times of the last optimizings are passed in as seconds.
+Pure functions over plain values (docs/design/optimizing.md, "Evaluation, per partition");
+the clock and the times of the last optimizings are passed in as seconds.
 
-Where DESIGN.md is silent, floe decides:
+Where Amoro's rules are silent, floe decides (docs/design/optimizing.md states the result):
 
 - A last-optimizing time of ``None`` (never optimized) counts as "interval elapsed".
 - The minor interval is off when negative (0 means "whenever there is more than one
@@ -215,7 +215,7 @@ def partition_cost(
     convert_deletes: Sequence[ContentFile] = (),
 ) -> float:
     """Estimated cost, in bytes, of rewriting `rewrite_files` and converting the deletes of
-    `convert_files` (DESIGN.md's partition cost).
+    `convert_files` (docs/design/optimizing.md, "Partition cost").
 
     - data bytes * 2: every rewritten data file (fragment, undersized segment or
       segment) is read once and written once; a converted segment is not rewritten, and

@@ -1,0 +1,41 @@
+"""Where a benchmark's many small tables live: a SQL catalog kept from run to run, or a REST one made afresh.
+
+The tables are `harness.small_tables`' (``db.t00000``..., 100 rows each); a benchmark picks
+the catalog with ``--catalog`` (`CATALOGS`) and gets the pyiceberg properties to give floe.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from harness.small_tables import catalog_properties, fill_catalog, make_catalog
+
+TESTS = Path(__file__).resolve().parent.parent.parent / "tests"
+"""Where ``rest_s3`` is: the tests' REST catalog server on moto's S3."""
+
+CATALOGS = {
+    "sql": "One SQL catalog (SQLite)",
+    "rest": "One REST catalog (Iceberg 1.11's server, JDBC on SQLite, tables on moto's S3, on loopback)",
+}
+"""The catalogs, by ``--catalog`` value: how a results section describes each."""
+
+
+@contextmanager
+def tables_catalog(kind: str, directory: Path, tables: int, snapshots: int) -> Iterator[dict[str, str]]:
+    """The pyiceberg properties of a catalog of `tables` small tables, for the time it is used:
+    the SQL catalog (one snapshot per table) is made once and kept; the REST one (its S3 is in
+    memory) is made each run, with `snapshots` snapshots per table."""
+    if kind == "sql":
+        make_catalog(directory, tables)
+        yield catalog_properties(directory)
+        return
+    sys.path.insert(0, str(TESTS))
+    from rest_s3 import rest_s3_stack
+
+    directory.mkdir(parents=True, exist_ok=True)
+    with rest_s3_stack("127.0.0.1", directory) as stack:
+        fill_catalog(stack.client("lake"), tables, snapshots)
+        yield stack.properties
