@@ -9,8 +9,9 @@
 #     node binaries  kubelet, kubeadm, kubectl of scripts/k8s-test-env/build.sh;
 #     images         the control-plane images `kubeadm config images list` names (kube-apiserver,
 #                    kube-controller-manager, kube-scheduler, kube-proxy, etcd, coredns, pause), built
-#                    from the k8s-test-env binaries, CoreDNS built from source, pause from kubernetes'
-#                    build/pause/linux/pause.c (static, gcc), imported into containerd at node boot;
+#                    from the k8s-test-env binaries, CoreDNS built from source with only the plugins
+#                    in COREDNS_PLUGINS, pause from kubernetes' build/pause/linux/pause.c (static,
+#                    gcc), imported into containerd at node boot;
 #     node/          a ptp CNI config (the cluster has no kindnetd) and the image import unit.
 # Go code comes from the Go module proxy (the module cache of scripts/k8s-test-env/build.sh is
 # tried first); apt packages from Debian's archive; nothing else is downloaded.
@@ -46,6 +47,11 @@ CNI_PLUGINS_VERSION=v1.7.1
 CNI_PLUGINS=(main/ptp main/bridge ipam/host-local main/loopback meta/portmap)
 # What kubeadm v1.33 deploys; checked against `kubeadm config images list` at build time.
 COREDNS_VERSION=v1.12.0
+# kubeadm's Corefile uses errors, health, ready, kubernetes, prometheus (plugin/metrics), forward,
+# cache, loop, reload and loadbalance; log, hosts, rewrite and template are small and the ones
+# a Corefile edited by hand most often adds.
+COREDNS_PLUGINS=(errors health ready kubernetes metrics forward cache loop reload loadbalance
+    log hosts rewrite template)
 # Bump when the way anything here is built changes, so results built the old way are not reused.
 RECIPE_REVISION=1
 MIN_GO_VERSION=1.24.1
@@ -74,7 +80,7 @@ files_hash() {
 K8S_BIN=""
 DEBIAN_BASE=""
 NODE_IMAGE="${FLOE_KIND_NODE_IMAGE:-}"
-TOOLS_KEY="crictl-${CRICTL_VERSION}_cni-${CNI_PLUGINS_VERSION}_coredns-${COREDNS_VERSION}_kube-${KUBE_VERSION}_r${RECIPE_REVISION}"
+TOOLS_KEY="crictl-${CRICTL_VERSION}_cni-${CNI_PLUGINS_VERSION}_coredns-${COREDNS_VERSION}-$(short_hash "${COREDNS_PLUGINS[@]}")_kube-${KUBE_VERSION}_r${RECIPE_REVISION}"
 TOOLS_DIR="$CACHE_ROOT/tools/$TOOLS_KEY"
 BASE_IMAGE=""
 
@@ -209,6 +215,20 @@ if [[ ! -f "$TOOLS_DIR/.complete" ]]; then
     [[ -d "$coredns_dir" ]] || die "could not download github.com/coredns/coredns@$COREDNS_VERSION"
     cp -r "$coredns_dir" "$WORK_DIR/coredns-src"
     chmod -R u+w "$WORK_DIR/coredns-src"
+    # Only the plugins in COREDNS_PLUGINS are linked in: the full set pulls in the cloud SDKs
+    # (route53, azure, clouddns), etcd and dnstap and takes most of the tools' build time.
+    {
+        echo "// The plugins scripts/kind/build.sh builds CoreDNS with (COREDNS_PLUGINS)."
+        echo
+        echo "package plugin"
+        echo
+        echo "import ("
+        for plugin in "${COREDNS_PLUGINS[@]}"; do
+            [[ -d "$WORK_DIR/coredns-src/plugin/$plugin" ]] || die "CoreDNS $COREDNS_VERSION has no plugin/$plugin"
+            echo "	_ \"github.com/coredns/coredns/plugin/$plugin\""
+        done
+        echo ")"
+    } >"$WORK_DIR/coredns-src/core/plugin/zplugin.go"
     (cd "$WORK_DIR/coredns-src" && "${NICE[@]}" go build -ldflags="-s -w" -o "$tools/bin/coredns" .)
     "$tools/bin/coredns" -version >&2
 
