@@ -69,8 +69,10 @@ rest-catalog-env:
 host-env:
 	scripts/host/podman.sh
 
-# kind, its kubectl and the kind node image for tests/e2e, built here and cached by content.
-kind-env: host-env k8s-env
+# kind, its kubectl and the kind node image for tests/e2e, built here and cached by content. The
+# node image needs the kube binaries: scripts/kind/build.sh builds them, or waits for the build
+# under way, once its own parts are done.
+kind-env: host-env
 	scripts/kind/build.sh >/dev/null
 
 # floe's operator and optimizer images, built with podman from this checkout, cached by content.
@@ -103,18 +105,20 @@ lint: venv
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-# Everything the tests use. The Go builds (the kube binaries and helm: CPU-bound, niced, most of a
-# cold run's build time) run beside the rest (pip, Maven, debootstrap, podman: mostly network and
-# disk), so a cold run waits for the longer of the two, not for their sum. Maven's builds stay in
-# one chain: concurrent runs would write the same local repository. floe's images are not built
-# here: the e2e tests' session fixture builds them (minutes when the sources changed) on its pytest
-# worker while the other worker runs the rest.
+# Everything the tests use, in three chains at once so that no core idles while a cold run
+# builds: the kube binaries (the longest: about 9 minutes cold here), helm, and the rest (pip,
+# Maven, debootstrap, podman, then kind's own Go tools and images, which wait for the kube
+# binaries only at the node image). Maven's builds stay in one chain: concurrent runs would write
+# the same local repository. floe's images are not built here: the e2e tests' session fixture
+# builds them (minutes when the sources changed) on its pytest worker while the other worker runs
+# the rest.
 test-envs: venv
-	@$(MAKE) --no-print-directory k8s-env helm-env & go_builds=$$!; \
-	rc=0; $(MAKE) --no-print-directory jars checkov-env moto-env rest-catalog-env flink-env host-env || rc=$$?; \
-	wait $$go_builds || rc=$$?; \
-	if [ $$rc -ne 0 ]; then exit $$rc; fi; \
-	$(MAKE) --no-print-directory kind-env
+	@$(MAKE) --no-print-directory k8s-env & k8s=$$!; \
+	$(MAKE) --no-print-directory helm-env & helm=$$!; \
+	rc=0; $(MAKE) --no-print-directory jars checkov-env moto-env rest-catalog-env flink-env host-env kind-env || rc=$$?; \
+	wait $$k8s || rc=$$?; \
+	wait $$helm || rc=$$?; \
+	exit $$rc
 
 # The venv, the builds, lint and the docs build beside pytest on two workers, and each phase's time
 # at the end.
