@@ -431,13 +431,16 @@ def test_a_float_sent_as_it_is_is_refused_in_a_quantity(dry_run: DryRun) -> None
 def test_the_strategies_reach_both_verdicts() -> None:
     """The generated manifests are not all refused (nor all accepted): the agreement means something."""
     verdicts: dict[str, set[bool]] = {}
+    # Each kind draws its own examples: drawn from one mixed strategy, a kind's share of 90 once
+    # came out all accepted in CI (the same seed passes here).
+    for model in (OptimizedTable, OptimizerGroup, OptimizedTableSet):
 
-    @settings(FUZZ, max_examples=90)
-    @given(document=mutated(OptimizedTable) | mutated(OptimizerGroup) | mutated(OptimizedTableSet))
-    def collect(document: dict[str, Json]) -> None:
-        verdicts.setdefault(document["kind"], set()).add(pydantic_verdict(document).accepted)
+        @settings(FUZZ, max_examples=45)
+        @given(document=mutated(model))
+        def collect(document: dict[str, Json]) -> None:
+            verdicts.setdefault(document["kind"], set()).add(pydantic_verdict(document).accepted)
 
-    collect()
+        collect()
     assert verdicts == {kind: {True, False} for kind in PLURALS}
 
 
