@@ -107,10 +107,10 @@ docs: venv
 
 # Everything the tests use, in three chains at once: the kube binaries, etcd and kwok (the
 # longest: about 9 minutes cold here), helm, and the rest (pip, Maven, debootstrap, podman, then
-# kind's own Go tools and images, which wait for the kube binaries only at the node image). Maven's builds stay in one chain: concurrent runs would write
-# the same local repository. floe's images are not built here: the e2e tests' session fixture
-# builds them (minutes when the sources changed) on its pytest worker while the other worker runs
-# the rest.
+# kind's own Go tools and images, which wait for the kube binaries only at the node image).
+# Maven's builds stay in one chain: concurrent runs would write the same local repository. floe's
+# images are not built here: the e2e tests' session fixture builds them (minutes when the sources
+# changed) on its pytest worker while the other worker runs the rest.
 test-envs: venv
 	@$(MAKE) --no-print-directory k8s-env & k8s=$$!; \
 	$(MAKE) --no-print-directory helm-env & helm=$$!; \
