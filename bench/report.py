@@ -50,9 +50,9 @@ PLOT_CAPTIONS = {
         "ingest_filtered_scan_s.png": "Filtered read time, without floe and with floe run",
     },
     "cdc_write_amplification": {
-        "cdc_write_amplification.png": "Bytes written by optimizing over bytes ingested, cumulative",
-        "cdc_eq_delete_files.png": "Live equality-delete files, round by round",
-        "cdc_scan_ratio.png": "Full read over a full read of the compacted rows, round by round",
+        "cdc_frontier_uniform.png": "Upserts over all keys: write against read amplification, per policy",
+        "cdc_frontier_skewed.png": "Upserts on the newest keys: write against read amplification, per policy",
+        "cdc_frontier_appends.png": "Appends, a few deletes: write against read amplification, per policy",
     },
 }
 """The plots each benchmark draws in ``docs/benchmarks/plots/``, in the order they are shown."""

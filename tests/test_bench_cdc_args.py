@@ -1,9 +1,11 @@
-"""The CDC benchmark's flags: bad values are refused naming the flag, good ones are taken."""
+"""The CDC frontier benchmark's flags and figures: bad values are refused naming the flag, a policy's
+figures over its rounds are what the rounds say."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from bench_scripts import import_bench_script
@@ -17,10 +19,12 @@ def cdc() -> ModuleType:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--minor-interval-rounds", "-1"], "--minor-interval-rounds must be 0 or more, not -1"),
-        (["--round-period-s", "0"], "--round-period-s must be positive, not 0"),
-        (["--round-period-s", "-2.5"], "--round-period-s must be positive, not -2.5"),
-        (["--base-rows", "1000"], "--base-rows must be at least 20x an hour of upserts (1920000)"),
+        (["--rounds", "0"], "--rounds must be positive, not 0"),
+        (["--reads", "-1"], "--reads must be positive, not -1"),
+        (["--round-period-s", "0"], "--round-period-s, --target-mib and --retention-hours must be positive"),
+        (["--base-rows", "1000"], "--base-rows must be at least 10x --rows-per-round (480000)"),
+        (["--workloads", "uniform,bursty"], "unknown bursty; choose from uniform, skewed, appends"),
+        (["--policies", "amoro,floe-fast"], "unknown floe-fast; choose from amoro, floe-reads"),
     ],
 )
 def test_a_bad_flag_is_refused_naming_it(
@@ -36,33 +40,75 @@ def test_report_only_without_a_run_names_what_is_missing(
     cdc: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "logs").mkdir()
-    (tmp_path / "logs" / "before.json").write_text("{}")
+    (tmp_path / "logs" / "uniform.json").write_text("{}")
     with pytest.raises(SystemExit) as exited:
-        cdc.parse_args(["--report-only", "--dir", str(tmp_path)])
+        cdc.parse_args(["--report-only", "--dir", str(tmp_path), "--workloads", "uniform,skewed"])
     assert exited.value.code == 2
-    assert f"--report-only: no results of after in {tmp_path / 'logs'}" in capsys.readouterr().err
-
-
-def test_the_minor_interval_defaults_to_an_hour_and_zero_is_taken(cdc: ModuleType) -> None:
-    assert cdc.parse_args(["--rounds-per-hour", "3"]).minor_interval_rounds == 3
-    every_round = cdc.parse_args(["--minor-interval-rounds", "0", "--round-period-s", "0.5"])
-    assert (every_round.minor_interval_rounds, every_round.round_period_s) == (0, 0.5)
-
-
-def test_a_side_process_is_not_held_to_the_hourly_base_check(cdc: ModuleType) -> None:
-    # The parent passes a side only the side's flags; --rounds-per-hour stays at its default there.
-    args = cdc.parse_args(["--step", "side", "--side", "after", "--base-rows", "1000"])
-    assert (args.step, args.base_rows) == ("side", 1000)
+    assert f"--report-only: no results of skewed in {tmp_path / 'logs'}" in capsys.readouterr().err
 
 
 def test_a_step_without_a_result_file_is_refused_before_it_runs(cdc: ModuleType) -> None:
-    args = cdc.parse_args(["--step", "side", "--side", "after"])
+    args = cdc.parse_args(["--step", "workload", "--workload", "uniform"])
     ran: list[str] = []
 
-    def side(_: object) -> dict[str, str]:
-        ran.append("side")
+    def workload(_: object) -> dict[str, str]:
+        ran.append("workload")
         return {}
 
-    with pytest.raises(SystemExit, match="--step side needs --result FILE"):
-        cdc.run_requested_step(args, {"side": side})
+    with pytest.raises(SystemExit, match="--step workload needs --result FILE"):
+        cdc.run_requested_step(args, {"workload": workload})
     assert ran == []
+
+
+def _round(number: int, ingested: int, written: int, read: float, kind: str = "-") -> dict[str, Any]:
+    return {
+        "round": number,
+        "ingested_bytes": ingested,
+        "written_bytes": written,
+        "optimizing": kind,
+        "optimize_cpu_s": 2.0,
+        "bytes_held": 100 * number,
+        "delete_files": number,
+        "data_files": 10,
+        "read_amplification": read,
+        "range_read_amplification": read + 1,
+        "compacted_full_s": 1.0,
+    }
+
+
+def test_a_policys_figures_are_its_rounds_summed() -> None:
+    report = import_bench_script("harness.cdc_frontier_report")
+    rounds = [
+        _round(1, 1000, 0, 1.5),
+        _round(2, 1000, 4000, 1.1, "major"),
+        _round(3, 1000, 500, 1.2, "minor"),
+        _round(4, 1000, 1500, 1.3, "minor"),
+    ]
+    figures = report.policy_figures(rounds, 4)
+    assert figures["write_amplification"] == 6000 / 4000
+    assert figures["write_amplification_second_half"] == 2000 / 2000
+    assert figures["read_amplification_mean"] == pytest.approx(1.275)
+    assert figures["read_amplification_p95"] == 1.5
+    assert figures["range_read_amplification_p95"] == 2.5
+    assert figures["written_bytes_by_type"] == {"major": 4000, "minor": 2000}
+    assert figures["bytes_held"] == 400 and figures["delete_files_max"] == 4
+    assert figures["cpu_s_per_gib"] == pytest.approx(8.0 / (4000 / 2**30))
+
+
+def test_the_targets_compare_floes_default_with_amoro_on_each_workload() -> None:
+    report = import_bench_script("harness.cdc_frontier_report")
+
+    def policy(wa: float, mean: float, p95: float) -> dict[str, float]:
+        return {"write_amplification": wa, "read_amplification_mean": mean, "read_amplification_p95": p95}
+
+    figures = {
+        "uniform": {"amoro": policy(8, 1.4, 1.8), "floe-default": policy(5, 1.3, 1.9)},
+        "skewed": {"amoro": policy(10, 1.4, 1.8), "floe-default": policy(4, 1.3, 1.4)},
+    }
+    uniform, skewed, some_setting = report._targets(figures)
+    assert uniform.what.startswith("uniform:") and uniform.met and uniform.measured.startswith("0.62x")
+    assert skewed.what.startswith("skewed:") and skewed.met
+    assert "some floe setting" in some_setting.what and not some_setting.met
+    assert some_setting.measured == "floe-default: WA 4.00, p95 1.40x"
+    figures["skewed"]["floe-default"] = policy(4, 1.3, 1.9)  # p95 worse than Amoro's
+    assert not report._targets(figures)[1].met

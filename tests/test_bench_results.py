@@ -180,7 +180,7 @@ def test_the_summary_links_to_each_section(report: ModuleType, results: ModuleTy
 def test_the_plots_are_embedded_in_the_docs_and_linked_from_results_md(
     report: ModuleType, results: ModuleType
 ) -> None:
-    plots = ["cdc_scan_ratio.png", "ingest_data_files.png", "ingest_full_scan_s.png", "unrelated.png"]
+    plots = ["cdc_frontier_skewed.png", "ingest_data_files.png", "ingest_full_scan_s.png", "unrelated.png"]
     records = [
         a_result(results, name) for name in ("ingest_experience", "cdc_write_amplification", "autoscaling")
     ]
@@ -188,7 +188,7 @@ def test_the_plots_are_embedded_in_the_docs_and_linked_from_results_md(
     assert re.findall(r"!\[.*?\]\((.*?)\)", docs) == [
         "plots/ingest_data_files.png",
         "plots/ingest_full_scan_s.png",
-        "plots/cdc_scan_ratio.png",
+        "plots/cdc_frontier_skewed.png",
     ]
     results_md = report.render_report(records, plots, docs=False)
     assert "![" not in results_md

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,23 @@ def test_automatic_evaluation_converges(
     assert rows_at(reference, sql_catalog) == before
     second = optimize(table, spark, None)
     assert second.commit is None and second.plan.is_empty
+
+
+@pytest.mark.parametrize("favor", ["reads", "writes"])
+def test_floes_policy_keeps_every_row_until_it_has_nothing_left_to_do(
+    sql_catalog: SqlCatalog, reference: ReferenceReader, spark: SparkSession, favor: str
+) -> None:
+    # floe's policy converts, merges levels and packs by live rows: each process must keep the
+    # rows, and the processes must end.
+    table, _ = build_table(sql_catalog, reference, "bucket")
+    before = rows_at(reference, sql_catalog)
+    config = replace(CONFIG, policy="floe", favor=favor)
+    commits = 0
+    while (result := optimize_once(table, "db.t", config, spark=lambda: spark)).commit is not None:
+        commits += 1
+        assert rows_at(reference, sql_catalog) == before
+        assert commits < 5, "floe's policy kept finding work on a table nothing writes to"
+    assert commits >= 1 and result.plan.is_empty
 
 
 def test_partition_spec_evolution(

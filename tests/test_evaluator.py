@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from floe.planning.config import OptimizingConfig
-from floe.planning.evaluator import evaluate_table
 from floe.planning.files import (
     MERGED_POSITIONS_SUFFIX,
     ContentFile,
@@ -17,6 +16,7 @@ from floe.planning.files import (
     delete_applies_to,
 )
 from floe.planning.plan import OptimizingType, PartitionEvaluation
+from floe.planning.table_evaluation import evaluate_table
 
 # fragment <= 125 B, undersized segment <= 750 B, segment above; bins of 1000 B.
 CFG = OptimizingConfig(target_size=1000, max_task_size_bytes=1000, open_file_cost_bytes=10)

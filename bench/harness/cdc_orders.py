@@ -50,6 +50,24 @@ class Orders:
         """New versions of ``count`` existing orders, keys drawn uniformly from all keys."""
         return self._rows(sorted(self.rng.sample(range(self.next_id), count)))
 
+    def recent_upsert(self, new: int, count: int, hot_share: float = 0.9, hot_keys: float = 0.1) -> pa.Table:
+        """``new`` new orders and new versions of ``count`` existing ones, ``hot_share`` of them drawn
+        from the ``hot_keys`` most recently inserted keys, the rest from the older ones: order and
+        session tables, whose young rows change and old ones rarely do."""
+        first_hot = int(self.next_id * (1 - hot_keys))
+        hot = round(count * hot_share)
+        keys = set(self.rng.sample(range(first_hot, self.next_id), hot))
+        keys |= set(self.rng.sample(range(first_hot), count - hot))
+        ids = sorted(keys) + list(range(self.next_id, self.next_id + new))
+        self.next_id += new
+        return self._rows(ids)
+
+    def deleted_keys(self, count: int) -> pa.Table:
+        """``count`` existing keys, drawn uniformly, to delete."""
+        return pa.table(
+            {"order_id": pa.array(sorted(self.rng.sample(range(self.next_id), count)), pa.int64())}
+        )
+
     def _rows(self, ids: list[int]) -> pa.Table:
         self.version += 1
         rng = self.rng
@@ -69,9 +87,16 @@ class Orders:
 
 
 def create_table(
-    catalog: SqlCatalog, reader: Any, seed: int, base_rows: int, base_files: int, scratch: Path
+    catalog: SqlCatalog,
+    reader: Any,
+    seed: int,
+    base_rows: int,
+    base_files: int,
+    scratch: Path,
+    name: str = TABLE,
 ) -> tuple[Table, Orders]:
-    """Create `TABLE` in ``catalog`` (``reader`` knows it by its name), its base rows in ``base_files``.
+    """Create table ``name`` in ``catalog`` (``reader`` knows it by its name), its base rows in
+    ``base_files``; the same ``seed`` gives the same rows.
 
     Each base file is one append by Iceberg's Java writer, whose Parquet layout (parquet-mr's
     encodings) is also a compacted copy's: a base written with pyarrow's defaults (dictionary
@@ -81,14 +106,14 @@ def create_table(
     from floe.local.reference_reader import qualified_name
     from floe.tables.writer import conform
 
-    catalog.create_namespace(TABLE.split(".")[0])
-    table = catalog.create_table(TABLE, SCHEMA, properties=PROPERTIES)
+    catalog.create_namespace_if_not_exists(name.split(".")[0])
+    table = catalog.create_table(name, SCHEMA, properties=PROPERTIES)
     orders = Orders(seed)
     staged = scratch / "base-rows.parquet"
     for _ in range(base_files):
         pq.write_table(conform(table, orders.new(base_rows // base_files)), staged)
         reader.spark.read.parquet(str(staged)).coalesce(1).writeTo(
-            qualified_name(catalog.name, TABLE)
+            qualified_name(catalog.name, name)
         ).append()
         staged.unlink()
     table.refresh()
@@ -97,11 +122,21 @@ def create_table(
 
 def upsert(table: Table, rows: pa.Table) -> int:
     """Commit ``rows`` as a CDC upsert (equality deletes on the key plus the rows); its bytes."""
+    return row_delta(table, rows, rows.select(["order_id"]))
+
+
+def row_delta(table: Table, rows: pa.Table | None, deleted_keys: pa.Table | None) -> int:
+    """Commit ``rows`` and equality deletes of ``deleted_keys`` (either may be None) in one snapshot,
+    as a CDC writer does; the bytes of the files written."""
     from floe.commit.row_delta import commit_row_delta
     from floe.tables.writer import write_data_files, write_equality_deletes_by_partition
 
-    deletes = write_equality_deletes_by_partition(table, rows.select(["order_id"]), ["order_id"])
-    data = write_data_files(table, rows)
+    deletes = (
+        write_equality_deletes_by_partition(table, deleted_keys, ["order_id"])
+        if deleted_keys is not None
+        else []
+    )
+    data = write_data_files(table, rows) if rows is not None else []
     commit_row_delta(table, data_files=data, delete_files=deletes)
     table.refresh()
     return sum(f.file_size_in_bytes for f in (*data, *deletes))

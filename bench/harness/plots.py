@@ -79,3 +79,45 @@ def shown_path(path: Path) -> str:
     """``path`` relative to the repository when it is inside it, as a results note names a plot."""
     resolved = path.resolve()
     return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(resolved)
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """One policy on a write-against-read plot: its mean read amplification, write amplification,
+    and p95 read amplification (drawn as a bar to the right)."""
+
+    label: str
+    read_mean: float
+    write: float
+    read_p95: float
+    reference: bool = False
+
+
+def save_frontier(path: Path, title: str, points: Sequence[FrontierPoint]) -> Path:
+    """Draw ``points`` (the reference in the reference style, floe's joined in order) into the PNG
+    ``path``; return ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure = Figure(figsize=(7, 5))
+    axis = figure.subplots()
+    floe = [p for p in points if not p.reference]
+    if floe:
+        axis.plot([p.read_mean for p in floe], [p.write for p in floe], color=FLOE_STYLE["color"], alpha=0.4)
+    for p in points:
+        color = (REFERENCE_STYLE if p.reference else FLOE_STYLE)["color"]
+        axis.errorbar(
+            [p.read_mean],
+            [p.write],
+            xerr=[[0.0], [max(0.0, p.read_p95 - p.read_mean)]],
+            fmt="s" if p.reference else "o",
+            color=color,
+            capsize=3,
+        )
+        axis.annotate(p.label, (p.read_mean, p.write), textcoords="offset points", xytext=(6, 6))
+    axis.set_xlabel("read amplification: mean, bar to p95 (full read / compacted rows' read)")
+    axis.set_ylabel("write amplification (bytes written / bytes ingested)")
+    axis.set_ylim(bottom=0)
+    axis.grid(alpha=0.3)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    return path

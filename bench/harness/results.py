@@ -196,8 +196,10 @@ def _check(result: BenchResult) -> None:
 
 
 def read_results(directory: Path = RESULTS_DIR) -> list[BenchResult]:
-    """Every record in ``directory``, in the order of their file names."""
-    return [read_result(path) for path in sorted(directory.glob("*.json"))]
+    """Every record in ``directory``, in the order of their file names. Other JSON there (a
+    benchmark's figures in a shape of their own, such as ``cdc.json``) has no ``benchmark`` key."""
+    paths = sorted(directory.glob("*.json"))
+    return [read_result(path) for path in paths if "benchmark" in json.loads(path.read_text())]
 
 
 LONG_TABLE_ROWS = 12

@@ -32,7 +32,7 @@ from floe.api.meta import (
 )
 from floe.api.table_properties import integer_property
 from floe.api.units import Duration, Quantity
-from floe.planning.config import MiB, OptimizingConfig
+from floe.planning.config import AMORO, Favor, MiB, OptimizingConfig, Policy
 
 DEFAULT_TARGET_SIZE = 128 * MiB
 TARGET_FILE_SIZE_PROPERTY = "write.target-file-size-bytes"
@@ -109,6 +109,22 @@ class ExecuteSpec(WireModel):
 
     num_retries: Integer = Field(
         default=5, ge=0, le=MAX_RETRIES, description="retries of a failed task before its process fails"
+    )
+
+
+class OptimizingSpec(WireModel):
+    """Which rules decide what is rewritten, and where on the read/write trade-off."""
+
+    policy: Policy = Field(
+        default=AMORO,
+        description="amoro: Amoro's triggers; floe: levelled merges and rewrites within a read budget set "
+        "by favor, for CDC tables (minor.triggerFileCount, minor.triggerInterval and major.duplicateRatio "
+        "then do not apply)",
+    )
+    favor: Favor = Field(
+        default="balanced",
+        description="policy floe only: reads (fastest reads, more bytes rewritten), balanced, or writes "
+        "(fewest bytes rewritten, slower reads)",
     )
 
 
@@ -307,6 +323,7 @@ class OptimizedTableSpec(WireModel):
         default=128 * MiB,
         description="bin size for packing files into tasks (the larger of this and targetSize)",
     )
+    optimizing: OptimizingSpec = Field(default_factory=OptimizingSpec)
     minor: MinorSpec = Field(default_factory=MinorSpec)
     major: MajorSpec = Field(default_factory=MajorSpec)
     full: FullSpec = Field(default_factory=FullSpec)
@@ -341,6 +358,8 @@ class OptimizedTableSpec(WireModel):
             full_trigger_interval_s=self.full.trigger_interval,
             full_rewrite_all_files=self.full.rewrite_all_files,
             max_task_size_bytes=self.max_task_size,
+            policy=self.optimizing.policy,
+            favor=self.optimizing.favor,
         )
 
 

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 MiB = 1024 * 1024
+
+Policy = Literal["amoro", "floe"]
+"""Which rules decide what to optimize: Amoro's triggers, or floe's (`floe_policy`)."""
+AMORO: Policy = "amoro"
+FLOE: Policy = "floe"
+Favor = Literal["reads", "balanced", "writes"]
+"""Where floe's policy sits on the read/write trade-off (`floe_policy.FAVORS`)."""
 
 
 @dataclass(frozen=True)
@@ -21,6 +29,8 @@ class OptimizingConfig:
     full_rewrite_all_files: bool = True
     max_task_size_bytes: int = 128 * MiB
     open_file_cost_bytes: int = 4 * MiB
+    policy: Policy = AMORO
+    favor: Favor = "balanced"
 
     @property
     def fragment_size(self) -> int:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
 
 from floe.planning.config import OptimizingConfig
 from floe.planning.files import (
@@ -43,7 +42,6 @@ from floe.planning.files import (
     DeleteIndex,
     FileKind,
     PartitionKey,
-    TableFiles,
     pending_deletes,
 )
 from floe.planning.plan import OptimizingType, PartitionEvaluation
@@ -85,28 +83,17 @@ def evaluate_partition(
         convert: set[str],
         packed: AbstractSet[str] = frozenset(),
     ) -> PartitionEvaluation:
-        rewrite_files = tuple(f for f in files if f.path in rewrite)
-        convert_files = tuple(f for f in files if f.path in convert)
-        packed_files = tuple(f for f in files if f.path in packed)
-        return PartitionEvaluation(
-            partition=partition,
-            fragments=fragments,
-            undersized_segments=undersized,
-            segments=segments,
-            delete_files=partition_deletes,
-            optimizing_type=kind,
-            reason=reason,
-            rewrite_files=rewrite_files,
-            convert_files=convert_files,
-            packed_files=packed_files,
-            packed_convert_paths=frozenset(packed & minor_convert),
-            cost=partition_cost(
-                rewrite_files + packed_files,
-                delete_index.deletes_for_all(rewrite_files + packed_files),
-                config,
-                convert_files,
-                delete_index.deletes_for_all(convert_files),
-            ),
+        return partition_evaluation(
+            partition,
+            files,
+            delete_index,
+            config,
+            kind,
+            reason,
+            rewrite,
+            convert,
+            packed,
+            packed & minor_convert,
         )
 
     def needs_positions(f: ContentFile) -> bool:
@@ -175,36 +162,45 @@ def evaluate_partition(
     return evaluation(kind, reason, rewrite, convert, packed)
 
 
-def evaluate_table(
-    files: TableFiles,
+def partition_evaluation(
+    partition: PartitionKey,
+    files: Sequence[ContentFile],
+    delete_index: DeleteIndex,
     config: OptimizingConfig,
-    now_s: float,
-    last_minor_s: float | None,
-    last_full_s: float | None,
-    forced: OptimizingType | None = None,
-) -> list[PartitionEvaluation]:
-    """Evaluate every partition that has data files, in partition order (spec id, then values).
-
-    Partitions holding only delete files are left out: those deletes apply to nothing
-    and are cleaned up elsewhere, not by rewriting data.
-    """
-    index = DeleteIndex(files.delete_files)
-    by_partition: dict[PartitionKey, list[ContentFile]] = {}
-    for f in files.data_files:
-        by_partition.setdefault(f.partition, []).append(f)
-    return [
-        evaluate_partition(
-            partition,
-            by_partition[partition],
-            index,
+    kind: OptimizingType | None,
+    reason: str,
+    rewrite: AbstractSet[str],
+    convert: AbstractSet[str],
+    packed: AbstractSet[str],
+    packed_convert: AbstractSet[str],
+) -> PartitionEvaluation:
+    """A partition's evaluation: its `files` (sorted by path) classed by size, the paths chosen for
+    each action, and the cost of those actions."""
+    rewrite_files = tuple(f for f in files if f.path in rewrite)
+    convert_files = tuple(f for f in files if f.path in convert)
+    packed_files = tuple(f for f in files if f.path in packed)
+    return PartitionEvaluation(
+        partition=partition,
+        fragments=tuple(f for f in files if f.size_bytes <= config.fragment_size),
+        undersized_segments=tuple(
+            f for f in files if config.fragment_size < f.size_bytes <= config.undersized_size
+        ),
+        segments=tuple(f for f in files if f.size_bytes > config.undersized_size),
+        delete_files=delete_index.deletes_for_all(files),
+        optimizing_type=kind,
+        reason=reason,
+        rewrite_files=rewrite_files,
+        convert_files=convert_files,
+        packed_files=packed_files,
+        packed_convert_paths=frozenset(packed_convert),
+        cost=partition_cost(
+            rewrite_files + packed_files,
+            delete_index.deletes_for_all(rewrite_files + packed_files),
             config,
-            now_s,
-            last_minor_s,
-            last_full_s,
-            forced,
-        )
-        for partition in sorted(by_partition, key=_partition_order)
-    ]
+            convert_files,
+            delete_index.deletes_for_all(convert_files),
+        ),
+    )
 
 
 def partition_cost(
@@ -290,10 +286,3 @@ def _position_deleted(deletes: Iterable[ContentFile]) -> int:
 
 def _count(deletes: Iterable[ContentFile], kind: FileKind) -> int:
     return sum(1 for d in deletes if d.kind == kind)
-
-
-def _partition_order(partition: PartitionKey) -> tuple[Any, ...]:
-    """A total order over partition keys: nulls first, values of mixed types grouped by type name,
-    floats as Iceberg Java orders them (by `PartitionKey.identity`: NaN last, -0.0 before 0.0)."""
-    values = tuple((v is not None, type(v).__name__, 0 if v is None else v) for v in partition.identity)
-    return (partition.spec_id, values)

@@ -6,13 +6,14 @@ whatever order the files came in.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from floe.planning.config import OptimizingConfig
-from floe.planning.evaluator import evaluate_table
+from floe.planning.config import FLOE, OptimizingConfig
 from floe.planning.files import ContentFile, DeleteIndex, TableFiles
+from floe.planning.floe_policy import live_bytes
 from floe.planning.plan import POSITIONS, OptimizingPlan, OptimizingType, PartitionEvaluation, PlannedTask
+from floe.planning.table_evaluation import evaluate_table
 
 
 def plan_optimizing(
@@ -48,7 +49,9 @@ def plan_optimizing(
     tasks: list[PlannedTask] = []
     deferred = 0
     for position, evaluation in enumerate(candidates):
-        partition_tasks = pack_partition(evaluation, index, config.bin_size)
+        partition_tasks = pack_partition(
+            evaluation, index, config.bin_size, by_live_bytes=config.policy == FLOE
+        )
         if not partition_tasks:
             continue
         if max_tasks is not None and taken and len(tasks) + len(partition_tasks) > max_tasks:
@@ -111,10 +114,13 @@ all its segments, so fewer, larger bins cost less."""
 
 
 def pack_partition(
-    evaluation: PartitionEvaluation, delete_index: DeleteIndex, bin_size: int
+    evaluation: PartitionEvaluation, delete_index: DeleteIndex, bin_size: int, by_live_bytes: bool = False
 ) -> list[PlannedTask]:
     """Bin-pack a partition's rewrite and packed files, and its convert files, into tasks,
     first-fit decreasing by size.
+
+    With `by_live_bytes` (floe's policy) a rewritten file counts by its bytes less those of its
+    deleted rows, so that bins come out near target size; Amoro counts whole files.
 
     Rewrite bins hold at most `bin_size` bytes of data files; a file larger than that gets a
     bin of its own. Delete bytes do not count towards the bin: the output size follows the
@@ -127,7 +133,12 @@ def pack_partition(
     tasks = []
     packed = {f.path for f in evaluation.packed_files}
     convert_files = list(evaluation.convert_files)
-    for data_files in _first_fit(evaluation.rewrite_files + evaluation.packed_files, bin_size):
+    rewritten = evaluation.rewrite_files + evaluation.packed_files
+    size_of: Callable[[ContentFile], float] = _file_size
+    if by_live_bytes:
+        live = live_bytes(rewritten, delete_index)
+        size_of = lambda f: live[f.path]  # noqa: E731
+    for data_files in _first_fit(rewritten, bin_size, size_of):
         deletes = delete_index.deletes_for_all(data_files)
         if len(data_files) == 1 and data_files[0].path in packed:
             if data_files[0].path in evaluation.packed_convert_paths:
@@ -138,7 +149,7 @@ def pack_partition(
         tasks.append(
             PlannedTask(partition=evaluation.partition, data_files=tuple(data_files), delete_files=deletes)
         )
-    for data_files in _first_fit(convert_files, bin_size * POSITIONS_BIN_FACTOR):
+    for data_files in _first_fit(convert_files, bin_size * POSITIONS_BIN_FACTOR, _file_size):
         tasks.append(
             PlannedTask(
                 partition=evaluation.partition,
@@ -150,15 +161,22 @@ def pack_partition(
     return tasks
 
 
-def _first_fit(files: Sequence[ContentFile], bin_size: int) -> list[list[ContentFile]]:
+def _file_size(f: ContentFile) -> float:
+    return float(f.size_bytes)
+
+
+def _first_fit(
+    files: Sequence[ContentFile], bin_size: int, size_of: Callable[[ContentFile], float]
+) -> list[list[ContentFile]]:
     bins: list[list[ContentFile]] = []
-    used: list[int] = []
-    for f in sorted(files, key=lambda f: (-f.size_bytes, f.path)):
-        slot = next((i for i, u in enumerate(used) if u + f.size_bytes <= bin_size), None)
+    used: list[float] = []
+    for f in sorted(files, key=lambda f: (-size_of(f), f.path)):
+        size = size_of(f)
+        slot = next((i for i, u in enumerate(used) if u + size <= bin_size), None)
         if slot is None:
             bins.append([f])
-            used.append(f.size_bytes)
+            used.append(size)
         else:
             bins[slot].append(f)
-            used[slot] += f.size_bytes
+            used[slot] += size
     return bins

@@ -1,0 +1,176 @@
+"""floe's optimizing policy for CDC tables (``optimizing.policy: floe``; docs/concepts/cdc-trade-off.md).
+
+Amoro's rules rewrite the same young bytes again and again on a CDC table: a minor every
+interval merges every fragment, the last interval's output included, and a major packs each
+undersized output with the earlier ones; its duplicate ratio rewrites a segment at a tenth of
+its rows deleted, writing nine bytes per byte dropped; and equality deletes wait for the minor
+interval while every read hashes each row's key against them. floe's policy departs from them
+in four ways, each measured by `bench/cdc_write_amplification.py`:
+
+- **Levelled merges.** Fragments sit in levels by size, each level's files ``fanout`` times
+  smaller than the level above's; a level merges when it holds ``fanout`` files, taking the
+  smaller levels' files along. A byte is rewritten about log_fanout(fragment size / the size it
+  was written at) times on its way out of the fragments, not once per interval. Undersized
+  segments merge as Amoro's major merges them, once they hold a target size; and whenever a
+  plan rewrites files, every small file joins its bins, which it fills to target size.
+- **Equality deletes are converted at every plan**, into one position-delete file per data file.
+  They are the costliest deletes to read, and converting writes a few bytes per deleted row.
+- **A segment is rewritten at the favor's deleted share**, not at Amoro's 0.1: its deletes are
+  positions by then, which readers apply cheaply, and at a share r a rewrite writes (1 - r) / r
+  bytes per byte it drops. Files past the share are rewritten most deleted first.
+- **Rewrites are packed by the rows they keep**, so that segments shedding their deleted rows
+  come out near target size together instead of undersized one by one.
+
+A forced optimizing and a due full optimizing follow Amoro's rules (`evaluate_partition`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from floe.planning.config import OptimizingConfig
+from floe.planning.evaluator import evaluate_partition, partition_evaluation
+from floe.planning.files import ContentFile, DeleteIndex, FileKind, PartitionKey, pending_deletes
+from floe.planning.plan import OptimizingType, PartitionEvaluation
+
+
+@dataclass(frozen=True)
+class FavorSettings:
+    """What one ``favor`` setting means."""
+
+    deleted_share: float
+    """A data file with more than this share of its rows deleted is rewritten."""
+    fanout: int
+    """A level of small files merges when it holds this many."""
+
+
+FAVORS = {
+    "reads": FavorSettings(deleted_share=0.1, fanout=3),
+    "balanced": FavorSettings(deleted_share=0.4, fanout=8),
+    "writes": FavorSettings(deleted_share=0.6, fanout=16),
+}
+
+
+def deleted_rows(data: ContentFile, deletes: Sequence[ContentFile]) -> int:
+    """Rows of ``data`` its position deletes remove (an upper bound; exact for floe's merged files)."""
+    removed = sum(d.record_count for d in deletes if d.kind == FileKind.POSITION_DELETES)
+    return min(removed, data.record_count)
+
+
+def live_bytes(files: Sequence[ContentFile], delete_index: DeleteIndex) -> Mapping[str, float]:
+    """Each file's bytes less those of its position-deleted rows: what a rewrite of it writes."""
+    live = {}
+    for f in files:
+        share = deleted_rows(f, pending_deletes(f, delete_index.deletes_for(f))) / max(f.record_count, 1)
+        live[f.path] = f.size_bytes * (1.0 - share)
+    return live
+
+
+def level_of(size_bytes: int, target_size: int, fanout: int) -> int:
+    """A small file's level: 1 for sizes in (target / fanout, target], 2 for the next ``fanout``
+    times smaller, and so on."""
+    return max(1, math.ceil(math.log(target_size / max(size_bytes, 1), fanout)))
+
+
+def levelled_merge(small: Sequence[ContentFile], target_size: int, fanout: int) -> tuple[int, set[str]]:
+    """The small files to merge: the largest level holding ``fanout`` files or more, with every file
+    of the smaller levels; (0, none) when no level is full."""
+    levels: dict[int, list[ContentFile]] = {}
+    for f in small:
+        levels.setdefault(level_of(f.size_bytes, target_size, fanout), []).append(f)
+    full = [level for level, members in levels.items() if len(members) >= fanout]
+    if not full:
+        return 0, set()
+    top = min(full)
+    return top, {f.path for level, members in levels.items() if level >= top for f in members}
+
+
+def _pool_is_full(undersized: Sequence[ContentFile], target_size: int) -> bool:
+    """Amoro's rule for undersized segments: together they hold a target size, and the two smallest
+    fit one file."""
+    smallest = sorted(f.size_bytes for f in undersized)[:2]
+    return (
+        len(smallest) == 2
+        and sum(f.size_bytes for f in undersized) >= target_size
+        and sum(smallest) <= target_size
+    )
+
+
+def evaluate_partition_floe(
+    partition: PartitionKey,
+    data_files: Sequence[ContentFile],
+    delete_index: DeleteIndex,
+    config: OptimizingConfig,
+    now_s: float,
+    last_minor_s: float | None,
+    last_full_s: float | None,
+    forced: OptimizingType | None = None,
+) -> PartitionEvaluation:
+    """Decide one partition's optimizing by floe's policy (the module's docstring).
+
+    The result has the shape Amoro's evaluation gives: the small files merged are `packed_files`
+    (one left alone in its bin is not rewritten, but converted if its deletes need it), those past
+    the deleted share `rewrite_files`, those whose equality deletes (or several position-delete
+    files) become one position-delete file `convert_files`. The type is major
+    when a file above fragment size is rewritten, else minor.
+    """
+    amoro = evaluate_partition(
+        partition, data_files, delete_index, config, now_s, last_minor_s, last_full_s, forced
+    )
+    if forced is not None or amoro.optimizing_type == OptimizingType.FULL:
+        return amoro
+    favor = FAVORS[config.favor]
+    files = sorted(data_files, key=lambda f: f.path)
+    pending = {f.path: pending_deletes(f, delete_index.deletes_for(f)) for f in files}
+    fragments = tuple(f for f in files if f.size_bytes <= config.fragment_size)
+    undersized = tuple(f for f in files if config.fragment_size < f.size_bytes <= config.undersized_size)
+    level, packed = levelled_merge(fragments, config.target_size, favor.fanout)
+    shares = {f.path: deleted_rows(f, pending[f.path]) / max(f.record_count, 1) for f in files}
+    rewrite = {f.path for f in files if shares[f.path] > favor.deleted_share}
+    pool = _pool_is_full(undersized, config.target_size)
+    if rewrite or pool:
+        # Small files fill the bins of what is rewritten anyway: each needs one more merge to
+        # reach target size, and the outputs come out full-size.
+        packed |= {f.path for f in fragments + undersized}
+    rewrite -= packed
+    needs_positions = {
+        f.path
+        for f in files
+        if any(d.kind == FileKind.EQUALITY_DELETES for d in pending[f.path])
+        or sum(1 for d in pending[f.path] if d.kind == FileKind.POSITION_DELETES) > 1
+    }
+    convert = needs_positions - rewrite - packed
+    reasons = []
+    if level:
+        reasons.append(f"fragments at level {level} and below reach {favor.fanout} (fanout)")
+    if pool:
+        reasons.append(f"{len(undersized)} undersized segments hold a target size")
+    if rewrite:
+        most = max(shares[p] for p in rewrite)
+        reasons.append(
+            f"{len(rewrite)} files with deleted rows > {favor.deleted_share:g} x rows (up to {most:.2f})"
+        )
+    if convert:
+        reasons.append(f"{len(convert)} files with equality deletes or several position-delete files")
+    gain = bool(convert) or len(rewrite | packed) >= 2 or bool(rewrite)
+    kind: OptimizingType | None = None
+    if not gain:
+        rewrite, packed, convert = set(), set(), set()
+    else:
+        above_fragment = any(f.size_bytes > config.fragment_size for f in files if f.path in rewrite | packed)
+        kind = OptimizingType.MAJOR if above_fragment else OptimizingType.MINOR
+    reason = "; ".join(reasons) or "no level full, no file past the deleted share, no equality delete"
+    return partition_evaluation(
+        partition,
+        files,
+        delete_index,
+        config,
+        kind,
+        reason,
+        rewrite,
+        convert,
+        packed,
+        packed & needs_positions,
+    )

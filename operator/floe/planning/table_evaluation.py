@@ -1,0 +1,51 @@
+"""A table's evaluation: each partition's, by the table's policy (Amoro's rules or floe's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from floe.planning.config import FLOE, OptimizingConfig
+from floe.planning.evaluator import evaluate_partition
+from floe.planning.files import ContentFile, DeleteIndex, PartitionKey, TableFiles
+from floe.planning.floe_policy import evaluate_partition_floe
+from floe.planning.plan import OptimizingType, PartitionEvaluation
+
+
+def evaluate_table(
+    files: TableFiles,
+    config: OptimizingConfig,
+    now_s: float,
+    last_minor_s: float | None,
+    last_full_s: float | None,
+    forced: OptimizingType | None = None,
+) -> list[PartitionEvaluation]:
+    """Evaluate every partition that has data files, in partition order (spec id, then values).
+
+    Partitions holding only delete files are left out: those deletes apply to nothing
+    and are cleaned up elsewhere, not by rewriting data.
+    """
+    index = DeleteIndex(files.delete_files)
+    by_partition: dict[PartitionKey, list[ContentFile]] = {}
+    for f in files.data_files:
+        by_partition.setdefault(f.partition, []).append(f)
+    evaluate = evaluate_partition_floe if config.policy == FLOE else evaluate_partition
+    return [
+        evaluate(
+            partition,
+            by_partition[partition],
+            index,
+            config,
+            now_s,
+            last_minor_s,
+            last_full_s,
+            forced,
+        )
+        for partition in sorted(by_partition, key=_partition_order)
+    ]
+
+
+def _partition_order(partition: PartitionKey) -> tuple[Any, ...]:
+    """A total order over partition keys: nulls first, values of mixed types grouped by type name,
+    floats as Iceberg Java orders them (by `PartitionKey.identity`: NaN last, -0.0 before 0.0)."""
+    values = tuple((v is not None, type(v).__name__, 0 if v is None else v) for v in partition.identity)
+    return (partition.spec_id, values)

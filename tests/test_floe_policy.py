@@ -1,0 +1,208 @@
+"""floe's optimizing policy (`floe.planning.floe_policy`): its decisions, and each departure from
+Amoro's rules shown on a partition where the two decide differently, with the reason."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+
+from floe.planning.config import MiB, OptimizingConfig
+from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
+from floe.planning.floe_policy import FAVORS, level_of, levelled_merge
+from floe.planning.plan import OptimizingType, PartitionEvaluation
+from floe.planning.planner import plan_optimizing
+from floe.planning.table_evaluation import evaluate_table
+
+# Files of a few MiB, as the CDC benchmark's: fragment <= 1 MiB, undersized <= 6 MiB.
+AMORO = OptimizingConfig(target_size=8 * MiB, max_task_size_bytes=8 * MiB)
+FLOE = replace(AMORO, policy="floe")
+P = PartitionKey(0, ())
+NOW = 1_000_000.0
+ROWS_PER_MIB = 40_000
+
+
+def data(name: str, mib: float, seq: int = 1) -> ContentFile:
+    size = int(mib * MiB)
+    return ContentFile(f"data/{name}.parquet", FileKind.DATA, P, int(mib * ROWS_PER_MIB), size, seq)
+
+
+def positions(target: ContentFile, rows: int, seq: int = 5) -> ContentFile:
+    """A position-delete file removing ``rows`` of ``target``."""
+    return ContentFile(
+        f"deletes/{target.path.split('/')[-1]}-{seq}-pos.parquet",
+        FileKind.POSITION_DELETES,
+        P,
+        rows,
+        rows * 4,
+        seq,
+        referenced_data_file=target.path,
+    )
+
+
+def equality(name: str, rows: int, seq: int = 9) -> ContentFile:
+    return ContentFile(
+        f"deletes/{name}-eq.parquet", FileKind.EQUALITY_DELETES, P, rows, rows * 8, seq, equality_ids=(1,)
+    )
+
+
+def evaluate(
+    config: OptimizingConfig,
+    data_files: Sequence[ContentFile],
+    delete_files: Sequence[ContentFile] = (),
+    last_minor_s: float | None = NOW,
+    forced: OptimizingType | None = None,
+) -> PartitionEvaluation:
+    files = TableFiles(1, 10, tuple(data_files), tuple(delete_files))
+    [evaluation] = evaluate_table(files, config, NOW, last_minor_s, NOW, forced)
+    return evaluation
+
+
+def rewritten(evaluation: PartitionEvaluation) -> set[str]:
+    return {
+        f.path.split("/")[-1].removesuffix(".parquet")
+        for f in evaluation.rewrite_files + evaluation.packed_files
+    }
+
+
+def converted(evaluation: PartitionEvaluation) -> set[str]:
+    return {f.path.split("/")[-1].removesuffix(".parquet") for f in evaluation.convert_files}
+
+
+def segments(count: int, mib: float = 8.0) -> list[ContentFile]:
+    return [data(f"seg-{i}", mib) for i in range(count)]
+
+
+# -- levels -----------------------------------------------------------------------------------
+
+
+def test_a_level_holds_files_fanout_times_smaller_than_the_one_above() -> None:
+    target = 8 * MiB
+    assert [
+        level_of(size, target, 4) for size in (6 * MiB, 2 * MiB + 1, 2 * MiB, MiB // 2 + 1, MiB // 2)
+    ] == [
+        1,
+        1,
+        1,
+        2,
+        2,
+    ]
+    assert level_of(1, target, 4) == 12
+
+
+def test_the_largest_full_level_merges_with_every_smaller_file() -> None:
+    target = 8 * MiB
+    level_one = [data(f"big-{i}", 3) for i in range(2)]
+    level_two = [data(f"mid-{i}", 1) for i in range(4)]
+    level_three = [data("small", 0.2)]
+    level, merged = levelled_merge(level_one + level_two + level_three, target, 4)
+    assert level == 2
+    assert merged == {f.path for f in level_two + level_three}
+    assert levelled_merge(level_one + level_two[:3], target, 4) == (0, set())
+
+
+# -- departures from Amoro, each where the two decide differently ------------------------------
+
+
+def test_young_files_wait_for_their_level_where_amoro_rewrites_them_every_interval() -> None:
+    # Fragments one short of the fanout and the minor interval elapsed: Amoro merges them now, and
+    # will merge their output again with the next hour's; floe waits for the level to fill, so each
+    # byte is rewritten once per level (log_fanout(fragment size / size written) times), not once
+    # per interval.
+    fanout = FAVORS["balanced"].fanout
+    files = segments(4) + [data(f"frag-{i}", 0.2, seq=2 + i) for i in range(fanout - 1)]
+    amoro = evaluate(AMORO, files, last_minor_s=None)
+    floe = evaluate(FLOE, files, last_minor_s=None)
+    assert amoro.optimizing_type == OptimizingType.MINOR
+    assert rewritten(amoro) == {f"frag-{i}" for i in range(fanout - 1)}
+    assert floe.optimizing_type is None and not rewritten(floe)
+    full = evaluate(FLOE, [*files, data("frag-last", 0.2, seq=99)], last_minor_s=None)
+    assert full.optimizing_type == OptimizingType.MINOR
+    assert rewritten(full) == {f"frag-{i}" for i in range(fanout - 1)} | {"frag-last"}
+
+
+def test_small_files_fill_the_bins_of_a_rewrite_so_its_output_is_full_size() -> None:
+    # A segment 45 % deleted and a 2.4 MiB undersized segment: Amoro rewrites the segment alone
+    # into a 4.4 MiB file, undersized, which a later major packs again; floe puts the undersized
+    # file in the same bin, and one 6.8 MiB file comes out.
+    files = [*segments(3), data("under-0", 2.4)]
+    deletes = [positions(files[0], int(0.45 * files[0].record_count))]
+    amoro = plan_optimizing(TableFiles(1, 10, tuple(files), tuple(deletes)), AMORO, NOW, NOW, NOW)
+    floe = plan_optimizing(TableFiles(1, 10, tuple(files), tuple(deletes)), FLOE, NOW, NOW, NOW)
+    assert [[f.path for f in t.data_files] for t in amoro.tasks] == [["data/seg-0.parquet"]]
+    assert [sorted(f.path for f in t.data_files) for t in floe.tasks] == [
+        ["data/seg-0.parquet", "data/under-0.parquet"]
+    ]
+
+
+def test_a_segment_past_amoros_duplicate_ratio_is_kept_until_the_favors_share() -> None:
+    # A quarter of one segment's rows deleted: Amoro's major rewrites it (ratio 0.1), writing 3
+    # bytes per byte it drops; floe (balanced: 0.4) keeps it, its deletes one position file that
+    # readers apply cheaply, and rewrites it past 0.4, at 1.5 bytes written per byte dropped or fewer.
+    files = segments(8)
+    some = [positions(files[0], int(0.25 * files[0].record_count))]
+    amoro = evaluate(AMORO, files, some)
+    floe = evaluate(FLOE, files, some)
+    assert amoro.optimizing_type == OptimizingType.MAJOR and rewritten(amoro) == {"seg-0"}
+    assert floe.optimizing_type is None
+    many = [positions(files[0], int(0.45 * files[0].record_count))]
+    assert rewritten(evaluate(FLOE, files, many)) == {"seg-0"}
+    assert evaluate(replace(FLOE, favor="reads"), files, some).optimizing_type == OptimizingType.MAJOR
+
+
+def test_equality_deletes_are_converted_at_every_plan_not_after_a_file_count_or_interval() -> None:
+    # One equality-delete file over eight segments, the minor interval not elapsed, one file under
+    # Amoro's trigger count of 12: Amoro waits for the interval while every read hashes each row's
+    # key; floe converts now, writing only position-delete files.
+    files = segments(8)
+    deletes = [equality("upsert", 20_000)]
+    amoro = evaluate(AMORO, files, deletes)
+    floe = evaluate(FLOE, files, deletes)
+    assert amoro.optimizing_type is None
+    assert floe.optimizing_type == OptimizingType.MINOR
+    assert converted(floe) == {f"seg-{i}" for i in range(8)} and not rewritten(floe)
+
+
+def test_rewrites_are_packed_by_the_rows_they_keep_so_outputs_reach_target_size() -> None:
+    # Four segments each 55 % deleted: packed by file size (Amoro's way) each is alone in its bin
+    # and comes out 3.6 MiB, undersized; by live bytes floe packs two to a bin.
+    files = segments(4)
+    deletes = [positions(f, int(0.55 * f.record_count)) for f in files]
+    plan = plan_optimizing(TableFiles(1, 10, tuple(files), tuple(deletes)), FLOE, NOW, NOW, NOW)
+    assert sorted(len(t.data_files) for t in plan.tasks) == [2, 2]
+
+
+# -- the knob, and what stays Amoro's --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("share", [0.1, 0.2, 0.3, 0.45, 0.6])
+def test_favoring_writes_never_rewrites_more_than_favoring_reads(share: float) -> None:
+    files = segments(10) + [data(f"frag-{i}", 0.3, seq=2 + i) for i in range(5)]
+    deletes = [positions(f, int(share * f.record_count * (i + 1) / 10)) for i, f in enumerate(files[:10])]
+    written = {
+        favor: sum(
+            f.size_bytes
+            for f in evaluate(replace(FLOE, favor=favor), files, deletes).rewrite_files
+            + evaluate(replace(FLOE, favor=favor), files, deletes).packed_files
+        )
+        for favor in FAVORS
+    }
+    assert written["reads"] >= written["balanced"] >= written["writes"]
+
+
+def test_a_forced_or_due_full_optimizing_follows_amoros_rules() -> None:
+    files = [*segments(2), data("frag-0", 0.2, seq=2), data("frag-1", 0.2, seq=3)]
+    forced = evaluate(FLOE, files, forced=OptimizingType.FULL)
+    assert forced == evaluate(AMORO, files, forced=OptimizingType.FULL)
+    due = replace(FLOE, full_trigger_interval_s=60.0)
+    files_ = TableFiles(1, 10, tuple(files), ())
+    [floe] = evaluate_table(files_, due, NOW, NOW, NOW - 120)
+    [amoro] = evaluate_table(files_, replace(due, policy="amoro"), NOW, NOW, NOW - 120)
+    assert floe == amoro and floe.optimizing_type == OptimizingType.FULL
+
+
+def test_a_clean_partition_of_segments_needs_nothing() -> None:
+    evaluation = evaluate(FLOE, segments(5))
+    assert evaluation.optimizing_type is None
+    assert evaluation.reason == "no level full, no file past the deleted share, no equality delete"
