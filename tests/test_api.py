@@ -197,6 +197,16 @@ def test_bad_maintenance_is_rejected(maintenance: dict[str, object], message: st
         OptimizedTable.model_validate(_table_with(maintenance=maintenance))
 
 
+def test_the_optimizing_policy_reaches_the_planner_and_defaults_to_amoros() -> None:
+    default = OptimizedTable.model_validate(_table_with()).spec.optimizing_config()
+    assert (default.policy, default.favor) == ("amoro", "balanced")
+    chosen = OptimizedTable.model_validate(_table_with(optimizing={"policy": "floe", "favor": "writes"}))
+    assert (chosen.spec.optimizing_config().policy, chosen.spec.optimizing_config().favor) == (
+        "floe",
+        "writes",
+    )
+
+
 def test_clustering_names_its_columns() -> None:
     spec = OptimizedTable.model_validate(
         _table_with(clustering={"strategy": "zorder", "columns": ["x", "y"]})
@@ -261,6 +271,11 @@ BOUNDS: list[tuple[str, dict[str, object], str]] = [
         "column-10000",
         _table_with(clustering={"strategy": "zorder", "columns": ["c" * 10_000]}),
         "spec.clustering.columns.0: String should have at most 255 characters",
+    ),
+    (
+        "optimizing-favor",
+        _table_with(optimizing={"policy": "floe", "favor": "speed"}),
+        "spec.optimizing.favor: Input should be 'reads', 'balanced' or 'writes'",
     ),
     (
         "retention-column-control",

@@ -435,6 +435,16 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], list[str]]] = [
         table(clustering={"strategy": "zorder", "columns": []}),
         ["spec.clustering.columns", "at least 1 items"],
     ),
+    (
+        "unknown-optimizing-policy",
+        table(optimizing={"policy": "lsm"}),
+        ["spec.optimizing.policy", 'Unsupported value: "lsm"', '"amoro", "floe"'],
+    ),
+    (
+        "unknown-favor",
+        table(optimizing={"policy": "floe", "favor": "speed"}),
+        ["spec.optimizing.favor", 'Unsupported value: "speed"', '"reads", "balanced", "writes"'],
+    ),
     # OptimizedTableSet: its patterns, and its template held to the OptimizedTable's rules.
     ("set-empty-part", table_set(include=["sales..orders"]), ["spec.include[0]", "should match"]),
     ("set-open-class", table_set(exclude=["sales.[tmp"]), ["spec.exclude[0]", "should match"]),
