@@ -99,7 +99,7 @@ def save_frontier(path: Path, title: str, points: Sequence[FrontierPoint]) -> Pa
     path.parent.mkdir(parents=True, exist_ok=True)
     figure = Figure(figsize=(7, 5))
     axis = figure.subplots()
-    floe = [p for p in points if not p.reference]
+    floe = sorted((p for p in points if not p.reference), key=lambda p: p.read_mean)
     if floe:
         axis.plot([p.read_mean for p in floe], [p.write for p in floe], color=FLOE_STYLE["color"], alpha=0.4)
     for p in points:
