@@ -36,7 +36,7 @@ from floe.local.reference_reader import ReferenceReader
 from floe.local.workload import OrderCdcStream
 from floe.maintenance.orphans import remove_orphan_files
 from floe.maintenance.reachable import referenced_files
-from floe.planning.evaluator import evaluate_table
+from floe.planning.table_evaluation import evaluate_table
 from floe.tables.scan import scan_table
 from floe.tables.writer import conform, write_position_deletes
 
