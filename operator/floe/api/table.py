@@ -117,9 +117,9 @@ class OptimizingSpec(WireModel):
 
     policy: Policy = Field(
         default=AMORO,
-        description="amoro: Amoro's triggers; floe: levelled merges and rewrites within a read budget set "
-        "by favor, for CDC tables (minor.triggerFileCount, minor.triggerInterval and major.duplicateRatio "
-        "then do not apply)",
+        description="amoro: Amoro's triggers; floe, for CDC tables: equality deletes converted at every "
+        "plan, fragments merged in levels, files rewritten at the deleted share favor sets "
+        "(minor.triggerFileCount, minor.triggerInterval and major.duplicateRatio then do not apply)",
     )
     favor: Favor = Field(
         default="balanced",

@@ -96,21 +96,16 @@ def evaluate_partition(
             packed & minor_convert,
         )
 
-    def needs_positions(f: ContentFile) -> bool:
-        deletes = deletes_of[f.path]
-        equalities = _count(deletes, FileKind.EQUALITY_DELETES)
-        return equalities > 0 or _count(deletes, FileKind.POSITION_DELETES) > 1
-
     # Only segments count for the multi-position-delete trigger, as in Amoro: an undersized
     # segment's deletes go when major packs it.
     multi_pos = {f.path for f in segments if _count(deletes_of[f.path], FileKind.POSITION_DELETES) > 1}
     duplicated = {
         f.path
         for f in undersized + segments
-        if _position_deleted(deletes_of[f.path]) > config.major_duplicate_ratio * f.record_count
+        if position_deleted_rows(deletes_of[f.path]) > config.major_duplicate_ratio * f.record_count
     }
     minor_rewrite = {f.path for f in fragments}
-    minor_convert = {f.path for f in undersized + segments if needs_positions(f)}
+    minor_convert = {f.path for f in undersized + segments if needs_positions(deletes_of[f.path])}
     major_rewrite = minor_rewrite | duplicated
     major_packed = {f.path for f in undersized} - duplicated
     if config.full_rewrite_all_files:
@@ -120,9 +115,7 @@ def evaluate_partition(
             f.path for f in files if deletes_of[f.path]
         }
 
-    full_due = config.full_trigger_interval_s > 0 and _elapsed(
-        now_s, last_full_s, config.full_trigger_interval_s
-    )
+    full_due = full_is_due(config, now_s, last_full_s)
     major_reasons = _major_reasons(undersized, duplicated, config)
     minor_reasons = _minor_reasons(
         len(fragments),
@@ -259,9 +252,8 @@ def _major_reasons(
     undersized: Sequence[ContentFile], duplicated: set[str], config: OptimizingConfig
 ) -> list[str]:
     reasons = []
-    undersized_bytes = sum(f.size_bytes for f in undersized)
-    smallest = sorted(f.size_bytes for f in undersized)[:2]
-    if len(smallest) == 2 and undersized_bytes >= config.target_size and sum(smallest) <= config.target_size:
+    if undersized_fill_a_target(undersized, config.target_size):
+        undersized_bytes = sum(f.size_bytes for f in undersized)
         reasons.append(
             f"{len(undersized)} undersized segments, {undersized_bytes} B >= target {config.target_size} B"
         )
@@ -272,6 +264,29 @@ def _major_reasons(
     return reasons
 
 
+def undersized_fill_a_target(undersized: Sequence[ContentFile], target_size: int) -> bool:
+    """Major's undersized trigger: together they hold a target size, and the two smallest fit one
+    file (else packing them would leave each alone in its bin)."""
+    smallest = sorted(f.size_bytes for f in undersized)[:2]
+    return (
+        len(smallest) == 2
+        and sum(f.size_bytes for f in undersized) >= target_size
+        and sum(smallest) <= target_size
+    )
+
+
+def needs_positions(deletes: Iterable[ContentFile]) -> bool:
+    """Whether a data file's pending deletes need converting into one position-delete file: any
+    equality delete, or more than one position-delete file."""
+    kinds = [d.kind for d in deletes]
+    return FileKind.EQUALITY_DELETES in kinds or kinds.count(FileKind.POSITION_DELETES) > 1
+
+
+def full_is_due(config: OptimizingConfig, now_s: float, last_full_s: float | None) -> bool:
+    """Whether the full interval (off unless strictly positive) has passed since `last_full_s`."""
+    return config.full_trigger_interval_s > 0 and _elapsed(now_s, last_full_s, config.full_trigger_interval_s)
+
+
 def _elapsed(now_s: float, last_s: float | None, interval_s: float) -> bool:
     """Whether an interval (off when negative) has passed since `last_s` (None: never): strictly
     more time than the interval, as in Amoro."""
@@ -280,7 +295,9 @@ def _elapsed(now_s: float, last_s: float | None, interval_s: float) -> bool:
     return last_s is None or now_s - last_s > interval_s
 
 
-def _position_deleted(deletes: Iterable[ContentFile]) -> int:
+def position_deleted_rows(deletes: Iterable[ContentFile]) -> int:
+    """Rows the position-delete files among `deletes` remove (an upper bound: exact for the files
+    floe writes)."""
     return sum(d.record_count for d in deletes if d.kind == FileKind.POSITION_DELETES)
 
 

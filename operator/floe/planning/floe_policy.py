@@ -17,7 +17,7 @@ in four ways, each measured by `bench/cdc_write_amplification.py`:
   They are the costliest deletes to read, and converting writes a few bytes per deleted row.
 - **A segment is rewritten at the favor's deleted share**, not at Amoro's 0.1: its deletes are
   positions by then, which readers apply cheaply, and at a share r a rewrite writes (1 - r) / r
-  bytes per byte it drops. Files past the share are rewritten most deleted first.
+  bytes per byte it drops.
 - **Rewrites are packed by the rows they keep**, so that segments shedding their deleted rows
   come out near target size together instead of undersized one by one.
 
@@ -31,8 +31,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from floe.planning.config import OptimizingConfig
-from floe.planning.evaluator import evaluate_partition, partition_evaluation
-from floe.planning.files import ContentFile, DeleteIndex, FileKind, PartitionKey, pending_deletes
+from floe.planning.evaluator import (
+    evaluate_partition,
+    full_is_due,
+    needs_positions,
+    partition_evaluation,
+    position_deleted_rows,
+    undersized_fill_a_target,
+)
+from floe.planning.files import ContentFile, DeleteIndex, PartitionKey, pending_deletes
 from floe.planning.plan import OptimizingType, PartitionEvaluation
 
 
@@ -43,7 +50,7 @@ class FavorSettings:
     deleted_share: float
     """A data file with more than this share of its rows deleted is rewritten."""
     fanout: int
-    """A level of small files merges when it holds this many."""
+    """A level of fragments merges when it holds this many."""
 
 
 FAVORS = {
@@ -54,9 +61,8 @@ FAVORS = {
 
 
 def deleted_rows(data: ContentFile, deletes: Sequence[ContentFile]) -> int:
-    """Rows of ``data`` its position deletes remove (an upper bound; exact for floe's merged files)."""
-    removed = sum(d.record_count for d in deletes if d.kind == FileKind.POSITION_DELETES)
-    return min(removed, data.record_count)
+    """Rows of ``data`` its position deletes remove, at most its rows."""
+    return min(position_deleted_rows(deletes), data.record_count)
 
 
 def live_bytes(files: Sequence[ContentFile], delete_index: DeleteIndex) -> Mapping[str, float]:
@@ -69,13 +75,13 @@ def live_bytes(files: Sequence[ContentFile], delete_index: DeleteIndex) -> Mappi
 
 
 def level_of(size_bytes: int, target_size: int, fanout: int) -> int:
-    """A small file's level: 1 for sizes in (target / fanout, target], 2 for the next ``fanout``
+    """A fragment's level: 1 for sizes in (target / fanout, target], 2 for the next ``fanout``
     times smaller, and so on."""
     return max(1, math.ceil(math.log(target_size / max(size_bytes, 1), fanout)))
 
 
 def levelled_merge(small: Sequence[ContentFile], target_size: int, fanout: int) -> tuple[int, set[str]]:
-    """The small files to merge: the largest level holding ``fanout`` files or more, with every file
+    """The fragments to merge: the largest level holding ``fanout`` files or more, with every file
     of the smaller levels; (0, none) when no level is full."""
     levels: dict[int, list[ContentFile]] = {}
     for f in small:
@@ -85,17 +91,6 @@ def levelled_merge(small: Sequence[ContentFile], target_size: int, fanout: int) 
         return 0, set()
     top = min(full)
     return top, {f.path for level, members in levels.items() if level >= top for f in members}
-
-
-def _pool_is_full(undersized: Sequence[ContentFile], target_size: int) -> bool:
-    """Amoro's rule for undersized segments: together they hold a target size, and the two smallest
-    fit one file."""
-    smallest = sorted(f.size_bytes for f in undersized)[:2]
-    return (
-        len(smallest) == 2
-        and sum(f.size_bytes for f in undersized) >= target_size
-        and sum(smallest) <= target_size
-    )
 
 
 def evaluate_partition_floe(
@@ -116,11 +111,12 @@ def evaluate_partition_floe(
     files) become one position-delete file `convert_files`. The type is major
     when a file above fragment size is rewritten, else minor.
     """
-    amoro = evaluate_partition(
-        partition, data_files, delete_index, config, now_s, last_minor_s, last_full_s, forced
-    )
-    if forced is not None or amoro.optimizing_type == OptimizingType.FULL:
-        return amoro
+    if forced is not None or full_is_due(config, now_s, last_full_s):
+        amoro = evaluate_partition(
+            partition, data_files, delete_index, config, now_s, last_minor_s, last_full_s, forced
+        )
+        if forced is not None or amoro.optimizing_type == OptimizingType.FULL:
+            return amoro
     favor = FAVORS[config.favor]
     files = sorted(data_files, key=lambda f: f.path)
     pending = {f.path: pending_deletes(f, delete_index.deletes_for(f)) for f in files}
@@ -129,19 +125,14 @@ def evaluate_partition_floe(
     level, packed = levelled_merge(fragments, config.target_size, favor.fanout)
     shares = {f.path: deleted_rows(f, pending[f.path]) / max(f.record_count, 1) for f in files}
     rewrite = {f.path for f in files if shares[f.path] > favor.deleted_share}
-    pool = _pool_is_full(undersized, config.target_size)
+    pool = undersized_fill_a_target(undersized, config.target_size)
     if rewrite or pool:
         # Small files fill the bins of what is rewritten anyway: each needs one more merge to
         # reach target size, and the outputs come out full-size.
         packed |= {f.path for f in fragments + undersized}
     rewrite -= packed
-    needs_positions = {
-        f.path
-        for f in files
-        if any(d.kind == FileKind.EQUALITY_DELETES for d in pending[f.path])
-        or sum(1 for d in pending[f.path] if d.kind == FileKind.POSITION_DELETES) > 1
-    }
-    convert = needs_positions - rewrite - packed
+    to_convert = {f.path for f in files if needs_positions(pending[f.path])}
+    convert = to_convert - rewrite - packed
     reasons = []
     if level:
         reasons.append(f"fragments at level {level} and below reach {favor.fanout} (fanout)")
@@ -154,7 +145,7 @@ def evaluate_partition_floe(
         )
     if convert:
         reasons.append(f"{len(convert)} files with equality deletes or several position-delete files")
-    gain = bool(convert) or len(rewrite | packed) >= 2 or bool(rewrite)
+    gain = bool(convert or rewrite) or len(packed) >= 2
     kind: OptimizingType | None = None
     if not gain:
         rewrite, packed, convert = set(), set(), set()
@@ -172,5 +163,5 @@ def evaluate_partition_floe(
         rewrite,
         convert,
         packed,
-        packed & needs_positions,
+        packed & to_convert,
     )
