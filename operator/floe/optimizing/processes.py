@@ -185,6 +185,9 @@ class ProcessRunner:
                 process, table, plan.optimizing_type, group=group_name, table_id=runtime.table_id
             )
             self._processes[process.process_id] = optimizing
+            # The table names its process before an optimizer can poll a task of it, so nothing
+            # that reads the table without the lock sees a handed-out task of an unnamed process.
+            runtime.on_planned(plan, process.process_id)
             scheduler.add_process(
                 runtime.table_id,
                 process.process_id,
@@ -194,7 +197,6 @@ class ProcessRunner:
                 check=optimizing,
                 on_finished=lambda: self._committer.submit(lambda: self._commit_group(group_name, scheduler)),
             )
-            runtime.on_planned(plan, process.process_id)
         registry.emit(
             runtime.table_id,
             "Normal",
