@@ -175,13 +175,14 @@ def run_workload(args: argparse.Namespace) -> dict[str, Any]:
                 commit = result.commit
                 # A process that rewrites and converts commits a replace and then a delete snapshot.
                 snapshots = (commit.snapshot_ids or (commit.snapshot_id,)) if commit else ()
-                written = sum(_added_bytes(table, snapshot) for snapshot in snapshots)
+                added = [_added_bytes(table, snapshot) for snapshot in snapshots]
                 history[policy].append(live_set(table))
                 rounds[policy].append(
                     {
                         "round": number,
                         "ingested_bytes": ingested,
-                        "written_bytes": written,
+                        "written_bytes": sum(data + deletes for data, deletes in added),
+                        "written_delete_bytes": sum(deletes for _, deletes in added),
                         "optimizing": result.plan.optimizing_type.label
                         if result.commit and result.plan.optimizing_type
                         else "-",
@@ -198,12 +199,19 @@ def run_workload(args: argparse.Namespace) -> dict[str, Any]:
     return {"workload": args.workload, "hour_rounds": hour_rounds, "rounds": rounds}
 
 
-def _added_bytes(table: Any, snapshot_id: int) -> int:
-    """Bytes of the files snapshot ``snapshot_id`` of ``table`` added."""
-    snapshot = table.metadata.snapshot_by_id(snapshot_id)
-    summary = snapshot.summary if snapshot is not None else None
-    return int(summary.additional_properties.get("added-files-size", 0)) if summary is not None else 0
+def _added_bytes(table: Any, snapshot_id: int) -> tuple[int, int]:
+    """Bytes of the data files and of the delete files snapshot ``snapshot_id`` of ``table`` added."""
+    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    added = {ManifestContent.DATA: 0, ManifestContent.DELETES: 0}
+    for manifest in snapshot.manifests(table.io) if snapshot is not None else ():
+        if manifest.added_snapshot_id != snapshot_id:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.status == ManifestEntryStatus.ADDED:
+                added[manifest.content] += entry.data_file.file_size_in_bytes
+    return added[ManifestContent.DATA], added[ManifestContent.DELETES]
 
 if __name__ == "__main__":
     main()

@@ -65,6 +65,7 @@ def _round(number: int, ingested: int, written: int, read: float, kind: str = "-
         "round": number,
         "ingested_bytes": ingested,
         "written_bytes": written,
+        "written_delete_bytes": written // 4,
         "optimizing": kind,
         "optimize_cpu_s": 2.0,
         "bytes_held": 100 * number,
@@ -91,6 +92,7 @@ def test_a_policys_figures_are_its_rounds_summed() -> None:
     assert figures["read_amplification_p95"] == 1.5
     assert figures["range_read_amplification_p95"] == 2.5
     assert figures["written_bytes_by_type"] == {"major": 4000, "minor": 2000}
+    assert figures["written_delete_bytes"] == 1500
     assert figures["bytes_held"] == 400 and figures["delete_files_max"] == 4
     assert figures["cpu_s_per_gib"] == pytest.approx(8.0 / (4000 / 2**30))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
@@ -82,6 +83,11 @@ def test_minor_converts_equality_deletes_and_keeps_the_segments(
         lower = entry["lower_bounds"] and dict(entry["lower_bounds"]).get(POS_DELETE_FILE_PATH_ID)
         upper = entry["upper_bounds"] and dict(entry["upper_bounds"]).get(POS_DELETE_FILE_PATH_ID)
         assert lower is not None and lower == upper
+    # Positions are delta-encoded (Iceberg's Java reader read the rows above through them).
+    for p in positions:
+        with table.io.new_input(p.path).open() as stream:
+            column = pq.ParquetFile(stream).metadata.row_group(0).column(1)
+        assert column.path_in_schema == "pos" and "DELTA_BINARY_PACKED" in column.encodings
 
     # More upserts: the next minor merges each segment's new positions into one file again.
     writer.upsert(list(range(3, 13_500, 1009)))

@@ -52,6 +52,7 @@ def policy_figures(rounds: Sequence[Mapping[str, Any]], hour_rounds: int) -> dic
     """One policy's figures over one workload's rounds."""
     ingested = sum(r["ingested_bytes"] for r in rounds)
     written = sum(r["written_bytes"] for r in rounds)
+    written_deletes = sum(r["written_delete_bytes"] for r in rounds)
     half = rounds[len(rounds) // 2 :]
     reads = [r["read_amplification"] for r in rounds]
     ranges = [r["range_read_amplification"] for r in rounds]
@@ -74,6 +75,7 @@ def policy_figures(rounds: Sequence[Mapping[str, Any]], hour_rounds: int) -> dic
         "data_files_end": rounds[-1]["data_files"],
         "ingested_bytes": ingested,
         "written_bytes": written,
+        "written_delete_bytes": written_deletes,
         "written_bytes_by_type": {kind: size for kind, size in sorted(by_type.items()) if size},
         "compacted_full_s_mean": sum(r["compacted_full_s"] for r in rounds) / len(rounds),
         "rounds": len(rounds),
@@ -93,6 +95,7 @@ HEADERS = [
     "CPU s / GiB",
     "held MiB",
     "MiB written, by type",
+    "of which deletes",
 ]
 
 
@@ -110,6 +113,7 @@ def _row(policy: str, f: Mapping[str, Any]) -> list[str]:
         f"{f['cpu_s_per_gib']:.0f}",
         f"{f['bytes_held'] / MiB:.0f}",
         by_type,
+        f"{f['written_delete_bytes'] / MiB:.1f}",
     ]
 
 

@@ -845,10 +845,18 @@ def test_an_autoscaled_group_wakes_from_zero_for_its_table_and_goes_back(
         def executors() -> list[dict[str, Any]]:
             return _pods(kubectl, f"{ELASTIC_PODS},floe.dev/role=executor")
 
+        def mounts_the_catalog_secret(pod: dict[str, Any] | None) -> bool:
+            volumes = (pod or {}).get("spec", {}).get("volumes") or []
+            return any((v.get("secret") or {}).get("secretName") == SECRET for v in volumes)
+
+        # A driver made before the table joined the group is replaced once, to mount its catalog
+        # Secret: the driver that stays is the one that mounts it.
         wait_for(
-            "the driver up, at zero executors",
+            "the driver up with the table's catalog Secret, at zero executors",
             lambda: (
-                driver() is not None and elastic_status().get("desiredExecutors") == 0 and not executors()
+                mounts_the_catalog_secret(driver())
+                and elastic_status().get("desiredExecutors") == 0
+                and not executors()
             ),
             timeout_s=300,
         )

@@ -41,7 +41,13 @@ class _PositionDeleteWriter:
         self._prefix = spec.file_name_prefix
         options = _parquet_options(spec)
         # The table's codec and level; the rest of its write properties describe its data files.
-        self._writer_options = options.writer_options(0, columns=False)
+        # Positions are sorted: delta-encoded they take under half a byte each at CDC densities,
+        # against two with the codec alone, and a conversion rewrites every position of its
+        # data file each time.
+        self._writer_options = options.writer_options(0, columns=False) | {
+            "use_dictionary": [POS_DELETE_FILE_PATH],
+            "column_encoding": {POS_DELETE_POS: "DELTA_BINARY_PACKED"},
+        }
         self._arrow_schema = schema_to_pyarrow(POSITION_DELETE_SCHEMA)
         self._stats_plan = compute_statistics_plan(POSITION_DELETE_SCHEMA, POSITION_DELETE_METRICS)
         self._parquet_paths = parquet_path_to_id_mapping(POSITION_DELETE_SCHEMA)
