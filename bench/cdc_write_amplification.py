@@ -213,5 +213,6 @@ def _added_bytes(table: Any, snapshot_id: int) -> tuple[int, int]:
                 added[manifest.content] += entry.data_file.file_size_in_bytes
     return added[ManifestContent.DATA], added[ManifestContent.DELETES]
 
+
 if __name__ == "__main__":
     main()
