@@ -145,8 +145,12 @@ def _targets(figures: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[Tar
         )
     skewed = {p: f for p, f in figures.get("skewed", {}).items() if p.startswith("floe")}
     if skewed:
-        best = min(
-            skewed, key=lambda p: (skewed[p]["write_amplification"], skewed[p]["read_amplification_p95"])
+        # The nearest miss: the fastest p95 among the settings within the WA bound, else the least WA.
+        within = [p for p, f in skewed.items() if f["write_amplification"] <= 3]
+        best = (
+            min(within, key=lambda p: skewed[p]["read_amplification_p95"])
+            if within
+            else min(skewed, key=lambda p: skewed[p]["write_amplification"])
         )
         met = [
             p
