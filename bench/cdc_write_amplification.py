@@ -200,15 +200,19 @@ def run_workload(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _added_bytes(table: Any, snapshot_id: int) -> tuple[int, int]:
-    """Bytes of the data files and of the delete files snapshot ``snapshot_id`` of ``table`` added."""
+    """Bytes of the data files and of the delete files snapshot ``snapshot_id`` of ``table`` added,
+    read from its manifests as floe's commit validation reads them."""
     from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 
+    from floe.tables.manifest_io import manifest_entries, snapshot_manifests
+
     snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    version = table.metadata.format_version
     added = {ManifestContent.DATA: 0, ManifestContent.DELETES: 0}
-    for manifest in snapshot.manifests(table.io) if snapshot is not None else ():
+    for manifest in snapshot_manifests(snapshot, table.io, version) if snapshot is not None else ():
         if manifest.added_snapshot_id != snapshot_id:
             continue
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+        for entry in manifest_entries(manifest, table.io, version):
             if entry.status == ManifestEntryStatus.ADDED:
                 added[manifest.content] += entry.data_file.file_size_in_bytes
     return added[ManifestContent.DATA], added[ManifestContent.DELETES]
