@@ -20,6 +20,7 @@ from floe.commit.request import CommitConflict, RewriteRequest
 from floe.planning.files import ContentFile, DeleteIndex
 from floe.tables.history import SUMMARY_PROCESS_ID
 from floe.tables.manifest_io import (
+    added_entries,
     content_key,
     deletion_vector_location,
     file_first_row_id,
@@ -47,15 +48,7 @@ def committed_snapshots(table: Table, metadata: TableMetadata, request: RewriteR
 
 
 def _added_paths(table: Table, snapshot: Snapshot) -> set[str]:
-    added = set()
-    version = table.metadata.format_version
-    for manifest in snapshot_manifests(snapshot, table.io, version):
-        if manifest.added_snapshot_id != snapshot.snapshot_id:
-            continue
-        for entry in manifest_entries(manifest, table.io, version):
-            if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot.snapshot_id:
-                added.add(entry.data_file.file_path)
-    return added
+    return {e.data_file.file_path for e in added_entries(snapshot, table.io, table.metadata.format_version)}
 
 
 def check_format_version(metadata: TableMetadata, request: RewriteRequest) -> None:

@@ -79,6 +79,17 @@ def manifest_entries(
     return [e for e in entries if not discard_deleted or e.status != ManifestEntryStatus.DELETED]
 
 
+def added_entries(snapshot: Snapshot, io: FileIO, format_version: int) -> list[ManifestEntry]:
+    """The entries of the files ``snapshot`` itself added: ADDED in the manifests it wrote."""
+    return [
+        entry
+        for manifest in snapshot_manifests(snapshot, io, format_version)
+        if manifest.added_snapshot_id == snapshot.snapshot_id
+        for entry in manifest_entries(manifest, io, format_version)
+        if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot.snapshot_id
+    ]
+
+
 def manifest_first_row_id(manifest: ManifestFile) -> int | None:
     """The first row id of a v3 data manifest; None before v3, and for a delete manifest."""
     first_row_id: int | None = _field(manifest, V3_MANIFEST_FIRST_ROW_ID)
