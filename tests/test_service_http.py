@@ -228,6 +228,8 @@ def test_tokens_expire_on_unregister_and_when_the_keeper_drops_a_silent_optimize
         ("/v1/poll", {"thread": 7}, "thread 7"),  # beyond the threads it registered
         ("/v1/tasks/a1/complete", {"result": None, "error": None}, "exactly one of result and error"),
         ("/v1/tasks/a1/complete", {"result": {"task_id": "x"}}, "result.rewrite.files"),
+        ("/v1/tasks/a1/complete", {"result": []}, "result"),  # not an object: no kind to tell it by
+        ("/v1/tasks/a1/complete", {"result": 7}, "result"),
         ("/v1/poll", [], "body"),
     ],
 )

@@ -31,8 +31,13 @@ MAX_MEMORY_BYTES = 2**63 - 1
 """int64, as every quantity floe reads."""
 
 
-def _result_kind(value: object) -> str:
-    fields = value if isinstance(value, dict) else vars(value)
+def _result_kind(value: object) -> str | None:
+    if isinstance(value, dict):
+        fields = value
+    elif hasattr(value, "__dict__"):
+        fields = vars(value)
+    else:
+        return None  # not an object (a list, a number): no kind, and validation refuses it (422)
     kind = fields.get("kind")
     if isinstance(kind, str):
         return kind
