@@ -286,3 +286,30 @@ def test_operator_refuses_a_missing_token_file_and_bad_intervals(
         with pytest.raises(SystemExit):
             build_parser().parse_args(["operator", flag])
         assert "--external-metrics-port" in capsys.readouterr().err
+
+
+def test_history_without_a_reachable_cluster_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{_closed_port()}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [
+                    {"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "analytics"}}
+                ],
+                "current-context": "x",
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["history", "orders"]) == 1
+    assert "cannot read OptimizedTable 'orders'" in capsys.readouterr().err
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    assert main(["history", "orders"]) == 1
+    assert "cannot read OptimizedTable 'orders'" in capsys.readouterr().err

@@ -18,6 +18,8 @@ from floe.local.demo import run_demo
 from floe.local.reference_reader import ReferenceReader
 from floe.local.run import ManifestWatcher
 from floe.tables.catalog import catalog_ref_from_file, load_table, open_catalog
+from floe.tables.history import SUMMARY_PROCESS_ID
+from floe.tables.run_history_table import read_runs
 from floe.tables.scan import scan_table
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -41,10 +43,15 @@ def _example(tmp_path: Path, demo_dir: Path, example: str = "run") -> tuple[Path
 
 @pytest.mark.parametrize("example", ["run", "run-set"])
 def test_floe_run_once_converges_with_rows_unchanged(
-    tmp_path: Path, reference: ReferenceReader, spark: SparkSession, example: str
+    tmp_path: Path,
+    reference: ReferenceReader,
+    spark: SparkSession,
+    example: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """examples/run (a manifest per table) and examples/run-set (one OptimizedTableSet for the
-    demo's whole namespace) both compact the demo's four tables."""
+    demo's whole namespace) both compact the demo's four tables, and record every run in the
+    history table, which `floe history` reads."""
     demo_dir = tmp_path / "demo"
     console = Console(record=True, width=200)
     assert run_demo(demo_dir, cores=2, scale=0.2, console=console, write_only=True, catalog_name=CATALOG) == 0
@@ -68,6 +75,8 @@ def test_floe_run_once_converges_with_rows_unchanged(
             "1",
             "--timeout",
             "300",
+            "--history-table",
+            "floe_history.runs",
         ]
     )
 
@@ -76,6 +85,30 @@ def test_floe_run_once_converges_with_rows_unchanged(
         assert reference.rows(CATALOG, t) == before[t], t
         after = scan_table(load_table(catalog, t)).files
         assert len(after.data_files) < files_before[t] and after.delete_files == (), t
+
+    # Every run went to the history table: each table's commits, with the snapshots they made.
+    history = load_table(catalog, "floe_history.runs")
+    for table in loaded:
+        runs = read_runs(history, f"default/{table.metadata.name}")
+        committed = {
+            r.snapshot_id for r in runs if r.outcome == "committed" and r.kind in ("minor", "major", "full")
+        }
+        made = {
+            s.snapshot_id
+            for s in load_table(catalog, table.spec.table).snapshots()
+            if s.summary is not None and s.summary.get(SUMMARY_PROCESS_ID)
+        }
+        assert committed and committed <= made, table.metadata.name
+    name = loaded[0].metadata.name
+    assert (
+        main(["history", name, "--history-table", "floe_history.runs", "--catalog-config", str(config)]) == 0
+    )
+    assert f"default/{name}: " in capsys.readouterr().out
+    assert (
+        main(["history", "nosuch", "--history-table", "floe_history.runs", "--catalog-config", str(config)])
+        == 2
+    )
+    assert "no run of 'default/nosuch' in floe_history.runs" in capsys.readouterr().err
 
 
 def test_manifest_watcher_sees_edits_and_fills_in_the_catalog(tmp_path: Path) -> None:

@@ -534,6 +534,13 @@ def test_table_status_after_optimizing_keeps_secrets_out(
     assert ready["status"] == "True" and ready["message"].endswith("with the properties of Secret 'catalog'")
     expire = status["maintenance"]["expire"]
     assert expire["lastRun"] and expire["nextDue"] and not expire["lastResult"].startswith("failed")
+    # The run history the API server took (its schema checks every record): the committed process
+    # with its snapshot and executor time, and the maintenance runs beside it.
+    runs = status["history"]
+    committed = [r for r in runs if r["kind"] in ("minor", "major", "full") and r["outcome"] == "committed"]
+    assert committed, runs
+    assert all(r["snapshotId"] and r["executorSeconds"] > 0 and r["bytesOut"] > 0 for r in committed)
+    assert {r["kind"] for r in runs} & jobs or len(committed) == len(runs)
     reasons = {e["reason"] for e in _events(k8s, namespace, "orders")}
     assert {"OptimizingStarted", "Committed"} <= reasons
     everything = k8s.kubectl("get", "ot,og,events", "-n", namespace, "-o", "yaml").stdout

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
+from floe.api.history import STATUS_HISTORY, RunRecord
 from floe.api.meta import (
     MAX_CONDITION_TYPE_LENGTH,
     MAX_CONDITIONS,
@@ -109,6 +110,12 @@ class OptimizedTableStatus(WireModel):
         default_factory=dict,
         max_length=MAX_CONDITIONS,
         description="by job (expire, orphans, manifests, dangling-deletes, retention): last run and next due",
+    )
+    history: list[RunRecord] = Field(
+        default_factory=list,
+        max_length=STATUS_HISTORY,
+        description=f"the last {STATUS_HISTORY} optimizing processes and maintenance jobs, oldest first: "
+        "trigger, files, bytes and rows in and out, time by phase, executor-seconds and outcome",
     )
     conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
 

@@ -98,6 +98,8 @@ class CommitHistory:
     """An attempt's catalog call failed after it may have been applied, and no call has found
     the process's snapshot since. Until one does, a snapshot may hold the process's files: they
     are never deleted, but left to orphan cleanup (which keeps what a snapshot references)."""
+    attempts: int = 0
+    """Commit attempts made so far, over every call: more than one after conflicts or delays."""
 
 
 def commit_rewrite(
@@ -160,6 +162,7 @@ def _commit_with_retries(
     def attempt(draft: SnapshotDraft) -> RewriteCommitResult:
         nonlocal attempts
         attempts += 1
+        history.attempts += 1
         landed = committed_snapshots(table, draft.metadata, request)
         if landed:
             log.info("%s: snapshot %d already committed it", request.process_id, landed[-1].snapshot_id)

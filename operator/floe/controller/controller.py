@@ -36,7 +36,7 @@ from floe.controller.quiet_listing import QuietListing
 from floe.controller.scaling import GroupScaling
 from floe.controller.secrets import CatalogSecretError, read_catalog_properties, with_catalog_properties
 from floe.controller.settings import InheritedSettings
-from floe.controller.status import TableStatusFlusher, epoch, restore_maintenance
+from floe.controller.status import TableStatusFlusher, epoch, restore_history, restore_maintenance
 from floe.kit.background import BackgroundServer
 from floe.kit.redaction import Redactor
 from floe.optimizing.engine import OptimizingEngine
@@ -377,5 +377,6 @@ class Controller:
                 runtime.last_major_s = runtime.last_major_s or epoch(status.get("lastMajorOptimizing"))
                 runtime.last_full_s = runtime.last_full_s or epoch(status.get("lastFullOptimizing"))
                 restore_maintenance(runtime, status)
+                restore_history(runtime, status)
                 # Re-applying hands the restored last-optimized time to the group's scheduler.
                 self.engine.apply_table(resource, secret_properties=mounted)

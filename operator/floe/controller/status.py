@@ -33,6 +33,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from floe.api.history import rfc3339, status_runs
 from floe.api.meta import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH
 from floe.api.models import TABLE_PLURAL
 from floe.controller.kube import Kube
@@ -73,9 +74,7 @@ class _Write:
 
 def timestamp(seconds: float | None) -> str | None:
     """RFC 3339 UTC time of an epoch timestamp, as Kubernetes writes times."""
-    if seconds is None:
-        return None
-    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if seconds is None else rfc3339(seconds)
 
 
 def epoch(text: Any) -> float | None:
@@ -145,6 +144,7 @@ def table_status(
         "lastResult": clip(redact(runtime.last_result)) or None,
         "currentProcess": runtime.process_id,
         "maintenance": maintenance_status(runtime, redact),
+        "history": history_status(runtime, redact),
         **(settings or {}),
         "conditions": [
             condition("Optimizing", state in BUSY, state.value if state in BUSY else "Idle"),
@@ -204,6 +204,7 @@ def _status_inputs(
         runtime.catalog_error,
         runtime.spec,
         tuple(runtime.maintenance_runs.items()),
+        tuple(runtime.runs),
         problem,
         settings,
         redactions,
@@ -263,6 +264,21 @@ def maintenance_status(runtime: TableRuntime, redact: Callable[[str], str]) -> S
             **({"refused": run.refused} if run.refused else {}),
         }
     return out
+
+
+def history_status(runtime: TableRuntime, redact: Callable[[str], str]) -> list[Status]:
+    """The table's last runs, oldest first, their texts redacted."""
+    return [
+        run.model_copy(update={"trigger": redact(run.trigger), "error": redact(run.error)}).model_dump(
+            by_alias=True, mode="json"
+        )
+        for run in runtime.runs
+    ]
+
+
+def restore_history(runtime: TableRuntime, status: Mapping[str, Any]) -> None:
+    """The runs recorded in a table's status, so a restarted operator keeps showing them."""
+    runtime.runs.restore(status_runs(status))
 
 
 def restore_maintenance(runtime: TableRuntime, status: Mapping[str, Any]) -> None:

@@ -29,11 +29,13 @@ from floe.api.table_set import OptimizedTableSet, OptimizedTableSetSpec
 from floe.kit.redaction import Redactor
 from floe.local.interrupt import Interrupted, deferred_interrupts, reinstall
 from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.history_sink import RunHistorySink
 from floe.optimizing.registry import EngineEvent
 from floe.optimizing.views import TableView
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
 from floe.tables.catalog import open_catalog
+from floe.tables.run_history_table import open_history_table
 from floe.tables.selection import TableSelector, claim_tables, list_table_identifiers, set_table_manifest
 from floe_optimizer.app import Optimizer
 from floe_optimizer.spark_runner import wait_for_idle_executors
@@ -202,10 +204,12 @@ def run_engine(
     cores: int = 2,
     refresh_interval_s: float = 10.0,
     timeout_s: float | None = None,
+    history_table: str | None = None,
 ) -> int:
     """Run until interrupted (or, with `once`, until settled). Returns the exit code. Every text
     printed passes through `redact`, which learns the credentials of every catalog the
-    manifests name."""
+    manifests name. With `history_table` (``namespace.table`` of `catalog`), every run that
+    ends is appended there too."""
 
     def warn(subject: str, text: str) -> None:
         console.print(f"[yellow]{escape(redact(subject))}[/yellow]: {escape(redact(text))}", highlight=False)
@@ -219,11 +223,12 @@ def run_engine(
     # the optimizers started here, which are handed this token, may register and take tasks.
     token = secrets.token_urlsafe(32)
     service = TaskService(clock=time.time, registration_token=token)
+    events: list[EngineEvent] = []
+    history = _history_sink(catalog, history_table, events) if history_table else None
     # --once waits for every job's first run, so none is put off; a long run spreads them.
     engine = OptimizingEngine(
-        service, refresh_interval_s=refresh_interval_s, spread_first_maintenance=not once
+        service, refresh_interval_s=refresh_interval_s, spread_first_maintenance=not once, history=history
     )
-    events: list[EngineEvent] = []
     engine.subscribe(lambda e: events.append(e))
     server = TaskServiceServer(service)
     server.start()
@@ -267,8 +272,13 @@ def run_engine(
                 f"{removed} files they wrote deleted"
             )
         engine.close()
+        if history is not None:
+            history.close()
     if interrupted is not None:
         raise interrupted
+    if history is not None and history.problem is not None:
+        warn(history_table or "", history.problem)
+        return 1
     stuck = engine.stuck_tables()
     for table_id, reason in stuck.items():
         warn(table_id, reason)
@@ -281,6 +291,19 @@ def run_engine(
     for table_id, text in refused:
         warn(table_id, text)
     return 1 if stuck or refused else 0
+
+
+def _history_sink(catalog: CatalogRef | None, identifier: str, events: list[EngineEvent]) -> RunHistorySink:
+    """The sink of every run into ``identifier`` of `catalog` (``--catalog-config``'s); its
+    problems appear with the Events."""
+    if catalog is None:
+        raise ValueError("--history-table needs --catalog-config: the catalog the history table is in")
+
+    def on_problem(message: str | None) -> None:
+        if message is not None:
+            events.append(EngineEvent(identifier, "Warning", "HistoryNotWritten", message))
+
+    return RunHistorySink(lambda: open_history_table(open_catalog(catalog), identifier), on_problem)
 
 
 def _apply(

@@ -34,6 +34,7 @@ from floe.maintenance.job import MaintenanceJob
 from floe.optimizing import views
 from floe.optimizing.catalog_access import CatalogAccess
 from floe.optimizing.commit_runner import CommitRunner
+from floe.optimizing.history_sink import RunHistorySink
 from floe.optimizing.maintenance_runner import MaintenanceRunner
 from floe.optimizing.processes import ProcessRunner
 from floe.optimizing.refresher import TableRefresher
@@ -67,14 +68,17 @@ class OptimizingEngine:
         refresh_budget_s: float = 2.0,
         spread_first_maintenance: bool = False,
         committer: CommitRunner | None = None,
+        history: RunHistorySink | None = None,
     ) -> None:
-        """`committer`: the thread processes are committed on (a new one by default)."""
+        """`committer`: the thread processes are committed on (a new one by default); `history`:
+        where every run that ends is appended, besides the table's own last runs (its owner
+        closes it)."""
         self.service = service
         self.clock = clock
         self.spread_first_maintenance = spread_first_maintenance
         """Whether a new table's jobs first run at a point within their interval
         (`spread_first_runs`), rather than at once."""
-        self._registry = TableRegistry(service, clock, namespaced_groups)
+        self._registry = TableRegistry(service, clock, namespaced_groups, history)
         self._catalogs = CatalogAccess(service.metrics)
         self._refresher = TableRefresher(
             self._registry, self._catalogs, refresh_interval_s, io_threads, refresh_budget_s

@@ -13,11 +13,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from pyiceberg.table import Table
 
-from floe.maintenance.job import MaintenanceJob, MaintenanceRefused
+from floe.api.history import Outcome
+from floe.maintenance.job import MaintenanceJob, MaintenanceRefused, MaintenanceReport
 from floe.maintenance.jobs import run_maintenance_job
 from floe.maintenance.orphans_on_executors import ExecutorPool
 from floe.optimizing.catalog_access import CatalogAccess
+from floe.optimizing.maintenance_schedule import job_intervals
 from floe.optimizing.registry import TableRegistry
+from floe.optimizing.run_history import maintenance_run
 from floe.optimizing.table_state import TableRuntime
 from floe.planning.files import TableFiles
 from floe.protocol.storage import task_io_properties
@@ -102,7 +105,32 @@ class MaintenanceRunner:
         """
         registry = self._registry
         run_id = f"{runtime.table_id}/{job}-{uuid.uuid4().hex[:8]}"
+        started = registry.clock()
+        executor_seconds: list[float] = []
+
+        def record(outcome: Outcome, error: str = "", report: MaintenanceReport | None = None) -> None:
+            """Keep the run in the table's history (hold the lock)."""
+            registry.record_run(
+                runtime,
+                maintenance_run(
+                    runtime.table_id,
+                    run_id.rsplit("/", 1)[-1],
+                    job,
+                    started,
+                    registry.clock(),
+                    outcome,
+                    error=error,
+                    files_removed=report.files_removed if report else 0,
+                    bytes_removed=report.bytes_removed if report else 0,
+                    snapshot_id=report.snapshot_id if report else None,
+                    executor_seconds=sum(executor_seconds),
+                    trigger=trigger,
+                ),
+                key,
+            )
+
         with registry.lock:
+            trigger = _maintenance_trigger(runtime, job, started)
             key = registry.table_group_key(runtime)
             scheduler = registry.service.group(key) if key in registry.groups else None
         if scheduler is not None:
@@ -116,16 +144,19 @@ class MaintenanceRunner:
                 now_s=registry.clock(),
                 protected_snapshot_ids=protected_snapshots,
                 protected_prefixes=protected_prefixes,
-                executors=self._executors_for(runtime, job, table, scheduler, run_id),
+                executors=self._executors_for(runtime, job, table, scheduler, run_id, executor_seconds),
                 known_live=self._known_live(runtime.table_id),
                 catalog_locations=self._catalogs.catalog_locations(runtime.spec.catalog),
             )
         except MaintenanceRefused as exc:
             self._refuse(runtime, exc)
+            with registry.lock:
+                record("refused", str(exc))
         except Exception as exc:  # any failure is the job's result, never the engine's
             log.warning("maintenance %s of %s failed", job, runtime.table_id, exc_info=True)
             with registry.lock:
                 runtime.on_maintenance_failed(job, str(exc), registry.clock())
+                record("failed", str(exc))
             registry.service.metrics.maintenance_runs.labels(job.value, "failed").inc()
             registry.emit(runtime.table_id, "Warning", "MaintenanceFailed", f"{job}: {exc}")
         else:
@@ -135,6 +166,7 @@ class MaintenanceRunner:
             metrics.maintenance_bytes_reclaimed.labels(job.value).inc(report.bytes_removed)
             with registry.lock:
                 runtime.on_maintenance_done(report, registry.clock())
+                record("done", report=report)
                 if report.snapshot_id is not None:
                     registry.evaluations.pop(runtime.table_id, None)
             if report.files_removed or report.snapshot_id is not None:
@@ -169,9 +201,11 @@ class MaintenanceRunner:
         table: Table,
         scheduler: GroupScheduler | None,
         run_id: str,
+        executor_seconds: list[float],
     ) -> ExecutorPool | None:
         """The group's executors for orphan cleanup or expiry of a table with at least
-        ``maintenance.executorsAtFiles`` files, while the group has an optimizer; else None."""
+        ``maintenance.executorsAtFiles`` files, while the group has an optimizer; else None.
+        The seconds each batch of file tasks took are added to `executor_seconds`."""
         if job not in (MaintenanceJob.ORPHANS, MaintenanceJob.EXPIRE) or scheduler is None:
             return None
         if runtime.data_files + runtime.delete_files < runtime.spec.maintenance.executors_at_files:
@@ -187,8 +221,22 @@ class MaintenanceRunner:
         batches = itertools.count()
         return ExecutorPool(
             run=lambda specs: self._file_tasks.run(
-                scheduler, runtime.table_id, f"{run_id}-{next(batches)}", specs
+                scheduler,
+                runtime.table_id,
+                f"{run_id}-{next(batches)}",
+                specs,
+                on_work=lambda work: executor_seconds.append(work.task_seconds),
             ),
             io_properties=io_properties,
             storage_secret=secret,
         )
+
+
+def _maintenance_trigger(runtime: TableRuntime, job: MaintenanceJob, now_s: float) -> str:
+    """Why the job runs: its interval since its last run, or that it never ran."""
+    interval = job_intervals(runtime.spec.maintenance).get(job)
+    last = runtime.maintenance_runs.get(job)
+    if last is None:
+        return f"first run (every {interval:g} s)" if interval is not None else "first run"
+    since = f"{now_s - last.finished_s:.0f} s since its last run"
+    return f"{since} (every {interval:g} s)" if interval is not None else since

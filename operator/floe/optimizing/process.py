@@ -26,6 +26,7 @@ from floe.optimizing.specs import PlannedProcess
 from floe.planning.plan import OptimizingType
 from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
 from floe.rewrite.result_check import check_result, own_files
+from floe.scheduling.records import ProcessWork
 from floe.tables.support import UnsupportedTableError
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,16 @@ class CommitPolicy:
 
 
 @dataclass(frozen=True)
+class ProcessTimeline:
+    """When the engine took a process's steps before its tasks ran (its clock's seconds)."""
+
+    pending_since_s: float
+    """When the table became due."""
+    planning_started_s: float
+    planned_s: float
+
+
+@dataclass(frozen=True)
 class CommitStep:
     """What one `OptimizingProcess.commit` did."""
 
@@ -83,8 +94,13 @@ class OptimizingProcess:
         group: str = "",
         table_id: str = "",
         policy: CommitPolicy | None = None,
+        timeline: ProcessTimeline | None = None,
     ) -> None:
         self.planned = planned
+        self.timeline = timeline
+        """When it became due, was planned and was queued; None embedded (`floe optimize`)."""
+        self.work: ProcessWork | None = None
+        """When its tasks ran and what they took, once they ended."""
         self.table_id = table_id
         """The table's id in the engine; empty embedded."""
         self.table = table
@@ -113,6 +129,11 @@ class OptimizingProcess:
         return {spec.output_dir for spec in self.planned.specs}
 
     @property
+    def results(self) -> tuple[RewriteTaskResult, ...]:
+        """What its succeeded tasks returned (once they ended)."""
+        return tuple(self._results)
+
+    @property
     def outcome_unknown(self) -> bool:
         """Whether a commit attempt may have landed unseen: nothing of it may be deleted."""
         return self.history.outcome_unknown
@@ -123,10 +144,12 @@ class OptimizingProcess:
         failures: Mapping[str, str],
         allow_partial_commit: bool,
         succeeded: bool = True,
+        work: ProcessWork | None = None,
     ) -> None:
         """Its tasks are done: `results` of those that succeeded, the last error of each that
         ran out of retries; `succeeded` False when the process failed (its other tasks were
-        cancelled). The commit takes these."""
+        cancelled); `work` when they ran. The commit takes these."""
+        self.work = work
         self._results = list(results)
         self._failures = dict(failures)
         self._allow_partial_commit = allow_partial_commit

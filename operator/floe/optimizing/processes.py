@@ -12,9 +12,10 @@ from pyiceberg.table import Table
 from floe.api.table_properties import InvalidTableProperty
 from floe.optimizing.catalog_access import CatalogAccess
 from floe.optimizing.commit_runner import CommitRunner
-from floe.optimizing.process import OptimizingProcess, ProcessState
+from floe.optimizing.process import CommitStep, OptimizingProcess, ProcessState, ProcessTimeline
 from floe.optimizing.refresher import TableRefresher
 from floe.optimizing.registry import TableRegistry
+from floe.optimizing.run_history import process_run
 from floe.optimizing.specs import build_process
 from floe.optimizing.table_state import TableRuntime
 from floe.planning.config import OptimizingConfig
@@ -181,8 +182,22 @@ class ProcessRunner:
                 # The group was deleted (or deleted and created again) while this table was planned.
                 runtime.on_planning_failed(f"group {runtime.group!r} was deleted")
                 return
+            planning_started = runtime.last_plan_s if runtime.last_plan_s is not None else now
+            timeline = ProcessTimeline(
+                pending_since_s=min(
+                    planning_started if runtime.pending_since_s is None else runtime.pending_since_s,
+                    planning_started,
+                ),
+                planning_started_s=planning_started,
+                planned_s=registry.clock(),
+            )
             optimizing = OptimizingProcess(
-                process, table, plan.optimizing_type, group=group_name, table_id=runtime.table_id
+                process,
+                table,
+                plan.optimizing_type,
+                group=group_name,
+                table_id=runtime.table_id,
+                timeline=timeline,
             )
             self._processes[process.process_id] = optimizing
             # The table names its process before an optimizer can poll a task of it, so nothing
@@ -280,7 +295,11 @@ class ProcessRunner:
             process = self._processes.get(outcome.process_id)
         if process is not None:
             process.tasks_ended(
-                outcome.results, outcome.failures, outcome.allow_partial_commit, outcome.succeeded
+                outcome.results,
+                outcome.failures,
+                outcome.allow_partial_commit,
+                outcome.succeeded,
+                outcome.work,
             )
             self._commit(outcome.process_id)
         with self._registry.lock:
@@ -306,12 +325,15 @@ class ProcessRunner:
             self._delayed(process, runtime, str(step.error), step.delay_s, step.first_delay)
             return
         if step.state == ProcessState.FAILED:
-            self._failed(process, runtime, step.error)
+            self._failed(process, runtime, step)
             return
         result = step.result
         assert result is not None  # a COMMITTED step carries its commit's result
         with registry.lock:
             runtime.on_committed(process.optimizing_type, result.snapshot_id, result.changes, now)
+            registry.record_run(
+                runtime, process_run(runtime.table_id, process, step, registry.clock()), process.group
+            )
             registry.evaluations.pop(runtime.table_id, None)
             registry.register_in_group(runtime, left_group=process.group)
         registry.service.metrics.commits.labels(process.group, "committed").inc()
@@ -341,10 +363,14 @@ class ProcessRunner:
                 f"{process.process_id}: {error}; its files are kept and the commit is tried again",
             )
 
-    def _failed(self, process: OptimizingProcess, runtime: TableRuntime, error: Exception | None) -> None:
+    def _failed(self, process: OptimizingProcess, runtime: TableRuntime, step: CommitStep) -> None:
         registry = self._registry
+        error = step.error
         with registry.lock:
             runtime.on_process_failed(str(error))
+            registry.record_run(
+                runtime, process_run(runtime.table_id, process, step, registry.clock()), process.group
+            )
             registry.register_in_group(runtime, left_group=process.group)
         registry.service.metrics.commits.labels(process.group, "failed").inc()
         kept = (

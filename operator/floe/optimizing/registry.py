@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from floe.api.group import OptimizerGroup
+from floe.api.history import RunRecord
 from floe.optimizing.evaluation import Evaluation
+from floe.optimizing.history_sink import RunHistorySink
 from floe.optimizing.table_state import TableRuntime
 from floe.optimizing.wakeups import TableWakeups
 from floe.scheduling.group_scheduler import GroupScheduler
@@ -40,7 +42,13 @@ class TableRegistry:
     """The engine's tables (`runtimes`) and groups, under `lock` (re-entrant: a collaborator
     holding it may call another's method that takes it)."""
 
-    def __init__(self, service: TaskService, clock: Callable[[], float], namespaced_groups: bool) -> None:
+    def __init__(
+        self,
+        service: TaskService,
+        clock: Callable[[], float],
+        namespaced_groups: bool,
+        history: RunHistorySink | None = None,
+    ) -> None:
         self.service = service
         self.clock = clock
         self.namespaced_groups = namespaced_groups
@@ -59,6 +67,7 @@ class TableRegistry:
         self.marked_pending: set[str] = set()
         """Tables the engine last told their group's scheduler may be planned (`update_pending`)."""
         self._listeners: list[Callable[[EngineEvent], None]] = []
+        self._history = history
 
     def subscribe(self, listener: Callable[[EngineEvent], None]) -> None:
         """Receive every EngineEvent."""
@@ -92,6 +101,15 @@ class TableRegistry:
             self.service.group(group).upsert_table(
                 runtime.table_id, runtime.spec.quota, runtime.last_optimized_s
             )
+
+    def record_run(self, runtime: TableRuntime, run: RunRecord, group: str) -> None:
+        """Keep a run that ended in the table's history, and count its executor time for the
+        group (`group_key`) whose executors ran it (hold the lock)."""
+        runtime.runs.record(run)
+        if self._history is not None:
+            self._history.put(run)
+        if run.executor_seconds > 0:
+            self.service.metrics.executor_seconds.labels(group, run.kind).inc(run.executor_seconds)
 
     def current(self, group_name: str, scheduler: GroupScheduler) -> bool:
         """Whether ``scheduler`` is still the group's (not deleted, nor deleted and created again)."""

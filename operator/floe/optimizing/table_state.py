@@ -14,6 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from floe.api.history import RunLog
 from floe.api.table import OptimizedTableSpec
 from floe.maintenance.job import MaintenanceJob, MaintenanceReport
 from floe.optimizing.maintenance_schedule import due_jobs, job_intervals, next_due_s, spread_first_runs
@@ -76,6 +77,8 @@ class TableRuntime:
     data_files: int = 0
     delete_files: int = 0
     pending_reason: str = ""
+    pending_since_s: float | None = None
+    """When the table last became PENDING: its run's time queued starts there."""
     due_tasks: int = 0
     """Tasks the last evaluation's would-be plan holds: the table's demand before it is planned."""
     last_error: str = ""
@@ -113,6 +116,7 @@ class TableRuntime:
     maintenance_since_s: float | None = None
     """When the engine first saw the table, if it spreads the first run of each job over the
     job's interval from then (`spread_first_runs`); None: a job that never ran is due at once."""
+    runs: RunLog = field(default_factory=RunLog, repr=False, compare=False)
     _maintenance_due_for: tuple[OptimizedTableSpec, str | None] | None = field(
         default=None, repr=False, compare=False
     )
@@ -216,6 +220,8 @@ class TableRuntime:
         if plan.is_empty:
             self.state, self.pending_reason = TableState.IDLE, ""
         else:
+            if self.state != TableState.PENDING:
+                self.pending_since_s = now_s
             self.state = TableState.PENDING
             kind = plan.optimizing_type.label if plan.optimizing_type else "?"
             self.pending_reason = f"{kind} due in {len(plan.partitions)} partitions"

@@ -164,7 +164,7 @@ class AttemptBook:
             task.result = outcome
             process = task.process
             if all(t.status is TaskStatus.SUCCESS for t in process.tasks):
-                self._finish(process)
+                self._finish(process, now)
         else:
             self._fail(task, outcome, now)
         self._monitor.changed()
@@ -205,6 +205,7 @@ class AttemptBook:
                 failures={t.spec.task_id: t.error or "" for t in p.tasks if t.status is TaskStatus.FAILED},
                 succeeded=all(t.status is TaskStatus.SUCCESS for t in p.tasks),
                 allow_partial_commit=p.allow_partial_commit,
+                work=p.work(),
             )
             for p in self._finished
         ]
@@ -227,6 +228,7 @@ class AttemptBook:
             else [],
             failures={t.spec.task_id: t.error or "" for t in process.tasks if t.status is TaskStatus.FAILED},
             succeeded=succeeded,
+            work=process.work(),
         )
 
     def cancel(self, process_id: str, now: float) -> bool:
@@ -265,6 +267,8 @@ class AttemptBook:
         task.status = TaskStatus.ACKED
         task.acked_at = started
         self.starts.append(started)
+        if task.process.first_started_s is None:
+            task.process.first_started_s = started
         if not task.process.file_tasks:
             self._ledger.start(task.process.table.table_id, task.attempt_id, started)
 
@@ -278,9 +282,11 @@ class AttemptBook:
         task.thread = None
 
     def _end_attempt(self, task: TaskRecord, now: float) -> None:
-        if task.status is TaskStatus.ACKED and not task.process.file_tasks:
-            assert task.attempt_id is not None
-            self._ledger.stop(task.attempt_id, now)
+        if task.status is TaskStatus.ACKED:
+            task.process.task_seconds += max(0.0, now - task.acked_at)
+            if not task.process.file_tasks:
+                assert task.attempt_id is not None
+                self._ledger.stop(task.attempt_id, now)
         self._detach_attempt(task)
 
     def _return_to_planned(self, task: TaskRecord, now: float) -> None:
@@ -304,7 +310,7 @@ class AttemptBook:
         attempts = task.retries + 1
         task.error = f"{error} (failed {attempts} of {attempts} attempts)" if attempts > 1 else error
         self._cancel_remaining(process, now)
-        self._finish(process)
+        self._finish(process, now)
 
     def _cancel_remaining(self, process: ProcessRecord, now: float) -> None:
         for task in list(process.in_flight):
@@ -314,8 +320,9 @@ class AttemptBook:
             task.status = TaskStatus.CANCELED
         process.planned.clear()
 
-    def _finish(self, process: ProcessRecord) -> None:
+    def _finish(self, process: ProcessRecord, now: float) -> None:
         process.finished = True
+        process.finished_s = now
         if not process.file_tasks:  # those are taken by `file_tasks_outcome`, not committed
             self._finished.append(process)
             if process.on_finished is not None:

@@ -61,6 +61,23 @@ class ProcessOutcome:
     failures: dict[str, str]
     succeeded: bool
     allow_partial_commit: bool
+    work: ProcessWork | None = None
+    """When its tasks ran and what they took (None from callers that do not track it)."""
+
+
+@dataclass(frozen=True)
+class ProcessWork:
+    """When a process's tasks ran and the executor time they took, for its run history."""
+
+    first_started_s: float | None
+    """When its first attempt started running; None when none ever did."""
+    finished_s: float
+    """When its last task ended."""
+    task_seconds: float
+    """Wall time of every attempt that ran, retried and failed ones too: each holds one
+    executor core while it runs."""
+    attempts: int
+    """Attempts handed out, the retried and the taken-back ones included."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,7 @@ class FileTasksOutcome:
     results: list[FileTaskResult]
     failures: dict[str, str]
     succeeded: bool
+    work: ProcessWork | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +160,19 @@ class ProcessRecord:
     """Its own result check; None: the task service's default."""
     on_finished: Callable[[], None] | None = None
     """Called once it finishes, on the finishing thread after the lock is released."""
+    first_started_s: float | None = None
+    finished_s: float = 0.0
+    task_seconds: float = 0.0
+    """Wall time of its attempts that ended (`ProcessWork.task_seconds`)."""
+
+    def work(self) -> ProcessWork:
+        """When its tasks ran and what they took, once it finished."""
+        return ProcessWork(
+            first_started_s=self.first_started_s,
+            finished_s=self.finished_s,
+            task_seconds=self.task_seconds,
+            attempts=sum(t.attempts for t in self.tasks),
+        )
 
     def headroom(self) -> int:
         """PLANNED tasks that could be handed out now without breaking the table's cap."""

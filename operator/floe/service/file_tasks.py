@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from floe.protocol.file_tasks import FileTaskResult, FileTaskSpec
 from floe.scheduling.group_scheduler import GroupScheduler
+from floe.scheduling.records import ProcessWork
 from floe.service.task_service import TaskService
 
 FILE_TASK_RETRIES = 2
@@ -40,9 +41,15 @@ class FileTaskDispatcher:
         service.subscribe(self._wake)
 
     def run(
-        self, scheduler: GroupScheduler, table_id: str, process_id: str, specs: Sequence[FileTaskSpec]
+        self,
+        scheduler: GroupScheduler,
+        table_id: str,
+        process_id: str,
+        specs: Sequence[FileTaskSpec],
+        on_work: Callable[[ProcessWork], None] | None = None,
     ) -> list[FileTaskResult]:
-        """Queue `specs` for `table_id` as process `process_id` and return their results in order.
+        """Queue `specs` for `table_id` as process `process_id` and return their results in order;
+        `on_work` hears what the tasks took once they ended, whether they succeeded or not.
 
         Raises FileTasksFailed when a task runs out of retries (with each one's last error),
         the table leaves the group, the wait passes `wait_s`, or the dispatcher closes; the
@@ -58,6 +65,8 @@ class FileTaskDispatcher:
             except KeyError:
                 raise FileTasksFailed(f"{process_id}: cancelled (the table left its group)") from None
             if outcome is not None:
+                if on_work is not None and outcome.work is not None:
+                    on_work(outcome.work)
                 if not outcome.succeeded:
                     errors = "; ".join(f"{task}: {error}" for task, error in outcome.failures.items())
                     raise FileTasksFailed(f"{process_id}: {errors}")

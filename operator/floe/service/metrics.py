@@ -83,6 +83,14 @@ class ServiceMetrics:
             ["job", "result"],
             registry=self.registry,
         )
+        self.executor_seconds = Counter(
+            "floe_executor_seconds",
+            "Executor core-seconds the tasks of optimizing processes and maintenance jobs took (each "
+            "task holds one core), retried attempts included, by group and kind (minor, major, full, "
+            "or the maintenance job): what the group's executors were used for.",
+            ["group", "kind"],
+            registry=self.registry,
+        )
         self.maintenance_files_reclaimed = Counter(
             "floe_maintenance_files_reclaimed",
             "Files maintenance jobs removed (or, for commits, took out of the table), by job.",

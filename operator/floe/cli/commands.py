@@ -1,4 +1,5 @@
-"""The ``floe`` command line: ``floe optimize`` (one table, once), ``demo``, ``run`` and ``operator``."""
+"""The ``floe`` command line: ``floe optimize`` (one table, once), ``demo``, ``run``, ``operator``
+and ``history`` (`floe.cli.history`)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from floe.api.manifests import ManifestError
 from floe.api.table_properties import InvalidTableProperty
+from floe.cli.console import REDACT, console
+from floe.cli.errors import ClusterUnreachable, UnknownTable, UsageError
+from floe.cli.history import add_history_parser, table_identifier
 from floe.commit.request import CommitAbandoned, CommitConflict, CommitPending
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
-from floe.kit.redaction import RedactingFilter, Redactor
+from floe.kit.redaction import RedactingFilter
 from floe.local.interrupt import Interrupted, reinstall, stop_on_signals
 from floe.maintenance.job import MaintenanceRefused
 from floe.optimizing.commit_request import ProcessFailed
@@ -34,42 +37,19 @@ if TYPE_CHECKING:
     from floe.controller.config import OperatorConfig
 
 
-_REDACT = Redactor()
-"""Masks the credentials of the catalog configs this command read, in everything it prints."""
-
-
-class _RedactingConsole(Console):
-    """A console whose texts pass through `_REDACT` before rich renders them (once rendered, a
-    secret may be split by styles or wrapping); tables are redacted cell by cell where built."""
-
-    def print(self, *objects: Any, **kwargs: Any) -> None:
-        """`Console.print`, credentials masked in every text."""
-        super().print(*(_REDACT(o) if isinstance(o, str) else o for o in objects), **kwargs)
-
-
-def _console(stderr: bool) -> Console:
-    """A console that masks credentials, does not wrap messages, and prints wide tables when piped."""
-    stream = sys.stderr if stderr else sys.stdout
-    return _RedactingConsole(stderr=stderr, soft_wrap=True, width=None if stream.isatty() else 160)
-
-
 _TYPES = {t.label: t for t in OptimizingType}
 _MAINTENANCE_TYPES = ("expire", "orphans", "manifests", "dangling-deletes", "retention")
 
 
-class UsageError(Exception):
-    """Bad arguments; printed without a traceback."""
-
-
 def _optimize(args: argparse.Namespace) -> int:
-    out, console = _console(stderr=False), _console(stderr=True)
+    out, err = console(stderr=False), console(stderr=True)
     from floe.api.table import OptimizedTableSpec
     from floe.local.optimize import optimize_once, plan_table
     from floe.local.report import human_bytes
     from floe.local.report import plan_table as render_plan
 
     ref = catalog_ref_from_file(Path(args.catalog_config))
-    _REDACT.add(ref.properties, ref.secret_properties)
+    REDACT.add(ref.properties, ref.secret_properties)
     catalog = open_catalog(ref)
     table = load_table(catalog, args.table)
     if args.type in _MAINTENANCE_TYPES:
@@ -99,7 +79,7 @@ def _optimize(args: argparse.Namespace) -> int:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=console,
+        console=err,
     ) as progress:
         bar = progress.add_task(f"optimizing {args.table}", total=None)
 
@@ -196,7 +176,7 @@ def _maintain(args: argparse.Namespace, table: Table, catalog_name: str) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    out = _console(stderr=False)
+    out = console(stderr=False)
     for path in report.paths:
         out.print(f"{'would remove' if report.dry_run else 'removed'} {path}", highlight=False)
     out.print(
@@ -214,7 +194,7 @@ def _demo(args: argparse.Namespace) -> int:
         Path(args.dir),
         cores=args.cores,
         scale=args.scale,
-        console=_console(stderr=False),
+        console=console(stderr=False),
         write_only=args.write_only,
     )
 
@@ -224,16 +204,19 @@ def _run(args: argparse.Namespace) -> int:
 
     catalog = catalog_ref_from_file(Path(args.catalog_config)) if args.catalog_config else None
     if catalog is not None:
-        _REDACT.add(catalog.properties, catalog.secret_properties)
+        REDACT.add(catalog.properties, catalog.secret_properties)
+    if args.history_table and catalog is None:
+        raise UsageError("--history-table needs --catalog-config: the catalog the history table is in")
     return run_engine(
         Path(args.file),
         catalog,
         once=args.once,
-        console=_console(stderr=False),
-        redact=_REDACT,
+        console=console(stderr=False),
+        redact=REDACT,
         cores=args.cores,
         refresh_interval_s=args.refresh_interval,
         timeout_s=args.timeout,
+        history_table=args.history_table,
     )
 
 
@@ -388,6 +371,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--timeout", type=_positive(float, MAX_TIMEOUT_S), help="with --once: give up after this many seconds"
     )
+    run.add_argument(
+        "--history-table",
+        type=table_identifier,
+        metavar="NAMESPACE.TABLE",
+        help="also append every optimizing and maintenance run to this Iceberg table of the "
+        "--catalog-config catalog (created if missing), for `floe history` and any engine",
+    )
     run.set_defaults(handler=_run)
 
     op = sub.add_parser("operator", help="the Kubernetes operator: kopf handlers, task service, engine")
@@ -464,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default /etc/floe/external-metrics)",
     )
     op.set_defaults(handler=_operator)
+    add_history_parser(sub)
     return parser
 
 
@@ -475,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
     for handler in logging.getLogger().handlers:
-        handler.addFilter(RedactingFilter(_REDACT))
+        handler.addFilter(RedactingFilter(REDACT))
     try:
         if args.handler is _operator:
             code: int = args.handler(args)  # kopf stops on SIGTERM and SIGINT by itself
@@ -486,12 +477,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as exc:
         _stop_local_spark()
         outcome = exc.outcome or "stopped before anything was written"
-        _console(stderr=True).print(
-            f"interrupted by {exc.signal_name}: {escape(_REDACT(outcome))}", highlight=False
+        console(stderr=True).print(
+            f"interrupted by {exc.signal_name}: {escape(REDACT(outcome))}", highlight=False
         )
         return exc.exit_code
     except KeyboardInterrupt:  # SIGINT taken by Spark's handler before floe's came back
-        _console(stderr=True).print("interrupted by SIGINT", highlight=False)
+        console(stderr=True).print("interrupted by SIGINT", highlight=False)
         return 130
     except (
         TableAccessError,
@@ -500,22 +491,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         UnsupportedTableError,
         InvalidTableProperty,
         MaintenanceRefused,
+        UnknownTable,
     ) as exc:
-        _console(stderr=True).print(f"[red]error:[/red] {escape(_REDACT(str(exc)))}", highlight=False)
+        console(stderr=True).print(f"[red]error:[/red] {escape(REDACT(str(exc)))}", highlight=False)
         return 2
+    except ClusterUnreachable as exc:
+        console(stderr=True).print(f"[red]error:[/red] {escape(REDACT(str(exc)))}", highlight=False)
+        return 1
     except (CommitConflict, CommitAbandoned, ProcessFailed) as exc:
-        message = f"[red]optimizing failed, nothing committed:[/red] {escape(_REDACT(str(exc)))}"
-        _console(stderr=True).print(message, highlight=False)
+        message = f"[red]optimizing failed, nothing committed:[/red] {escape(REDACT(str(exc)))}"
+        console(stderr=True).print(message, highlight=False)
         return 1
     except CommitPending as exc:
         message = (
-            f"[red]the commit's outcome is unknown:[/red] {escape(_REDACT(str(exc)))}. If it landed, the "
+            f"[red]the commit's outcome is unknown:[/red] {escape(REDACT(str(exc)))}. If it landed, the "
             "table's history shows a snapshot with its floe.process-id; if not, orphan cleanup removes its "
             "files."
         )
-        _console(stderr=True).print(message, highlight=False)
+        console(stderr=True).print(message, highlight=False)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
