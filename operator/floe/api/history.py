@@ -66,7 +66,7 @@ class RunRecord(WireModel):
     )
     kind: RunKind = Field(description="minor, major or full optimizing, or the maintenance job")
     trigger: Text = Field(default="", description="why it ran: the triggers that fired, with their values")
-    started: Time = Field(description="when the run was planned or the job started (RFC 3339)")
+    started: Time = Field(description="when the table became due (optimizing) or the job started (RFC 3339)")
     finished: Time = Field(description="when it committed, failed or ended (RFC 3339)")
     outcome: Outcome = Field(
         description="committed or failed (an optimizing process); done, failed or refused (a job)"
