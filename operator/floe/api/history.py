@@ -7,7 +7,6 @@ each), and what `floe history` prints.
 
 from __future__ import annotations
 
-import datetime
 from collections import deque
 from collections.abc import Collection, Iterator, Mapping
 from typing import Annotated, Any, Literal
@@ -30,16 +29,6 @@ MAX_RUN_TEXT = 1024
 
 Text = Annotated[str, StringConstraints(max_length=MAX_RUN_TEXT)]
 Time = Annotated[str, StringConstraints(max_length=MAX_TIME_LENGTH)]
-
-
-def run_text(text: str) -> str:
-    """``text`` cut to what a run record holds, an ellipsis marking the cut."""
-    return text if len(text) <= MAX_RUN_TEXT else text[: MAX_RUN_TEXT - 1] + "\u2026"
-
-
-def rfc3339(seconds: float) -> str:
-    """An epoch time as RFC 3339 UTC, as Kubernetes writes times."""
-    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class RunPhases(WireModel):

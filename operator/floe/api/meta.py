@@ -4,6 +4,7 @@ the constrained types built from them, the wire-format base model, and Kubernete
 
 from __future__ import annotations
 
+import datetime
 import functools
 import types
 import typing
@@ -140,6 +141,17 @@ def _non_nullable(model: type[BaseModel]) -> frozenset[str]:
         if not _admits_none(info.annotation):
             keys.update({name, info.alias or name})
     return frozenset(keys)
+
+
+def clip(text: str, limit: int = MAX_MESSAGE_LENGTH) -> str:
+    """``text`` cut to ``limit`` characters (an ellipsis marks the cut): the CRD bounds status text,
+    and a status patch with a longer value would be refused whole."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def rfc3339(seconds: float) -> str:
+    """An epoch time as RFC 3339 UTC, as Kubernetes writes times."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class WireModel(BaseModel):

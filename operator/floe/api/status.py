@@ -21,7 +21,7 @@ from floe.api.meta import (
 from floe.api.table import OptimizedTableTemplate
 
 Message = Annotated[str, StringConstraints(max_length=MAX_MESSAGE_LENGTH)]
-"""Free text in status (clipped to fit by `floe.controller.status.clip`)."""
+"""Free text in status (clipped to fit by `floe.api.meta.clip`)."""
 Time = Annotated[str, StringConstraints(max_length=MAX_TIME_LENGTH)]
 """An RFC 3339 time in status."""
 

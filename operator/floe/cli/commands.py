@@ -493,20 +493,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         MaintenanceRefused,
         UnknownTable,
     ) as exc:
-        console(stderr=True).print(f"[red]error:[/red] {escape(REDACT(str(exc)))}", highlight=False)
-        return 2
+        return _report("error", exc, 2)
     except ClusterUnreachable as exc:
-        console(stderr=True).print(f"[red]error:[/red] {escape(REDACT(str(exc)))}", highlight=False)
-        return 1
+        return _report("error", exc, 1)
     except (CommitConflict, CommitAbandoned, ProcessFailed) as exc:
-        message = f"[red]optimizing failed, nothing committed:[/red] {escape(REDACT(str(exc)))}"
-        console(stderr=True).print(message, highlight=False)
-        return 1
+        return _report("optimizing failed, nothing committed", exc, 1)
     except CommitPending as exc:
-        message = (
-            f"[red]the commit's outcome is unknown:[/red] {escape(REDACT(str(exc)))}. If it landed, the "
-            "table's history shows a snapshot with its floe.process-id; if not, orphan cleanup removes its "
-            "files."
+        return _report(
+            "the commit's outcome is unknown",
+            exc,
+            1,
+            ". If it landed, the table's history shows a snapshot with its floe.process-id; if not, "
+            "orphan cleanup removes its files.",
         )
-        console(stderr=True).print(message, highlight=False)
-        return 1
+
+
+def _report(heading: str, exc: Exception, exit_code: int, after: str = "") -> int:
+    """Print ``heading: exc`` (credentials masked, no traceback), then ``after``; return ``exit_code``."""
+    console(stderr=True).print(f"[red]{heading}:[/red] {escape(REDACT(str(exc)))}{after}", highlight=False)
+    return exit_code

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import json
 import logging
 import re
@@ -29,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from floe.api.meta import rfc3339
 from floe.kit.background import BackgroundServer
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,7 @@ class _ExternalMetricsApi:
         namespace = request.match_info["namespace"]
         # The engine's lock may be held by a tick: wait for it off the event loop.
         groups = await asyncio.get_running_loop().run_in_executor(None, self._demand, namespace)
-        stamp = datetime.datetime.fromtimestamp(self._clock(), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = rfc3339(self._clock())
         items = [
             {
                 "metricName": DEMAND_METRIC,

@@ -33,8 +33,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from floe.api.history import rfc3339, status_runs
-from floe.api.meta import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH
+from floe.api.history import status_runs
+from floe.api.meta import MAX_REASON_LENGTH, clip, rfc3339
 from floe.api.models import TABLE_PLURAL
 from floe.controller.kube import Kube
 from floe.controller.secrets import CatalogProblem, CatalogProblems
@@ -85,12 +85,6 @@ def epoch(text: Any) -> float | None:
         return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-def clip(text: str, limit: int = MAX_MESSAGE_LENGTH) -> str:
-    """``text`` cut to ``limit`` characters (an ellipsis marks the cut): the CRD bounds status text,
-    and a status patch with a longer value would be refused whole."""
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def condition(type_: str, true: bool | None, reason: str, message: str = "") -> dict[str, str]:

@@ -39,6 +39,7 @@ from typing import Any
 import kopf
 from pyiceberg.catalog import Catalog
 
+from floe.api.meta import clip
 from floe.api.models import API_GROUP, API_VERSION, TABLE_PLURAL, TABLE_SET_PLURAL, VERSION
 from floe.api.table import SET_OWN_FIELDS, OptimizedTableSpec
 from floe.api.table_set import OptimizedTableSet
@@ -46,7 +47,7 @@ from floe.controller.controller import Controller
 from floe.controller.kube import Manifest
 from floe.controller.quiet_listing import QuietListing
 from floe.controller.secrets import CatalogSecretError, read_catalog_properties
-from floe.controller.status import clip, condition, epoch, timestamp, with_transition_times
+from floe.controller.status import condition, epoch, timestamp, with_transition_times
 from floe.controller.tables import resource_model
 from floe.tables.catalog import open_catalog
 from floe.tables.selection import (

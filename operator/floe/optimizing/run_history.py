@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import cast
 
-from floe.api.history import Outcome, RunKind, RunPhases, RunRecord, rfc3339, run_text
+from floe.api.history import MAX_RUN_TEXT, Outcome, RunKind, RunPhases, RunRecord
+from floe.api.meta import clip, rfc3339
 from floe.maintenance.job import MaintenanceJob
 from floe.optimizing.process import CommitStep, OptimizingProcess, ProcessState
 from floe.planning.plan import OptimizingPlan
@@ -26,7 +27,6 @@ def process_run(table: str, process: OptimizingProcess, step: CommitStep, now_s:
     tasks = plan.tasks
     inputs = {f.path: f.size_bytes for task in tasks for f in (*task.data_files, *task.delete_files)}
     results = process.results
-    written = [f for result in results for f in result.files]
     work = process.work
     timeline = process.timeline
     planned_s = timeline.planned_s if timeline is not None else process.planned.started_at
@@ -42,23 +42,25 @@ def process_run(table: str, process: OptimizingProcess, step: CommitStep, now_s:
             committing=_span(tasks_ended, now_s),
         )
     committed = step.result if step.state == ProcessState.COMMITTED else None
+    # What a failed process wrote was deleted: only a commit's files count as written.
+    written = [f for result in results for f in result.files] if committed is not None else []
     assert plan.optimizing_type is not None, "a process is planned with a type"
     return RunRecord(
         table=table,
         run_id=process.process_id,
         kind=cast(RunKind, plan.optimizing_type.label),
-        trigger=run_text(plan_trigger(plan)),
+        trigger=clip(plan_trigger(plan), MAX_RUN_TEXT),
         started=rfc3339(timeline.pending_since_s if timeline is not None else planned_s),
         finished=rfc3339(now_s),
         outcome="committed" if committed is not None else "failed",
-        error=run_text(str(step.error)) if committed is None and step.error is not None else "",
+        error=clip(str(step.error), MAX_RUN_TEXT) if committed is None and step.error is not None else "",
         snapshot_id=committed.snapshot_id if committed is not None else None,
         files_in=len(inputs),
         bytes_in=sum(inputs.values()),
         rows_in=sum(result.rows_read for result in results),
-        files_out=len(written) if committed is not None else 0,
-        bytes_out=sum(f.size_bytes for f in written) if committed is not None else 0,
-        rows_out=sum(f.record_count for f in written if f.content == 0) if committed is not None else 0,
+        files_out=len(written),
+        bytes_out=sum(f.size_bytes for f in written),
+        rows_out=sum(f.record_count for f in written if f.content == 0),
         delete_files_retired=committed.removed_delete_files if committed is not None else 0,
         phases=phases,
         executor_seconds=work.task_seconds if work is not None else 0.0,
@@ -87,11 +89,11 @@ def maintenance_run(
         table=table,
         run_id=run_id,
         kind=job.value,
-        trigger=run_text(trigger),
+        trigger=clip(trigger, MAX_RUN_TEXT),
         started=rfc3339(started_s),
         finished=rfc3339(now_s),
         outcome=outcome,
-        error=run_text(error),
+        error=clip(error, MAX_RUN_TEXT),
         snapshot_id=snapshot_id,
         files_out=files_removed,
         bytes_out=bytes_removed,

@@ -21,7 +21,8 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform
 from pyiceberg.types import DoubleType, IntegerType, LongType, NestedField, StringType, TimestamptzType
 
-from floe.api.history import RunPhases, RunRecord, rfc3339
+from floe.api.history import RunPhases, RunRecord
+from floe.api.meta import rfc3339
 
 _STRINGS = ("table", "run_id", "kind", "trigger", "outcome", "error")
 _COUNTS = (
