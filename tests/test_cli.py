@@ -313,3 +313,40 @@ def test_history_without_a_reachable_cluster_says_so(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     assert main(["history", "orders"]) == 1
     assert "cannot read OptimizedTable 'orders'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["run", "-f", "m.yaml", "--history-table", "runs"], ["history", "t", "--history-table", "no dots.x y"]],
+)
+def test_a_history_table_that_is_not_an_identifier_is_refused_by_the_parser(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert f"{argv[-1]!r} is not a table identifier, namespace.table" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["history", "t", "--history-table", "floe.runs"], "--history-table needs --catalog-config"),
+        (["run", "-f", "m.yaml", "--history-table", "floe.runs"], "--history-table needs --catalog-config"),
+        (
+            ["history", "t", "--history-table", "floe.runs", "--catalog-config", "c.yaml", "--limit", "0"],
+            "--limit must be positive, not 0",
+        ),
+    ],
+)
+def test_history_options_without_what_they_need_exit_2_naming_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.yaml").write_text("")
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
