@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from floe.planning.config import MiB, OptimizingConfig
-from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
-from floe.planning.floe_policy import FAVORS, level_of, levelled_merge
+from floe.planning.files import MERGED_POSITIONS_SUFFIX, ContentFile, FileKind, PartitionKey, TableFiles
+from floe.planning.floe_policy import FAVORS, level_of, levelled_merge, position_level, positions_to_merge
 from floe.planning.plan import OptimizingType, PartitionEvaluation
 from floe.planning.planner import plan_optimizing
 from floe.planning.table_evaluation import evaluate_table
@@ -206,3 +206,62 @@ def test_a_clean_partition_of_segments_needs_nothing() -> None:
     evaluation = evaluate(FLOE, segments(5))
     assert evaluation.optimizing_type is None
     assert evaluation.reason == "no level full, no file past the deleted share, no equality delete"
+
+
+# -- position deletes merged in levels (format v2) --------------------------------------------------
+
+
+def merged(target: ContentFile, rows: int, seq: int) -> ContentFile:
+    """A position-delete file a positions task wrote for ``target``."""
+    name = f"deletes/{target.path.split('/')[-1]}-{seq}{MERGED_POSITIONS_SUFFIX}"
+    return ContentFile(
+        name, FileKind.POSITION_DELETES, P, rows, rows * 4, seq, referenced_data_file=target.path
+    )
+
+
+def test_a_level_of_position_files_merges_when_the_new_file_fills_it() -> None:
+    seg = data("seg", 8)
+    # fanout 3: two files of 20-26 rows (level 2) and the new one fill their level.
+    small = [merged(seg, 20, 2), merged(seg, 25, 3)]
+    assert positions_to_merge(small[:1], 3) == set()
+    assert positions_to_merge(small, 3) == {d.path for d in small}
+    # A full level above merges too, with every smaller file; a larger level stays.
+    large, mid = merged(seg, 2000, 1), [merged(seg, 100, 4), merged(seg, 110, 5), merged(seg, 120, 6)]
+    assert positions_to_merge([large, *mid, small[0]], 3) == {d.path for d in [*mid, small[0]]}
+    assert position_level(2000, 3) > position_level(120, 3) > position_level(20, 3)
+
+
+def test_a_conversion_keeps_the_merged_position_files_amoro_would_rewrite() -> None:
+    # A segment converted twice already, and new equality deletes: Amoro's conversion writes every
+    # position again into one file (rewriting all the rows deleted so far, at every minor); floe's
+    # keeps the two files, whose level is not full, and writes only the new rows.
+    files = segments(2)
+    held = [merged(files[0], 400, 3), merged(files[0], 420, 5)]
+    deletes = [*held, equality("upsert", 2_000, seq=9)]
+    floe = evaluate(FLOE, files, deletes)
+    amoro = evaluate(AMORO, files, deletes, last_minor_s=None)
+    assert converted(floe) == converted(amoro) == {"seg-0", "seg-1"}
+    assert floe.kept_positions == {d.path for d in held} and amoro.kept_positions == set()
+    plan = plan_optimizing(TableFiles(1, 10, tuple(files), tuple(deletes)), FLOE, NOW, NOW, NOW)
+    [task] = plan.tasks
+    assert task.kept_delete_paths == {d.path for d in held}
+    # favor reads (fanout 3): the new file fills the level, which merges.
+    assert evaluate(replace(FLOE, favor="reads"), files, deletes).kept_positions == set()
+
+
+def test_merged_position_files_alone_need_no_conversion_but_a_writers_beside_them_do() -> None:
+    files = segments(1)
+    held = [merged(files[0], 400, 3), merged(files[0], 420, 5)]
+    assert evaluate(FLOE, files, held).optimizing_type is None
+    writers = positions(files[0], 30, seq=7)
+    assert evaluate(FLOE, files, [writers]).optimizing_type is None  # one file reads as cheaply
+    both = evaluate(FLOE, files, [*held, writers])
+    assert converted(both) == {"seg-0"} and both.kept_positions == {d.path for d in held}
+
+
+def test_a_v3_table_merges_every_position_into_one_deletion_vector() -> None:
+    # Format v3 allows one deletion vector per data file: nothing is kept, and two files convert.
+    files = segments(1)
+    held = [merged(files[0], 400, 3), merged(files[0], 420, 5)]
+    [v3] = evaluate_table(TableFiles(1, 10, tuple(files), tuple(held), format_version=3), FLOE, NOW, NOW, NOW)
+    assert converted(v3) == {"seg-0"} and v3.kept_positions == set()

@@ -477,3 +477,59 @@ def test_new_position_deletes_must_keep_every_position_they_replace(
     check_result(
         spec.model_copy(update={"delete_files": [*spec.delete_files, stale]}), honest, PyArrowFileIO()
     )
+
+
+def test_a_positions_task_writes_only_what_its_kept_files_do_not_hold(tmp_path: Path) -> None:
+    """A kept position-delete file stays in the table (floe's levelled merges, format v2): the new
+    file holds the other rows only. Writing a kept row again, or leaving out a replaced one, is
+    refused."""
+    a = _data_file(tmp_path, "a.parquet", range(0, ROWS), seq=1)
+    kept = _position_deletes(tmp_path, a, [0, 1], seq=2).model_copy(update={"kept": True})
+    replaced = _position_deletes(tmp_path, a, [1, 7], seq=3)
+    spec = RewriteTaskSpec.model_validate(
+        {**_spec(tmp_path, [a], []).model_dump(), "kind": POSITIONS, "delete_files": [kept, replaced]}
+    )
+    honest = run_task(spec)
+    [written] = honest.files
+    assert (written.record_count, honest.rows_deleted) == (1, 1)  # position 7 alone
+    check_result(spec, honest, PyArrowFileIO())
+
+    # As if the kept file were merged: rows 0 and 1 written again.
+    merged = run_task(
+        spec.model_copy(
+            update={
+                "delete_files": [kept.model_copy(update={"kept": False}), replaced],
+                "file_name_prefix": f"{PREFIX}-m",
+            }
+        )
+    )
+    refused = _refusal(spec, merged)
+    assert refused.check == "positions" and "repeat positions a kept file holds" in str(refused)
+
+    # As if the replaced file were kept too: position 7 left out, and no file for "a" at all.
+    refused = _refusal(spec, honest.model_copy(update={"files": [], "rows_deleted": 0}))
+    assert refused.check == "positions" and f"wrote no position deletes for {a.path}" in str(refused)
+
+
+@pytest.mark.parametrize(
+    ("kind", "format_version"), [("rewrite", 2), (POSITIONS, 3)], ids=["rewrite task", "format v3"]
+)
+def test_only_a_positions_task_of_a_v2_table_keeps_delete_files(
+    tmp_path: Path, kind: str, format_version: int
+) -> None:
+    a = _data_file(tmp_path, "a.parquet", range(0, ROWS), seq=1)
+    kept = _position_deletes(tmp_path, a, [0], seq=2).model_copy(update={"kept": True})
+    spec = _spec(tmp_path, [a], [])
+    with pytest.raises(
+        ValueError, match="only a positions task of a format v1 or v2 table keeps delete files"
+    ):
+        RewriteTaskSpec.model_validate(
+            {
+                **spec.model_dump(),
+                "kind": kind,
+                "format_version": format_version,
+                "delete_files": [kept.model_dump()],
+            }
+        )
+    with pytest.raises(ValueError, match="only a position-delete file"):
+        InputDeleteFile.model_validate({**kept.model_dump(), "kind": 2, "equality_ids": [1]})

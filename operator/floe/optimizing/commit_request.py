@@ -30,7 +30,8 @@ def commit_request(
 
     With partial commit, only succeeded tasks' input files are replaced: the failed
     tasks' files stay live and are picked up by a later plan. A positions task's data files
-    stay, converted: its position-delete files are added beside them.
+    stay, converted: its position-delete files are added beside them, and the delete files it
+    kept are no candidates for removal.
     """
     if failures and not allow_partial_commit:
         first = min(failures)
@@ -52,7 +53,7 @@ def commit_request(
         sort_order_id = output_sort_order_id(specs[result.task_id].output_order)
         (converted if task.kind == POSITIONS else rewritten).update(f.path for f in task.data_files)
         first_row_ids.update((f.path, f.first_row_id) for f in task.data_files)
-        deletes.update(f.path for f in task.delete_files)
+        deletes.update(f.path for f in task.delete_files if f.path not in task.kept_delete_paths)
         added.extend(
             written_file_to_data_file(w, task.partition.spec_id, record, sort_order_id) for w in result.files
         )

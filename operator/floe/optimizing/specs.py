@@ -131,6 +131,7 @@ def build_process(
                         content_offset=f.content_offset,
                         content_size_in_bytes=f.content_size,
                         referenced_data_file=f.referenced_data_file if f.content_offset is not None else None,
+                        kept=f.path in task.kept_delete_paths,
                     )
                     for f in task.delete_files
                 ],

@@ -18,8 +18,8 @@ Where Amoro's rules are silent, floe decides (docs/design/optimizing.md states t
 - A stronger type does the weaker types' work too: major rewrites what minor would,
   plus the segments over the duplicate ratio and the undersized segments it can pack,
   and converts the other segments minor would convert; full leaves no delete file behind.
-- Deletes a positions task merged into a data file's position-delete file (those with a
-  sequence number up to that file's, `pending_deletes`) no longer count for it: they stay
+- Deletes a positions task merged into a data file's position-delete files (those with a
+  sequence number up to the latest such file's, `pending_deletes`) no longer count for it: they stay
   in the table only while another file still needs them, and must not make the segment be
   converted again, or counted twice.
 - The duplicate ratio counts the records of the position-delete files that apply to a
@@ -166,6 +166,7 @@ def partition_evaluation(
     convert: AbstractSet[str],
     packed: AbstractSet[str],
     packed_convert: AbstractSet[str],
+    kept_positions: AbstractSet[str] = frozenset(),
 ) -> PartitionEvaluation:
     """A partition's evaluation: its `files` (sorted by path) classed by size, the paths chosen for
     each action, and the cost of those actions."""
@@ -186,6 +187,7 @@ def partition_evaluation(
         convert_files=convert_files,
         packed_files=packed_files,
         packed_convert_paths=frozenset(packed_convert),
+        kept_positions=frozenset(kept_positions),
         cost=partition_cost(
             rewrite_files + packed_files,
             delete_index.deletes_for_all(rewrite_files + packed_files),

@@ -119,26 +119,33 @@ MERGED_VECTOR_SUFFIX = "-merged-positions.puffin"
 for one data file (format v3)."""
 
 
-def pending_deletes(data: ContentFile, deletes: Sequence[ContentFile]) -> tuple[ContentFile, ...]:
-    """The deletes applying to `data` that are not yet in its merged position-delete file.
-
-    A positions task merges into one file every delete that applied to its data file when
-    the process was planned, and that file carries the planning snapshot's sequence number:
-    so the deletes with a sequence number up to that file's are in it. The latest merged
-    file is kept in the result, as the one holding them; the others are left out. Without a
-    merged file, every delete is pending.
-    """
-    merged = [
+def merged_positions(data: ContentFile, deletes: Sequence[ContentFile]) -> tuple[ContentFile, ...]:
+    """The position-delete files (or deletion vector) positions tasks wrote for `data`, among `deletes`."""
+    return tuple(
         d
         for d in deletes
         if d.kind == FileKind.POSITION_DELETES
         and d.referenced_data_file == data.path
         and d.location.endswith((MERGED_POSITIONS_SUFFIX, MERGED_VECTOR_SUFFIX))
-    ]
+    )
+
+
+def pending_deletes(data: ContentFile, deletes: Sequence[ContentFile]) -> tuple[ContentFile, ...]:
+    """The deletes in force for `data`, less those its merged position-delete files already hold.
+
+    A positions task writes, for each data file, a merged file holding every row its deletes
+    removed when the process was planned, but for the rows of the merged files it keeps (floe's
+    policy keeps the larger ones, `floe_policy.positions_to_merge`); the file carries the
+    planning snapshot's sequence number. So the merged files, and the deletes newer than the
+    latest of them, are the data file's deletes: an older delete is held by one of them. Without
+    a merged file, every delete is pending.
+    """
+    merged = merged_positions(data, deletes)
     if not merged:
         return tuple(deletes)
-    latest = max(merged, key=lambda d: (d.data_sequence_number, d.path))
-    return tuple(d for d in deletes if d is latest or d.data_sequence_number > latest.data_sequence_number)
+    latest = max(d.data_sequence_number for d in merged)
+    ours = {d.path for d in merged}
+    return tuple(d for d in deletes if d.path in ours or d.data_sequence_number > latest)
 
 
 def delete_applies_to(delete: ContentFile, data: ContentFile) -> bool:

@@ -5,7 +5,7 @@ interval merges every fragment, the last interval's output included, and a major
 undersized output with the earlier ones; its duplicate ratio rewrites a segment at a tenth of
 its rows deleted, writing nine bytes per byte dropped; and equality deletes wait for the minor
 interval while every read hashes each row's key against them. floe's policy departs from them
-in four ways, each measured by `bench/cdc_write_amplification.py`:
+in five ways, each measured by `bench/cdc_write_amplification.py`:
 
 - **Levelled merges.** Fragments sit in levels by size, each level's files ``fanout`` times
   smaller than the level above's; a level merges when it holds ``fanout`` files, taking the
@@ -13,8 +13,13 @@ in four ways, each measured by `bench/cdc_write_amplification.py`:
   was written at) times on its way out of the fragments, not once per interval. Undersized
   segments merge as Amoro's major merges them, once they hold a target size; and whenever a
   plan rewrites files, every small file joins its bins, which it fills to target size.
-- **Equality deletes are converted at every plan**, into one position-delete file per data file.
+- **Equality deletes are converted at every plan**, into position deletes of each data file.
   They are the costliest deletes to read, and converting writes a few bytes per deleted row.
+- **Position deletes are merged in levels too** (format v2; v3 allows one deletion vector per
+  data file): a conversion writes only the rows the data file's merged position-delete files do
+  not hold yet, and merges those files only when a level of them is full
+  (`positions_to_merge`). Merging them all at every conversion rewrote every position deleted
+  so far at every plan: under upserts spread over all keys, a third of what floe wrote.
 - **A segment is rewritten at the favor's deleted share**, not at Amoro's 0.1: its deletes are
   positions by then, which readers apply cheaply, and at a share r a rewrite writes (1 - r) / r
   bytes per byte it drops.
@@ -39,7 +44,14 @@ from floe.planning.evaluator import (
     position_deleted_rows,
     undersized_fill_a_target,
 )
-from floe.planning.files import ContentFile, DeleteIndex, PartitionKey, pending_deletes
+from floe.planning.files import (
+    ContentFile,
+    DeleteIndex,
+    FileKind,
+    PartitionKey,
+    merged_positions,
+    pending_deletes,
+)
 from floe.planning.plan import OptimizingType, PartitionEvaluation
 
 
@@ -93,6 +105,46 @@ def levelled_merge(small: Sequence[ContentFile], target_size: int, fanout: int) 
     return top, {f.path for level, members in levels.items() if level >= top for f in members}
 
 
+def position_level(positions: int, fanout: int) -> int:
+    """A merged position-delete file's level: files within a factor ``fanout`` of each other in
+    rows share one."""
+    return math.floor(math.log(max(positions, 1), fanout))
+
+
+def positions_to_merge(merged: Sequence[ContentFile], fanout: int) -> set[str]:
+    """Of a data file's merged position-delete files, those its next conversion merges into the
+    file it writes; it keeps the others, and writes only the rows they do not hold.
+
+    The new file joins the smallest level (its rows are not known before it is written, and a
+    round's deletes are fewer than a merge's). The largest level then holding ``fanout`` files
+    or more merges, with every file of the smaller levels, as fragments do (`levelled_merge`):
+    a position is rewritten about log_fanout(its file's rows / a conversion's rows) times.
+    """
+    if not merged:
+        return set()
+    level = {d.path: position_level(d.record_count, fanout) for d in merged}
+    counts: dict[int, int] = {}
+    for value in level.values():
+        counts[value] = counts.get(value, 0) + 1
+    counts[min(counts)] += 1
+    full = [value for value, count in counts.items() if count >= fanout]
+    if not full:
+        return set()
+    top = max(full)
+    return {path for path, value in level.items() if value <= top}
+
+
+def needs_conversion(data: ContentFile, pending: Sequence[ContentFile]) -> bool:
+    """Whether a data file's pending deletes need a conversion when its merged position-delete
+    files are kept: an equality delete, or a writer's position delete beside another position
+    delete (alone, it reads as cheaply as a merged one)."""
+    merged = {d.path for d in merged_positions(data, pending)}
+    positions = [d for d in pending if d.kind == FileKind.POSITION_DELETES]
+    return any(d.kind == FileKind.EQUALITY_DELETES for d in pending) or (
+        len(positions) > 1 and any(d.path not in merged for d in positions)
+    )
+
+
 def evaluate_partition_floe(
     partition: PartitionKey,
     data_files: Sequence[ContentFile],
@@ -102,8 +154,14 @@ def evaluate_partition_floe(
     last_minor_s: float | None,
     last_full_s: float | None,
     forced: OptimizingType | None = None,
+    *,
+    keep_positions: bool = False,
 ) -> PartitionEvaluation:
     """Decide one partition's optimizing by floe's policy (the module's docstring).
+
+    With ``keep_positions`` (a format v2 table) conversions keep the merged position-delete
+    files `positions_to_merge` leaves (`PartitionEvaluation.kept_positions`); without, a
+    conversion merges them all.
 
     The result has the shape Amoro's evaluation gives: the small files merged are `packed_files`
     (one left alone in its bin is not rewritten, but converted if its deletes need it), those past
@@ -131,8 +189,17 @@ def evaluate_partition_floe(
         # reach target size, and the outputs come out full-size.
         packed |= {f.path for f in fragments + undersized}
     rewrite -= packed
-    to_convert = {f.path for f in files if needs_positions(pending[f.path])}
+    to_convert = {
+        f.path
+        for f in files
+        if (needs_conversion(f, pending[f.path]) if keep_positions else needs_positions(pending[f.path]))
+    }
     convert = to_convert - rewrite - packed
+    kept: set[str] = set()
+    for f in files:
+        if keep_positions and f.path in to_convert:
+            merged = merged_positions(f, pending[f.path])
+            kept |= {d.path for d in merged} - positions_to_merge(merged, favor.fanout)
     reasons = []
     if level:
         reasons.append(f"fragments at level {level} and below reach {favor.fanout} (fanout)")
@@ -144,11 +211,15 @@ def evaluate_partition_floe(
             f"{len(rewrite)} files with deleted rows > {favor.deleted_share:g} x rows (up to {most:.2f})"
         )
     if convert:
-        reasons.append(f"{len(convert)} files with equality deletes or several position-delete files")
+        reasons.append(
+            f"{len(convert)} files with new deletes"
+            if keep_positions
+            else f"{len(convert)} files with equality deletes or several position-delete files"
+        )
     gain = bool(convert or rewrite) or len(packed) >= 2
     kind: OptimizingType | None = None
     if not gain:
-        rewrite, packed, convert = set(), set(), set()
+        rewrite, packed, convert, kept = set(), set(), set(), set()
     else:
         above_fragment = any(f.size_bytes > config.fragment_size for f in files if f.path in rewrite | packed)
         kind = OptimizingType.MAJOR if above_fragment else OptimizingType.MINOR
@@ -164,4 +235,5 @@ def evaluate_partition_floe(
         convert,
         packed,
         packed & to_convert,
+        kept,
     )

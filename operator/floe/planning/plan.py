@@ -13,7 +13,8 @@ REWRITE: TaskKind = "rewrite"
 """A task that rewrites its data files, minus their deleted rows, into new data files."""
 POSITIONS: TaskKind = "positions"
 """A task that keeps its data files and writes, for each, one position-delete file holding
-every row its delete files remove (equality deletes converted, position deletes merged)."""
+every row its delete files remove (equality deletes converted, position deletes merged) but for
+the rows of the files it keeps (`PlannedTask.kept_delete_paths`)."""
 
 
 class OptimizingType(IntEnum):
@@ -49,6 +50,9 @@ class PartitionEvaluation:
     as in Amoro: rewritten alone, one would come out undersized again."""
     packed_convert_paths: frozenset[str] = frozenset()
     """The packed files to convert instead when one is alone in its bin (their deletes need it)."""
+    kept_positions: frozenset[str] = frozenset()
+    """Merged position-delete files of converted files that stay: the conversion writes only the
+    rows they do not hold (floe's policy, format v2)."""
 
     @property
     def needs_optimizing(self) -> bool:
@@ -67,6 +71,9 @@ class PlannedTask:
     data_files: tuple[ContentFile, ...]
     delete_files: tuple[ContentFile, ...]
     kind: TaskKind = REWRITE
+    kept_delete_paths: frozenset[str] = frozenset()
+    """Position-delete files among `delete_files` a positions task reads but leaves in place: it
+    writes only the rows they do not hold, and the commit does not remove them."""
 
     @property
     def input_bytes(self) -> int:

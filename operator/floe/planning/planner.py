@@ -128,7 +128,7 @@ def pack_partition(
     rewriting it would change nothing; so is a bin holding a single packed file, which is
     converted instead when its deletes need it. Convert files go to positions tasks, whose
     bins hold `POSITIONS_BIN_FACTOR` times as much. Each task carries the delete files that
-    apply to any of its data files.
+    apply to any of its data files; a positions task marks those of `kept_positions` kept.
     """
     tasks = []
     packed = {f.path for f in evaluation.packed_files}
@@ -150,12 +150,14 @@ def pack_partition(
             PlannedTask(partition=evaluation.partition, data_files=tuple(data_files), delete_files=deletes)
         )
     for data_files in _first_fit(convert_files, bin_size * POSITIONS_BIN_FACTOR, _file_size):
+        deletes = delete_index.deletes_for_all(data_files)
         tasks.append(
             PlannedTask(
                 partition=evaluation.partition,
                 data_files=tuple(data_files),
-                delete_files=delete_index.deletes_for_all(data_files),
+                delete_files=deletes,
                 kind=POSITIONS,
+                kept_delete_paths=frozenset(d.path for d in deletes if d.path in evaluation.kept_positions),
             )
         )
     return tasks

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from floe.planning.config import FLOE, OptimizingConfig
@@ -25,10 +27,11 @@ def evaluate_table(
     and are cleaned up elsewhere, not by rewriting data.
     """
     index = DeleteIndex(files.delete_files)
-    by_partition: dict[PartitionKey, list[ContentFile]] = {}
-    for f in files.data_files:
-        by_partition.setdefault(f.partition, []).append(f)
-    evaluate = evaluate_partition_floe if config.policy == FLOE else evaluate_partition
+    by_partition = data_by_partition(files)
+    evaluate: Callable[..., PartitionEvaluation] = evaluate_partition
+    if config.policy == FLOE:
+        # Format v3 allows one deletion vector per data file: a conversion merges them all.
+        evaluate = partial(evaluate_partition_floe, keep_positions=files.format_version < 3)
     return [
         evaluate(
             partition,
@@ -40,11 +43,19 @@ def evaluate_table(
             last_full_s,
             forced,
         )
-        for partition in sorted(by_partition, key=_partition_order)
+        for partition in sorted(by_partition, key=partition_order)
     ]
 
 
-def _partition_order(partition: PartitionKey) -> tuple[Any, ...]:
+def data_by_partition(files: TableFiles) -> dict[PartitionKey, list[ContentFile]]:
+    """The data files of each partition that has any."""
+    by_partition: dict[PartitionKey, list[ContentFile]] = {}
+    for f in files.data_files:
+        by_partition.setdefault(f.partition, []).append(f)
+    return by_partition
+
+
+def partition_order(partition: PartitionKey) -> tuple[Any, ...]:
     """A total order over partition keys: nulls first, values of mixed types grouped by type name,
     floats as Iceberg Java orders them (by `PartitionKey.identity`: NaN last, -0.0 before 0.0)."""
     values = tuple((v is not None, type(v).__name__, 0 if v is None else v) for v in partition.identity)

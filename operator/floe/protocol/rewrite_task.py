@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from floe.kit.redaction import MAX_SECRET_NAME, STORAGE_SECRET_NAME
-from floe.planning.plan import REWRITE, TaskKind
+from floe.planning.plan import POSITIONS, REWRITE, TaskKind
 
 OUT_OF_MEMORY = "ExecutorOutOfMemory"
 """How a task's error starts when its executor, or the Python worker in it, was killed for memory."""
@@ -68,6 +68,14 @@ class InputDeleteFile(_Wire):
         exclude_if=lambda value: value is None,
         description="a deletion vector: the data file it deletes from",
     )
+    # Left out of the JSON when False, so optimizers from before it keep working; an older
+    # optimizer refuses a spec carrying it (extra="forbid") rather than write its rows again.
+    kept: bool = Field(
+        default=False,
+        exclude_if=lambda kept: not kept,
+        description="a positions task's position-delete file that stays in the table: the task writes "
+        "only the rows it does not hold",
+    )
 
     @model_validator(mode="after")
     def _whole_deletion_vector(self) -> InputDeleteFile:
@@ -77,6 +85,8 @@ class InputDeleteFile(_Wire):
                 "a deletion vector is a position delete with content_offset, content_size_in_bytes "
                 "and referenced_data_file all set"
             )
+        if self.kept and (self.kind != 1 or self.content_offset is not None):
+            raise ValueError("only a position-delete file (not a deletion vector) can be kept")
         return self
 
 
@@ -162,6 +172,13 @@ class RewriteTaskSpec(_Wire):
         description="the catalog Secret, mounted in the optimizer's pods, whose storage credentials "
         "complete `io_properties`; unset: `io_properties` are complete",
     )
+
+    @model_validator(mode="after")
+    def _kept_deletes_in_positions_tasks(self) -> RewriteTaskSpec:
+        # A rewrite replaces every delete of its data files; a v3 data file has one vector.
+        if any(d.kept for d in self.delete_files) and (self.kind != POSITIONS or self.format_version >= 3):
+            raise ValueError("only a positions task of a format v1 or v2 table keeps delete files")
+        return self
 
 
 class WrittenFile(_Wire):

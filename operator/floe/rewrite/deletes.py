@@ -125,6 +125,8 @@ class _DeleteIndex:
 
     schema: Schema
     positions: dict[str, list[pa.Array]] = field(default_factory=lambda: defaultdict(list))
+    kept: dict[str, list[pa.Array]] = field(default_factory=lambda: defaultdict(list))
+    """The positions of the kept position-delete files (`InputDeleteFile.kept`), by data file."""
     equality: list[_EqualityDeletes] = field(default_factory=list)
     bytes_read: int = 0
     _matchers_key: tuple[int, ...] | None = None
@@ -136,8 +138,11 @@ class _DeleteIndex:
         Two position-delete files may name the same row (v2 allows it; Java's readers fold them
         into one bitmap): counted twice, the row would be one deleted row too many.
         """
-        arrays = [positions.cast(pa.int64()) for positions in self.positions.get(data_file.path, [])]
-        return pc.unique(pa.concat_arrays(arrays)).sort() if arrays else pa.array([], type=pa.int64())
+        return _distinct(self.positions.get(data_file.path, []))
+
+    def kept_for(self, data_file: InputDataFile) -> pa.Array:
+        """Sorted, distinct row positions (int64) the task's kept files delete from a data file."""
+        return _distinct(self.kept.get(data_file.path, []))
 
     def matchers_for(
         self, data_file: InputDataFile, rows_schema: Schema | None = None
@@ -231,6 +236,12 @@ class _EqualityFilter:
             self._writer.write(batch)
 
 
+def _distinct(arrays: list[pa.Array]) -> pa.Array:
+    if not arrays:
+        return pa.array([], type=pa.int64())
+    return pc.unique(pa.concat_arrays([a.cast(pa.int64()) for a in arrays])).sort()
+
+
 def _load_deletes(context: _Context, spec: RewriteTaskSpec) -> _DeleteIndex:
     index = _DeleteIndex(schema=context.schema)
     if not spec.data_files:
@@ -251,7 +262,8 @@ def _load_deletes(context: _Context, spec: RewriteTaskSpec) -> _DeleteIndex:
             targets = [
                 f.path for f in spec.data_files if f.data_sequence_number <= delete_file.data_sequence_number
             ]
-            _load_position_deletes(context.io, delete_file, targets, index, budget)
+            into = index.kept if delete_file.kept else index.positions
+            _load_position_deletes(context.io, delete_file, targets, into, budget)
         else:
             index.equality.append(_load_equality_deletes(context, delete_file, budget))
         index.bytes_read += delete_file.size_bytes
@@ -262,10 +274,11 @@ def _load_position_deletes(
     io: FileIO,
     delete_file: InputDeleteFile,
     targets: list[str],
-    index: _DeleteIndex,
+    into: dict[str, list[pa.Array]],
     budget: _MemoryBudget,
 ) -> None:
-    """Load the positions a delete file holds for `targets`, the data files it applies to."""
+    """Load the positions a delete file holds for `targets`, the data files it applies to, into
+    `into` by data file."""
     with io.new_input(delete_file.path).open() as stream:
         parquet = pq.ParquetFile(cast(Any, stream))
         for batch in _stream(parquet, limits.READ_BATCH_ROWS, [POS_DELETE_FILE_PATH, POS_DELETE_POS]):
@@ -279,7 +292,7 @@ def _load_position_deletes(
             for i, path in enumerate(grouped.column(POS_DELETE_FILE_PATH).to_pylist()):
                 positions = lists[i].values
                 budget.charge(positions.nbytes, delete_file)
-                index.positions[path].append(positions)
+                into[path].append(positions)
 
 
 def _load_deletion_vector(

@@ -167,14 +167,29 @@ def check_stored_vector(spec: RewriteTaskSpec, written: WrittenFile, io: FileIO)
     return positions
 
 
-def check_replaced_positions(spec: RewriteTaskSpec, kept: Mapping[str, pa.Array], io: FileIO) -> None:
-    """Each data file's new position deletes (`kept`: the positions written for each data file)
-    hold every position that the task's position-delete files and deletion vectors delete from
-    it: the commit replaces those, so a position left out is a deleted row come back. The rows
-    of equality deletes cannot be checked without reading the data; these are read here (a
-    vector is one blob, a position-delete file is filtered to the task's data files)."""
+def check_replaced_positions(
+    spec: RewriteTaskSpec, written_by_file: Mapping[str, pa.Array], io: FileIO
+) -> None:
+    """Each data file's new position deletes (`written_by_file`: the positions written for each
+    data file) hold every position that the task's position-delete files and deletion vectors
+    delete from it, but those its kept files hold: the commit replaces the others, so a position
+    left out is a deleted row come back. No written position is one a kept file holds: it would
+    be counted twice. The rows of equality deletes cannot be checked without reading the data;
+    these are read here (a vector is one blob, a position-delete file is filtered to the task's
+    data files)."""
+    held = _replaced_positions(spec, io, kept=True)
+    for path, positions in held.items():
+        written = written_by_file.get(path)
+        if written is not None and pc.any(pc.is_in(written, value_set=positions)).as_py():
+            raise ResultCheckFailed(
+                "positions", f"the new position deletes of {path} repeat positions a kept file holds"
+            )
     for path, replaced in _replaced_positions(spec, io).items():
-        written = kept.get(path)
+        if path in held:
+            replaced = replaced.filter(pc.invert(pc.is_in(replaced, value_set=held[path])))
+            if not len(replaced):
+                continue
+        written = written_by_file.get(path)
         if written is None:
             raise ResultCheckFailed(
                 "positions",
@@ -190,13 +205,14 @@ def check_replaced_positions(spec: RewriteTaskSpec, kept: Mapping[str, pa.Array]
             )
 
 
-def _replaced_positions(spec: RewriteTaskSpec, io: FileIO) -> dict[str, pa.Array]:
+def _replaced_positions(spec: RewriteTaskSpec, io: FileIO, kept: bool = False) -> dict[str, pa.Array]:
     """The distinct positions the task's position deletes remove from each of its data files, by
     the sequence-number rule (a delete applies to data not newer than itself); positions beyond a
-    file's rows delete nothing and are left out, as the task leaves them out."""
+    file's rows delete nothing and are left out, as the task leaves them out. With `kept`, those
+    of the kept files; else those of the others."""
     found: dict[str, list[pa.Array]] = {}
     for delete in spec.delete_files:
-        if delete.kind != FileKind.POSITION_DELETES:
+        if delete.kind != FileKind.POSITION_DELETES or delete.kept != kept:
             continue
         targets = {f.path for f in spec.data_files if f.data_sequence_number <= delete.data_sequence_number}
         vector = delete.referenced_data_file

@@ -102,7 +102,8 @@ def run_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
 def run_position_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
     """Write, for each data file of the task, one position-delete file holding every row its
     delete files remove: its position deletes merged, its equality deletes (by the sequence-number
-    rules) converted into positions. The data files stay as they are.
+    rules) converted into positions, less the rows its kept position-delete files hold (they stay
+    in the table). The data files stay as they are.
 
     Only the columns the equality deletes compare are read. A data file nothing deletes gets
     no file. ``rows_read`` counts the data files' rows, ``rows_deleted`` the positions written.
@@ -129,6 +130,10 @@ def run_position_task(spec: RewriteTaskSpec) -> RewriteTaskResult:
             positions = pc.unique(pa.concat_arrays([deletes.positions_for(data_file), matched])).sort()
             # A position beyond the file (a stale delete) deletes nothing: it is not carried over.
             positions = positions.filter(pc.less(positions, data_file.record_count))
+            # The kept files stay in force: the new file holds only the rows they do not.
+            held = deletes.kept_for(data_file)
+            if len(held):
+                positions = positions.filter(pc.invert(pc.is_in(positions, value_set=held)))
             if len(positions):
                 writer.write(data_file.path, positions)
                 positions_written += len(positions)
