@@ -23,7 +23,7 @@ LINT_DIRS := $(wildcard operator optimizer_image tests scripts)
 # mypy fails on a directory without Python files, and optimizer_image may still be empty.
 MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
 
-.PHONY: venv jars test-envs k8s-env helm-env checkov-env moto-env rest-catalog-env flink-env host-env kind-env images lint docs test demo cluster cluster-catalog cluster-down
+.PHONY: venv jars test-envs k8s-env helm-env checkov-env moto-env rest-catalog-env flink-env prometheus-env host-env kind-env images lint docs test demo cluster cluster-catalog cluster-down
 
 venv: $(VENV_STAMP)
 
@@ -64,8 +64,14 @@ flink-env:
 rest-catalog-env:
 	scripts/rest-catalog/build.sh >/dev/null
 
-# podman (runc, the ulimits kind's nodes need) and debootstrap, installed and configured only where
-# missing; the images are built with podman, and kind runs on it where no Docker engine answers.
+# Debian's prometheus, unpacked from its .deb (not installed: no service starts), for
+# tests/k8s/test_grafana_dashboard.py, which evaluates the chart's dashboard on what it scrapes.
+prometheus-env:
+	scripts/prometheus/build.sh >/dev/null
+
+# podman (runc, the ulimits kind's nodes need), debootstrap, and Debian's headless chromium with its
+# chromedriver (tests/test_ui_browser.py), installed and configured only where missing; the images
+# are built with podman, and kind runs on it where no Docker engine answers.
 host-env:
 	scripts/host/podman.sh
 
@@ -106,15 +112,16 @@ docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # Everything the tests use, in three chains at once: the kube binaries, etcd and kwok (the
-# longest: about 9 minutes cold here), helm, and the rest (pip, Maven, debootstrap, podman, then
-# kind's own Go tools and images, which wait for the kube binaries only at the node image).
+# longest: about 9 minutes cold here), helm, and the rest (pip, Maven, Debian's prometheus,
+# debootstrap, podman, then kind's own Go tools and images, which wait for the kube binaries only
+# at the node image).
 # Maven's builds stay in one chain: concurrent runs would write the same local repository. floe's
 # images are not built here: the e2e tests' session fixture builds them (minutes when the sources
 # changed) on its pytest worker while the other worker runs the rest.
 test-envs: venv
 	@$(MAKE) --no-print-directory k8s-env & k8s=$$!; \
 	$(MAKE) --no-print-directory helm-env & helm=$$!; \
-	rc=0; $(MAKE) --no-print-directory jars checkov-env moto-env rest-catalog-env flink-env host-env kind-env || rc=$$?; \
+	rc=0; $(MAKE) --no-print-directory jars checkov-env moto-env rest-catalog-env flink-env prometheus-env host-env kind-env || rc=$$?; \
 	wait $$k8s || rc=$$?; \
 	wait $$helm || rc=$$?; \
 	exit $$rc

@@ -18,7 +18,7 @@ from test_engine import _table
 
 from floe.api.group import AutoscalingSpec, OptimizerGroup, OptimizerGroupSpec
 from floe.api.models import OptimizedTable
-from floe.controller.scaling import GroupScaling, ScaleFigures
+from floe.controller.scaling import GroupScaling, ScaleFigures, ScaleSample
 from floe.optimizing.engine import OptimizingEngine
 from floe.optimizing.registry import EngineEvent
 from floe.optimizing.table_state import TableState
@@ -189,7 +189,24 @@ def test_the_operators_group_scaling_reports_waking_and_figures() -> None:
     starts += [104.0, 104.5]  # a task shorter than a status pass, finished before it
     assert scaling.first_task_after_waking("ns/a", first_start_since) == 4
     assert scaling.first_task_after_waking("ns/a", first_start_since) is None, "said once"
-    scaling.record("ns/a", ScaleFigures(desired=1, ready=1, demand=1))
-    assert list(scaling.samples()) == [("ns/a", 1, 1, 1)]
+    scaling.record("ns/a", ScaleFigures(desired=1, ready=1, demand=1), now_s=110, cores=2, static_executors=2)
+    assert list(scaling.samples()) == [ScaleSample("ns/a", 1, 1, 1, 0.0, 0.0)]
     scaling.forget("ns/a")
     assert list(scaling.samples()) == []
+
+
+def test_executor_time_counts_held_cores_against_a_static_group_at_the_peak() -> None:
+    scaling = GroupScaling()
+    # Resumed from a status written before a restart, then: 1 executor of 2 cores for 60 s, 0 for
+    # 100 s, 2 for 40 s; a static group of maxExecutors 2 holds 4 cores all along.
+    scaling.resume_time("ns/a", held_s=1000.0, static_s=2000.0)
+    for now, ready in ((0.0, 1), (60.0, 0), (160.0, 2), (200.0, 2)):
+        meter = scaling.record("ns/a", ScaleFigures(2, ready, 0), now_s=now, cores=2, static_executors=2)
+    assert (meter.held_s, meter.static_s) == (1000 + 60 * 2 + 40 * 4, 2000 + 200 * 4)
+    scaling.resume_time("ns/a", held_s=0.0, static_s=0.0)  # only before the first record
+    [sample] = scaling.samples()
+    assert (sample.held_core_s, sample.static_core_s) == (1280, 2800)
+    # A clock that goes back counts nothing, and the figures it brings count from then.
+    assert (
+        scaling.record("ns/a", ScaleFigures(2, 2, 0), now_s=150.0, cores=2, static_executors=2).held_s == 1280
+    )

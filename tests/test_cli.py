@@ -214,6 +214,7 @@ def test_operator_flags_reach_its_configuration(tmp_path: Path, monkeypatch: pyt
             "--driver-service-account=team-driver",
             "--external-metrics-port=6443",
             f"--external-metrics-cert-dir={tmp_path}",
+            "--ui-port=0",
         ]
     )
 
@@ -224,6 +225,7 @@ def test_operator_flags_reach_its_configuration(tmp_path: Path, monkeypatch: pyt
     assert (config.peering_lifetime_s, config.secret_interval_s, config.refresh_interval_s) == (15, 2.5, 60)
     assert config.liveness_endpoint == "http://0.0.0.0:8081/healthz"
     assert config.driver_service_account == "team-driver"
+    assert config.ui_port == 0  # not served
     assert config.external_metrics is not None
     assert (config.external_metrics.port, config.external_metrics.cert_dir) == (6443, tmp_path)
     defaults = operator_config(build_parser().parse_args(["operator"]))
@@ -236,11 +238,32 @@ def test_operator_flags_reach_its_configuration(tmp_path: Path, monkeypatch: pyt
     # Without the chart's flag, the drivers run as the account the chart makes for release "floe".
     assert defaults.driver_service_account == "floe-driver"
     assert defaults.external_metrics is None  # not served unless asked for
+    assert defaults.ui_port == 8080  # served unless turned off: the chart's port-forward target
+    assert build_parser().parse_args(["run", "-f", "x"]).ui_port == 0  # floe run: only when asked
     # Without a token given, each process makes its own: never an open registration.
     assert defaults.registration_token and defaults.registration_token != config.registration_token
     monkeypatch.setenv("FLOE_REGISTRATION_TOKEN", "from-the-environment")
     from_env = operator_config(build_parser().parse_args(["operator"]))
     assert from_env.registration_token == "from-the-environment"
+    assert defaults.history is None
+
+
+def test_operator_history_flags_go_together_and_name_a_readable_catalog(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, config_file = _catalog(tmp_path)
+    args = ["operator", "--history-table", "floe_history.runs", "--history-catalog-config", str(config_file)]
+    config = operator_config(build_parser().parse_args(args))
+    assert config.history is not None and config.history.table == "floe_history.runs"
+    assert config.history.catalog.name == "cli" and config.history.catalog.properties["type"] == "sql"
+    assert main(["operator", "--history-table", "floe_history.runs"]) == 2
+    assert "--history-table and --history-catalog-config go together" in capsys.readouterr().err
+    assert main(["operator", "--history-catalog-config", str(config_file)]) == 2
+    assert (
+        main(["operator", "--history-table", "h.r", "--history-catalog-config", str(tmp_path / "no.yaml")])
+        == 2
+    )
+    assert "no.yaml" in capsys.readouterr().err
 
 
 def test_standalone_runs_kopf_without_peering() -> None:

@@ -352,6 +352,36 @@ def test_a_saturated_table_is_planned_only_when_no_other_is_waiting() -> None:
     assert group.next_table_to_plan(HOUR) == "busy"
 
 
+def test_the_planning_queue_is_the_order_tables_are_planned_in() -> None:
+    group = scheduler(threads=1, policy=SchedulingPolicy.BALANCED)
+    with_process(group, "busy", tasks=1, quota=1.0)
+    attempt = run_task(group, "o", 0, 0.0)
+    group.complete(attempt.attempt_id, "o", result(attempt.task_id), HOUR)
+    group.take_finished()
+    group.upsert_table("busy", 1.0, last_optimized_s=HOUR)
+    group.upsert_table("fresh", 1.0, last_optimized_s=2 * HOUR)
+    group.upsert_table("stale", 1.0, last_optimized_s=None)
+    for table in ("busy", "fresh", "stale"):
+        group.set_pending(table, True)
+    queue = group.planning_queue(HOUR)
+    # Balanced: never optimized first; the saturated table last, whatever its staleness.
+    assert queue.table_ids == ("stale", "fresh", "busy") and queue.threads == 1 and not queue.threads_taken
+    planned = [group.next_table_to_plan(HOUR) for _ in range(3)]
+    assert planned == list(queue.table_ids)
+    assert group.planning_queue(HOUR).table_ids == ()
+
+
+def test_the_planning_queue_says_when_planned_tasks_take_every_thread() -> None:
+    group = scheduler(threads=2)
+    with_process(group, "a", tasks=4, quota=1.0)
+    group.upsert_table("b", 0.5, None)
+    group.set_pending("b", True)
+    queue = group.planning_queue(0.0)
+    assert queue.table_ids == ("b",) and queue.threads_taken
+    assert group.next_table_to_plan(0.0) is None
+    assert not scheduler(threads=0).planning_queue(0.0).threads_taken
+
+
 def test_add_process_rejects_empty_duplicate_and_unknown() -> None:
     group = scheduler()
     group.upsert_table("t", 0.5, None)

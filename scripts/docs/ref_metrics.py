@@ -37,10 +37,12 @@ class _Table:
     running_tasks: int = 0
     queued_tasks: int = 0
     state: str = "IDLE"
+    health: int | None = 100
 
 
 def metrics() -> list[Metric]:
     """Every metric family floe's task service exposes, in the order a scrape lists them."""
+    from floe.controller.scaling import ScaleSample
     from floe.scheduling.records import GroupSchedulingStats
     from floe.service.metrics import ServiceMetrics
 
@@ -48,7 +50,7 @@ def metrics() -> list[Metric]:
     stats = GroupSchedulingStats(1, 1, 0, 0, 0, 0, 0.0)
     service.watch_groups(lambda: [("g", stats, 1)])
     service.watch_tables(lambda: [_Table()])
-    service.watch_scaling(lambda: [("g", 1, 1, 0)])
+    service.watch_scaling(lambda: [ScaleSample("g", 1, 1, 0, 0.0, 0.0)])
     for value in vars(service).values():
         names: Any = getattr(value, "_labelnames", None)
         if names:  # a labelled counter or histogram has no series until a label set is used

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up this (Debian) host for the local container builds and the kind cluster of scripts/kind/:
 #   - apt packages: podman, runc, debootstrap (scripts/images/debian-base.sh), gcc + libc6-dev (the
-#     static pause binary of scripts/kind/build.sh); `apt-get update` runs only when one is missing;
+#     static pause binary of scripts/kind/build.sh), chromium + chromium-driver (the headless browser
+#     tests/test_ui_browser.py drives the web UI with); `apt-get update` runs only when one is missing;
 #   - /etc/containers/containers.conf: podman's OCI runtime is runc (crun refuses the hybrid cgroup v1
 #     layout of these hosts) and containers get finite nofile/nproc limits (the host's limits are
 #     not raisable without CAP_SYS_RESOURCE):
@@ -17,7 +18,7 @@
 #        podman.sh --check  exit 0 if nothing is missing, else 1 (changes nothing)
 set -euo pipefail
 
-PACKAGES=(podman runc debootstrap gcc libc6-dev)
+PACKAGES=(podman runc debootstrap gcc libc6-dev chromium chromium-driver)
 CONF=/etc/containers/containers.conf
 # section|key|value (TOML, value verbatim)
 SETTINGS=(

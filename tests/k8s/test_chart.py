@@ -142,6 +142,13 @@ def test_helm_lint(helm_offline: Helm) -> None:
         ({"peeringLifetimeSeconds": 1}, ["/peeringLifetimeSeconds", "minimum"]),
         ({"tableRefreshIntervalSeconds": 0}, ["/tableRefreshIntervalSeconds", "exclusiveMinimum"]),
         ({"externalMetrics": {"port": 80}}, ["/externalMetrics/port", "minimum"]),
+        ({"ui": {"port": 80}}, ["/ui/port", "minimum"]),
+        ({"grafanaDashboard": {"labelValue": "not a label"}}, ["/grafanaDashboard/labelValue"]),
+        ({"history": {"table": "runs"}}, ["/history/table", "does not match pattern"]),
+        (
+            {"history": {"table": "floe.runs"}},
+            ["history.catalogSecret: the Secret holding the history table's catalog"],
+        ),
     ],
     ids=[
         "replicas",
@@ -161,6 +168,10 @@ def test_helm_lint(helm_offline: Helm) -> None:
         "peering",
         "refresh-interval",
         "external-metrics-port",
+        "ui-port",
+        "dashboard-label-value",
+        "history-table",
+        "history-secret",
     ],
 )
 def test_bad_values_fail_with_the_key_named(
@@ -178,6 +189,7 @@ def test_optional_objects_render_only_when_enabled(helm_offline: Helm) -> None:
     defaults = helm_offline.render("ops", {})
     kinds = [d["kind"] for d in defaults]
     assert "ServiceMonitor" not in kinds and "OptimizerGroup" not in kinds
+    assert "ConfigMap" not in kinds  # the Grafana dashboard's: test_grafana_dashboard.py
     # By default the release namespace alone is served: its Roles, its peering object, its driver
     # ServiceAccount; cluster-wide only the read-only discovery role, and no ClusterKopfPeering.
     assert "ClusterKopfPeering" not in kinds
@@ -286,6 +298,54 @@ def test_external_metrics_render_an_api_service_that_trusts_the_served_certifica
     assert binding["roleRef"]["name"] == "extension-apiserver-authentication-reader"
 
 
+def test_a_history_table_mounts_its_catalog_secret_and_reaches_the_operator(helm_offline: Helm) -> None:
+    values = {"history": {"table": "floe_history.runs", "catalogSecret": "history-catalog"}}
+    deployment = next(d for d in helm_offline.render("ops", values) if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert "--history-table=floe_history.runs" in container["args"]
+    assert "--history-catalog-config=/etc/floe/history/catalog.yaml" in container["args"]
+    assert {"name": "history-catalog", "mountPath": "/etc/floe/history", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "history-catalog"]
+    assert volume["secret"] == {
+        "secretName": "history-catalog",
+        "items": [{"key": "catalog.yaml", "path": "catalog.yaml"}],
+    }
+    defaults = next(d for d in helm_offline.render("ops", {}) if d["kind"] == "Deployment")
+    assert not [a for a in defaults["spec"]["template"]["spec"]["containers"][0]["args"] if "history" in a]
+
+
+def test_the_web_ui_is_reached_by_port_forward_and_only_the_peers_allowed(helm_offline: Helm) -> None:
+    """By default the operator serves its UI on a named port the Service leaves out and the
+    NetworkPolicy admits nobody to; `ui.allowFrom` admits its peers; off, nothing of it renders."""
+
+    def rendered(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        docs = helm_offline.render("ops", values)
+        deployment = next(d for d in docs if d["kind"] == "Deployment")
+        service = next(d for d in docs if d["kind"] == "Service")
+        policy = next(
+            d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "floe-operator"
+        )
+        return deployment["spec"]["template"]["spec"]["containers"][0], service, policy
+
+    container, service, policy = rendered({})
+    assert "--ui-port=8080" in container["args"]
+    assert {"name": "ui", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
+    assert "ui" not in {p["name"] for p in service["spec"]["ports"]}
+    assert all(p["port"] != "ui" for rule in policy["spec"]["ingress"] for p in rule["ports"])
+    ingress = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress"}}}
+    container, _, policy = rendered({"ui": {"port": 9090, "allowFrom": [ingress]}})
+    assert "--ui-port=9090" in container["args"]
+    (ui_rule,) = [r for r in policy["spec"]["ingress"] if r["ports"] == [{"port": "ui", "protocol": "TCP"}]]
+    assert ui_rule["from"] == [ingress]
+    container, _, policy = rendered({"ui": {"enabled": False, "allowFrom": [ingress]}})
+    assert "--ui-port=0" in container["args"]
+    assert "ui" not in {p["name"] for p in container["ports"]}
+    assert all(p["port"] != "ui" for rule in policy["spec"]["ingress"] for p in rule["ports"])
+
+
 def _names(docs: list[dict[str, Any]], kind: str) -> list[tuple[str, str]]:
     """(namespace, name) of the rendered objects of ``kind``, sorted."""
     return sorted(
@@ -386,6 +446,7 @@ def test_deployment_is_locked_down(helm_offline: Helm) -> None:
         "--refresh-interval=10",
         "--driver-service-account=floe-driver",
         "--namespace=a",
+        "--ui-port=8080",
     ]
     mount = {"name": "registration-token", "mountPath": "/etc/floe/registration-token", "readOnly": True}
     assert mount in container["volumeMounts"]
@@ -443,6 +504,7 @@ def crds(k8s: K8sCluster) -> None:
             "replicaCount": 2,
             "rbac": {"discovery": False},
             "externalMetrics": {"enabled": True},
+            "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "floe"}},
         },
     ],
     ids=["defaults", "namespaced", "options"],

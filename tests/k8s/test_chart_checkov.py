@@ -36,6 +36,7 @@ RENDERINGS: dict[str, dict[str, Any]] = {
         "defaultGroup": {"enabled": True, "namespace": "team-a"},
         "serviceMonitor": {"enabled": True},
         "externalMetrics": {"enabled": True},
+        "grafanaDashboard": {"enabled": True},
         "networkPolicy": {
             "enabled": True,
             "extraIngress": [

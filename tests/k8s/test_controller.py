@@ -10,9 +10,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import threading
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,17 +29,22 @@ from pki import Pki, get_json
 from prometheus_client import generate_latest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
+from run_records import MINOR
 from test_autoscale import partitioned_small_files
 from test_correctness import build_table
 
+from floe.api.status import WaitingStatus
+from floe.api.table import CatalogRef
 from floe.controller import kube as kube_module
-from floe.controller.config import OperatorConfig
+from floe.controller.config import HistoryTableConfig, OperatorConfig
 from floe.controller.controller import Controller
 from floe.controller.external_metrics import ExternalMetricsConfig
 from floe.controller.main import run_kopf
 from floe.controller.objects import PROPERTIES_KEY, REGISTRATION_KEY, REGISTRATION_SECRET, TEMPLATE_KEY
 from floe.local.reference_reader import ReferenceReader
 from floe.protocol.client import TOKEN_FILE_ENV
+from floe.tables.catalog import load_table, open_catalog
+from floe.tables.run_history_table import read_runs
 from floe_optimizer.app import Optimizer
 
 from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster
@@ -99,7 +107,22 @@ def controller(
     saved = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(k8s.kubeconfig)
     kube_module.load_config()
+    history = tmp_path_factory.mktemp("history")
     config = OperatorConfig(
+        # Every run also goes to a run history table, in a SQLite catalog of its own.
+        history=HistoryTableConfig(
+            HISTORY_TABLE,
+            CatalogRef.model_validate(
+                {
+                    "name": "history",
+                    "properties": {
+                        "type": "sql",
+                        "uri": f"sqlite:///{history / 'catalog.db'}",
+                        "warehouse": (history / "warehouse").as_uri(),
+                    },
+                }
+            ),
+        ),
         namespaces=[namespace, bare_namespace],
         service_port=0,
         service_url="http://floe-operator.floe-system.svc:7070",
@@ -110,6 +133,7 @@ def controller(
         # The status test waits for every job's first run, not for a spread over the hour.
         spread_first_maintenance=False,
         external_metrics=ExternalMetricsConfig(0, serving),
+        ui_port=_free_port(),
     )
     ctrl = Controller(config, kube_module.Kube())
     ctrl.start()
@@ -126,6 +150,17 @@ def controller(
         os.environ.pop("KUBECONFIG", None)
     else:
         os.environ["KUBECONFIG"] = saved
+
+
+HISTORY_TABLE = "floe_history.runs"
+WAITING_REASONS = set(re.findall(r"[A-Z][A-Za-z]+", WaitingStatus.model_fields["reason"].description or ""))
+"""Every reason the status schema documents for what a table waits for."""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _apply(k8s: K8sCluster, manifest: dict[str, Any]) -> None:
@@ -350,6 +385,16 @@ def test_spark_creates_executor_pods_and_follows_scaling(
         )
         conditions = {c["type"]: c for c in _status(k8s, "og", "beta", namespace)["conditions"]}
         assert conditions["Ready"]["status"] == "True"
+        # Two executors held: their cores count, against a static group at the same count.
+        k8s.wait_for(
+            "held executor core-seconds in status",
+            lambda: (
+                (_status(k8s, "og", "beta", namespace).get("executorCoreSeconds") or {}).get("held", 0) > 0
+            ),
+            timeout=60,
+        )
+        held = _status(k8s, "og", "beta", namespace)["executorCoreSeconds"]
+        assert 0 < held["held"] <= held["static"]
         # The driver registered with the token from the namespace's registration Secret.
         k8s.wait_for(
             "the driver's optimizer registered",
@@ -541,10 +586,38 @@ def test_table_status_after_optimizing_keeps_secrets_out(
     assert committed, runs
     assert all(r["snapshotId"] and r["executorSeconds"] > 0 and r["bytesOut"] > 0 for r in committed)
     assert {r["kind"] for r in runs} & jobs or len(committed) == len(runs)
+    # Its health (its files as the last evaluation found them) and what it waits for now.
+    assert 0 <= status["health"]["score"] <= 100 and set(status["health"]) == {
+        "score",
+        "smallFiles",
+        "equalityDeletes",
+        "positionDeletes",
+    }
+    # Whatever it waits for now (the optimizer is gone: NoExecutors, if another round is due), in words.
+    assert status["waiting"]["reason"] in WAITING_REASONS and status["waiting"]["message"], status
+    wide = k8s.kubectl("get", "ot", "orders", "-n", namespace, "-o", "wide").stdout
+    assert "HEALTH" in wide.splitlines()[0] and "WAITING" in wide.splitlines()[0]
+    assert str(status["health"]["score"]) in wide.splitlines()[1]
+    # The same runs in the run history table, once the sink appended them.
+    assert controller.history is not None and controller.history.flush()
+    stored = read_runs(
+        load_table(open_catalog(controller.config.history.catalog), HISTORY_TABLE),  # type: ignore[union-attr]
+        f"{namespace}/orders",
+        None,
+    )
+    assert {r["runId"] for r in committed} <= {r.run_id for r in stored}
     reasons = {e["reason"] for e in _events(k8s, namespace, "orders")}
     assert {"OptimizingStarted", "Committed"} <= reasons
     everything = k8s.kubectl("get", "ot,og,events", "-n", namespace, "-o", "yaml").stdout
     assert SECRET_VALUE not in everything
+    # The web UI shows the table, its group and its committed runs, and no credential.
+    assert controller.ui_server is not None
+    for path in ("/", "/tables", "/queue", f"/tables/{namespace}/orders"):
+        with urllib.request.urlopen(controller.ui_server.url + path, timeout=30) as page:
+            html = page.read().decode()
+        assert SECRET_VALUE not in html and f"{namespace}/local" in html, path
+    assert "<td>committed</td>" in html  # a run of the table's last runs
+    assert '<circle class="point"' in html
     template = _get(k8s, "configmap", "floe-local-spark", "-n", namespace)["data"][TEMPLATE_KEY]
     assert "secretName: catalog" in template
     driver = _get(k8s, "pod", "floe-local-driver", "-n", namespace)
@@ -559,6 +632,42 @@ def test_table_status_after_optimizing_keeps_secrets_out(
     assert _get(k8s, "ot", "orders", "-n", namespace)["metadata"].get("finalizers")
     k8s.kubectl("delete", "ot", "orders", "-n", namespace, "--timeout=60s")
     assert f"{namespace}/orders" not in controller.engine.runtimes
+
+
+def test_a_history_table_that_cannot_be_written_shows_on_the_groups_and_holds_nothing_back(
+    k8s: K8sCluster, namespace: str, controller: Controller
+) -> None:
+    """The history table's data directory turns into a file: appends fail, the runs wait, each
+    group's HistoryWritten condition turns False with why, a HistoryNotWritten Event says it once,
+    and both clear when the table takes the runs again."""
+    sink, config = controller.history, controller.config.history
+    assert sink is not None and config is not None
+    _apply(k8s, _group("hist", namespace, executors=0))
+    sink.put(MINOR.model_copy(update={"table": f"{namespace}/hist-probe"}))
+    assert sink.flush()  # the first append creates the table
+    table = load_table(open_catalog(config.catalog), HISTORY_TABLE)
+    data = Path(table.metadata.location.removeprefix("file://")) / "data"
+    moved = data.with_name("data-moved")
+    data.rename(moved)
+    data.write_text("not a directory")
+    try:
+        sink.put(MINOR.model_copy(update={"table": f"{namespace}/hist-probe", "run_id": "probe-2"}))
+        assert not sink.flush()
+
+        def history_condition() -> dict[str, Any]:
+            conditions = _status(k8s, "og", "hist", namespace).get("conditions") or []
+            return next((c for c in conditions if c["type"] == "HistoryWritten"), {})
+
+        k8s.wait_for("HistoryWritten False", lambda: history_condition().get("status") == "False", timeout=60)
+        assert "the run history table could not be written (1 runs wait)" in history_condition()["message"]
+        warnings = [e for e in _events(k8s, namespace, "hist") if e["reason"] == "HistoryNotWritten"]
+        assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
+    finally:
+        data.unlink()
+        moved.rename(data)
+    assert sink.flush()
+    k8s.wait_for("HistoryWritten True", lambda: history_condition().get("status") == "True", timeout=60)
+    assert "probe-2" in {r.run_id for r in read_runs(table.refresh(), f"{namespace}/hist-probe", None)}
 
 
 def test_deleting_a_group_garbage_collects_its_objects(

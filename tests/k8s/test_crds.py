@@ -18,7 +18,7 @@ from floe.api.crd import KIND_SPECS
 from floe.api.group import OptimizerGroup, OptimizerGroupStatus
 from floe.api.meta import SPARK_MIN_EXECUTOR_MEMORY
 from floe.api.models import OptimizedTable
-from floe.api.status import OptimizedTableStatus
+from floe.api.status import HealthStatus, OptimizedTableStatus, WaitingStatus
 from floe.api.table import OptimizedTableTemplate
 from floe.api.table_set import OptimizedTableSet
 from floe.api.units import parse_duration, parse_quantity
@@ -578,17 +578,21 @@ def test_table_printer_columns(crds: K8sCluster, namespace: str) -> None:
         last_minor_optimizing=two_days_ago,
         last_full_optimizing="2020-01-01T00:00:00Z",
         effective_spec=OptimizedTableTemplate.model_validate({"quota": 2.0}),
+        health=HealthStatus(score=71, small_files=0.5, equality_deletes=0.2, position_deletes=0.05),
+        waiting=WaitingStatus(reason="Optimizing", message="minor optimizing (process p1)"),
     )
     patch_status(
         crds, "ot", "orders", namespace, status.model_dump(mode="json", by_alias=True, exclude_none=True)
     )
     header, row = columns(crds.kubectl("get", "ot", "orders", "-n", namespace).stdout)
     assert header == [
-        "NAME", "GROUP", "TABLE", "STATE", "QUOTA", "OCCUPATION", "DATA FILES", "DELETE FILES",
+        "NAME", "GROUP", "TABLE", "STATE", "QUOTA", "OCCUPATION", "HEALTH", "DATA FILES", "DELETE FILES",
         "LAST OPTIMIZED", "AGE",
     ]  # fmt: skip
-    assert row[:8] == ["orders", "etl", "db.orders", "MINOR_OPTIMIZING", "2", "0.75", "120", "7"]
-    assert re.fullmatch(r"2d|47h|48h", row[8]), row  # relative to now, as kubectl prints dates
+    assert row[:9] == ["orders", "etl", "db.orders", "MINOR_OPTIMIZING", "2", "0.75", "71", "120", "7"]
+    assert re.fullmatch(r"2d|47h|48h", row[9]), row  # relative to now, as kubectl prints dates
+    header, row = columns(crds.kubectl("get", "ot", "orders", "-n", namespace, "-o", "wide").stdout)
+    assert "WAITING" in header and row[header.index("WAITING")] == "Optimizing"
     stored = OptimizedTable.model_validate(get(crds, "ot", "orders", namespace))
     assert stored.status is not None and stored.status.last_optimized == two_days_ago
 

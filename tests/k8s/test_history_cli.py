@@ -1,5 +1,6 @@
-"""``floe history`` against a real kube-apiserver: it prints the runs an OptimizedTable's status
-records, with their totals, and names a table that does not exist."""
+"""``floe history`` and ``floe explain`` against a real kube-apiserver: they print what an
+OptimizedTable's status records (the runs with their totals; what the table waits for, its health,
+its settings and where each came from), and name a table that does not exist."""
 
 from __future__ import annotations
 
@@ -61,3 +62,46 @@ def test_floe_history_of_an_unknown_table_exits_2_naming_it(
     assert main(["history", "no-such-table", "-n", namespace]) == 2
     err = capsys.readouterr().err
     assert "no OptimizedTable 'no-such-table'" in err and namespace in err
+
+
+def test_floe_explain_prints_the_wait_health_and_settings_in_status(
+    crds: K8sCluster, namespace: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert apply(crds, table("orders"), namespace).returncode == 0
+    patch_status(
+        crds,
+        "ot",
+        "orders",
+        namespace,
+        {
+            "state": "PENDING",
+            "waiting": {
+                "reason": "Queued",
+                "message": "minor due in 3 partitions; 2nd of 7 tables waiting in group 'local'",
+                "queuePosition": 2,
+                "queueLength": 7,
+            },
+            "health": {"score": 62, "smallFiles": 0.7, "equalityDeletes": 0.25, "positionDeletes": 0.0},
+            "effectiveSpec": {"minor": {"triggerFileCount": 6}, "quota": 0.5},
+            "specSources": {"minor.triggerFileCount": "OptimizerGroup/local"},
+        },
+    )
+    monkeypatch.setenv("KUBECONFIG", str(crds.kubeconfig))
+    assert main(["explain", "orders", "-n", namespace]) == 0
+    out = capsys.readouterr().out
+    assert "PENDING" in out
+    assert "Queued: minor due in 3 partitions; 2nd of 7 tables waiting in group 'local'" in out
+    assert "62/100" in out and "small files 0.70 x 40" in out
+    [line] = [x for x in out.splitlines() if "minor.triggerFileCount" in x]
+    assert "6" in line and "OptimizerGroup/local" in line
+    [line] = [x for x in out.splitlines() if x.strip().startswith("quota ")]
+    assert "0.5" in line and "floe's default" in line
+    assert "pass --catalog-config to read each partition's triggers" in out
+
+
+def test_floe_explain_of_an_unknown_table_exits_2_naming_it(
+    crds: K8sCluster, namespace: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(crds.kubeconfig))
+    assert main(["explain", "no-such-table", "-n", namespace]) == 2
+    assert f"no OptimizedTable 'no-such-table' in namespace {namespace!r}" in capsys.readouterr().err

@@ -121,6 +121,8 @@ KIND_SPECS: tuple[KindSpec, ...] = (
                 "CPU share in threads (<= 1: fraction of the group), its own or inherited",
             ),
             Column("Occupation", "number", ".status.quotaOccupation", "quota used over the last hour"),
+            Column("Health", "integer", ".status.health.score", "health score, 0 to 100"),
+            Column("Waiting", "string", ".status.waiting.reason", "what the table waits for", priority=1),
             Column("Data Files", "integer", ".status.dataFiles", "live data files"),
             Column("Delete Files", "integer", ".status.deleteFiles", "live delete files"),
             Column("Last Optimized", "date", ".status.lastOptimized", "end of the latest optimizing"),

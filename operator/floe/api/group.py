@@ -224,6 +224,17 @@ class OptimizerGroupSpec(WireModel):
         return 1 if self.executors is None else self.executors
 
 
+class ExecutorCoreSeconds(WireModel):
+    """What a group's executors cost since its first status (kept across operator restarts)."""
+
+    held: int = Field(default=0, ge=0, description="core-seconds of its ready executor pods")
+    static: int = Field(
+        default=0,
+        ge=0,
+        description="core-seconds a group fixed at its peak (maxExecutors when autoscaled) would have held",
+    )
+
+
 class OptimizerGroupStatus(WireModel):
     """Executors and work of a group."""
 
@@ -241,6 +252,11 @@ class OptimizerGroupStatus(WireModel):
     tables: int = Field(default=0, description="OptimizedTables served by the group")
     running_tasks: int = Field(default=0, description="tasks scheduled or running now")
     pending_tasks: int = Field(default=0, description="tasks planned and waiting for a thread")
+    executor_core_seconds: ExecutorCoreSeconds | None = Field(
+        default=None,
+        description="core-seconds the group's ready executors held, and what a group fixed at its peak "
+        "would have held meanwhile",
+    )
     selector: str = Field(
         default="",
         max_length=MAX_MESSAGE_LENGTH,

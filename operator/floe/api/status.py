@@ -52,6 +52,39 @@ class MaintenanceJobStatus(WireModel):
     )
 
 
+class WaitingStatus(WireModel):
+    """What the table waits for, in words (`floe explain` tells more)."""
+
+    reason: str = Field(
+        max_length=MAX_REASON_LENGTH,
+        description="NothingDue, Queued, OverQuota, ExecutorsBusy, NoExecutors, WaitingForScaleUp, "
+        "MinPlanInterval, MaintenanceRunning, GroupMissing, Planning, Optimizing, CommitRetrying, "
+        "Refused, CatalogUnavailable, TableUnavailable or Disabled",
+    )
+    message: Message = Field(default="", description="the wait in words")
+    queue_position: int | None = Field(
+        default=None, ge=1, description="1 for the next table its group plans; unset outside the queue"
+    )
+    queue_length: int | None = Field(default=None, ge=0, description="tables waiting in its group's queue")
+
+
+class HealthStatus(WireModel):
+    """The table's health score (0 to 100) and what took points off it, each 0 (none) to 1."""
+
+    score: int = Field(
+        ge=0, le=100, description="100 - 40 x smallFiles - 40 x equalityDeletes - 20 x positionDeletes"
+    )
+    small_files: float = Field(
+        ge=0, le=1, description="how small the average data file is against the target"
+    )
+    equality_deletes: float = Field(
+        ge=0, le=1, description="equality-deleted rows over data rows, against the duplicate ratio"
+    )
+    position_deletes: float = Field(
+        ge=0, le=1, description="position-deleted rows over data rows, against the duplicate ratio"
+    )
+
+
 SettingPath = Annotated[str, StringConstraints(max_length=MAX_LABEL_LENGTH)]
 """A setting by its camelCase path: ``minor.triggerFileCount``."""
 SettingSource = Annotated[str, StringConstraints(max_length=MAX_SUBDOMAIN_LENGTH + 32)]
@@ -110,6 +143,11 @@ class OptimizedTableStatus(WireModel):
         default_factory=dict,
         max_length=MAX_CONDITIONS,
         description="by job (expire, orphans, manifests, dangling-deletes, retention): last run and next due",
+    )
+    waiting: WaitingStatus | None = Field(default=None, description="what the table waits for now")
+    health: HealthStatus | None = Field(
+        default=None,
+        description="how far the table's files are from optimized (100: as optimizing leaves them)",
     )
     history: list[RunRecord] = Field(
         default_factory=list,

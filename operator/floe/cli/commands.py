@@ -19,6 +19,7 @@ from floe.api.manifests import ManifestError
 from floe.api.table_properties import InvalidTableProperty
 from floe.cli.console import REDACT, console
 from floe.cli.errors import ClusterUnreachable, UnknownTable, UsageError
+from floe.cli.explain import add_explain_parser
 from floe.cli.history import add_history_parser, table_identifier
 from floe.commit.request import CommitAbandoned, CommitConflict, CommitPending
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
@@ -217,6 +218,7 @@ def _run(args: argparse.Namespace) -> int:
         refresh_interval_s=args.refresh_interval,
         timeout_s=args.timeout,
         history_table=args.history_table,
+        ui_port=args.ui_port,
     )
 
 
@@ -228,7 +230,7 @@ def _operator(args: argparse.Namespace) -> int:
 
 def operator_config(args: argparse.Namespace) -> OperatorConfig:
     """The operator's configuration from ``floe operator`` arguments (and the environment)."""
-    from floe.controller.config import OperatorConfig, operator_namespaces
+    from floe.controller.config import HistoryTableConfig, OperatorConfig, operator_namespaces
     from floe.controller.external_metrics import ExternalMetricsConfig
     from floe.protocol.client import read_token_file
 
@@ -238,7 +240,15 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
             token = read_token_file(Path(args.registration_token_file))
         except (OSError, ValueError) as exc:
             raise UsageError(f"--registration-token-file: {exc}") from exc
+    history = None
+    if args.history_table or args.history_catalog_config:
+        if not (args.history_table and args.history_catalog_config):
+            raise UsageError("--history-table and --history-catalog-config go together")
+        catalog = catalog_ref_from_file(Path(args.history_catalog_config))
+        REDACT.add(catalog.properties, catalog.secret_properties)
+        history = HistoryTableConfig(args.history_table, catalog)
     return OperatorConfig(
+        history=history,
         namespaces=operator_namespaces(args.namespace),
         service_port=args.service_port,
         standalone=args.standalone,
@@ -249,6 +259,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         refresh_interval_s=args.refresh_interval,
         liveness_endpoint=args.liveness,
         driver_service_account=args.driver_service_account,
+        ui_port=args.ui_port,
         external_metrics=(
             ExternalMetricsConfig(args.external_metrics_port, Path(args.external_metrics_cert_dir))
             if args.external_metrics_port
@@ -378,6 +389,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also append every optimizing and maintenance run to this Iceberg table of the "
         "--catalog-config catalog (created if missing), for `floe history` and any engine",
     )
+    run.add_argument(
+        "--ui-port",
+        type=_port_or_off,
+        default=0,
+        metavar="PORT",
+        help="serve the read-only web UI on 127.0.0.1:PORT (default 0: not served)",
+    )
     run.set_defaults(handler=_run)
 
     op = sub.add_parser("operator", help="the Kubernetes operator: kopf handlers, task service, engine")
@@ -447,14 +465,36 @@ def build_parser() -> argparse.ArgumentParser:
         "HorizontalPodAutoscalers (default 0: not served)",
     )
     op.add_argument(
+        "--ui-port",
+        type=_port_or_off,
+        default=8080,
+        metavar="PORT",
+        help="serve the read-only web UI on this port, for `kubectl port-forward` (default 8080; 0: "
+        "not served)",
+    )
+    op.add_argument(
         "--external-metrics-cert-dir",
         default="/etc/floe/external-metrics",
         metavar="DIR",
         help="the serving certificate of the external metrics API: tls.crt and tls.key in DIR "
         "(default /etc/floe/external-metrics)",
     )
+    op.add_argument(
+        "--history-table",
+        type=table_identifier,
+        metavar="NAMESPACE.TABLE",
+        help="also append every optimizing and maintenance run to this Iceberg table of the "
+        "--history-catalog-config catalog (created if missing), for `floe history` and any engine",
+    )
+    op.add_argument(
+        "--history-catalog-config",
+        metavar="FILE",
+        help="with --history-table: YAML file of the catalog the history table is in (the chart "
+        "mounts it from history.catalogSecret)",
+    )
     op.set_defaults(handler=_operator)
     add_history_parser(sub)
+    add_explain_parser(sub)
     return parser
 
 

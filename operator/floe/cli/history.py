@@ -62,6 +62,15 @@ def add_history_parser(sub: argparse._SubParsersAction[Any]) -> None:
 def _history(args: argparse.Namespace) -> int:
     if args.history_table:
         return _history_from_table(args)
+    namespace, resource = read_optimized_table(args.table, args.namespace)
+    runs = status_runs(resource.get("status") or {})
+    console(stderr=False).print(history_table(f"{namespace}/{args.table}", runs))
+    return 0
+
+
+def read_optimized_table(name: str, namespace: str | None) -> tuple[str, dict[str, Any]]:
+    """The OptimizedTable `name` in `namespace` (default: the kubeconfig context's) from the
+    cluster, with its namespace. Raises `ClusterUnreachable` or `UnknownTable`."""
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
     from urllib3.exceptions import HTTPError
@@ -71,15 +80,13 @@ def _history(args: argparse.Namespace) -> int:
 
     try:
         load_config()
-        namespace = args.namespace or _context_namespace()
-        resource = Kube().get_custom(TABLE_PLURAL, args.table, namespace)
+        namespace = namespace or context_namespace()
+        resource = Kube().get_custom(TABLE_PLURAL, name, namespace)
     except (ConfigException, ApiException, HTTPError, OSError) as exc:
-        raise ClusterUnreachable(f"cannot read OptimizedTable {args.table!r}: {exc}") from exc
+        raise ClusterUnreachable(f"cannot read OptimizedTable {name!r}: {exc}") from exc
     if resource is None:
-        raise UnknownTable(f"no OptimizedTable {args.table!r} in namespace {namespace!r}")
-    runs = status_runs(resource.get("status") or {})
-    console(stderr=False).print(history_table(f"{namespace}/{args.table}", runs))
-    return 0
+        raise UnknownTable(f"no OptimizedTable {name!r} in namespace {namespace!r}")
+    return namespace, dict(resource)
 
 
 def _history_from_table(args: argparse.Namespace) -> int:
@@ -103,7 +110,7 @@ def _history_from_table(args: argparse.Namespace) -> int:
     return 0
 
 
-def _context_namespace() -> str:
+def context_namespace() -> str:
     """The namespace of the kubeconfig's current context, else ``default`` (as kubectl does)."""
     from kubernetes import config
 

@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from floe.api.table import CatalogRef
 from floe.controller.external_metrics import ExternalMetricsConfig
 from floe.controller.leader import CHECK_INTERVAL_S, random_priority
 from floe.controller.objects import DRIVER_SERVICE_ACCOUNT
@@ -17,6 +18,14 @@ log = logging.getLogger(__name__)
 
 DEFAULT_IMAGE = "ghcr.io/floe-dev/floe-optimizer:0.1.0"
 PEERING_NAME = "floe"
+
+
+@dataclass(frozen=True)
+class HistoryTableConfig:
+    """The Iceberg table every run is appended to (`floe.tables.run_history_table`), and its catalog."""
+
+    table: str
+    catalog: CatalogRef
 
 
 @dataclass
@@ -58,8 +67,13 @@ class OperatorConfig:
     """Where kopf serves the liveness probe (e.g. ``http://0.0.0.0:8081/healthz``); None: nowhere."""
     engine_stall_s: float = 600.0
     """The liveness probe fails once the engine loop has not come round for this long."""
+    ui_port: int = 0
+    """Where the read-only web UI listens (`floe.ui`); 0: not served (``floe operator`` serves it
+    on 8080 unless told otherwise)."""
     external_metrics: ExternalMetricsConfig | None = None
     """Serve ``external.metrics.k8s.io`` (each group's demand, for HPAs) here; None: not at all."""
+    history: HistoryTableConfig | None = None
+    """Append every run to this table too; None: runs are kept in status only."""
 
     def __post_init__(self) -> None:
         namespace = os.environ.get("POD_NAMESPACE", "default")

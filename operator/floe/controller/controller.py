@@ -20,7 +20,7 @@ from floe.api.group import OptimizerGroupSpec
 from floe.api.inheritance import InheritedSettingsInvalid, effective_spec
 from floe.api.models import API_VERSION, TABLE_SET_PLURAL, OptimizedTable
 from floe.controller.catalog_secrets import CatalogSecretRefresher
-from floe.controller.config import OperatorConfig
+from floe.controller.config import HistoryTableConfig, OperatorConfig
 from floe.controller.events import ControllerEvents, InvolvedObject
 from floe.controller.external_metrics import (
     AUTHENTICATION_CONFIG_MAP,
@@ -40,8 +40,13 @@ from floe.controller.status import TableStatusFlusher, epoch, restore_history, r
 from floe.kit.background import BackgroundServer
 from floe.kit.redaction import Redactor
 from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.history_sink import RunHistorySink
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
+from floe.tables.catalog import open_catalog
+from floe.tables.run_history_table import open_history_table
+from floe.ui.model import UiSource
+from floe.ui.server import UiServer
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +58,26 @@ class Controller:
         self.config = config
         self.kube = kube
         self.service = TaskService(clock=time.time, registration_token=config.registration_token)
+        self.redact = Redactor()
+        self.history_problem: str | None = None
+        """Why the run history table (`OperatorConfig.history`) cannot be written now; None when
+        it can (the groups' ``HistoryWritten`` condition)."""
+        self.history = self._history_sink(config.history) if config.history is not None else None
+        self.history_warned: dict[str, str] = {}
+        """Per group, the history problem its last ``HistoryNotWritten`` Event told."""
         # Groups keyed by namespace/name: same-named groups in two namespaces stay apart.
         self.engine = OptimizingEngine(
             self.service,
             refresh_interval_s=config.refresh_interval_s,
             namespaced_groups=True,
             spread_first_maintenance=config.spread_first_maintenance,
+            history=self.history,
         )
         self.server = TaskServiceServer(self.service, host="0.0.0.0", port=config.service_port)
         self.metrics_server: BackgroundServer | None = None
         """The external metrics API, once serving (`OperatorConfig.external_metrics`)."""
-        self.redact = Redactor()
+        self.ui_server: BackgroundServer | None = None
+        """The web UI, once serving (`OperatorConfig.ui_port`)."""
         self.tables: dict[str, InvolvedObject] = {}
         self.resources: dict[str, OptimizedTable] = {}
         """Each table as applied, before its Secret's catalog properties are merged in."""
@@ -142,6 +156,8 @@ class Controller:
         self.server.start()
         if self.config.external_metrics is not None:
             self.metrics_server = self._serve_external_metrics(self.config.external_metrics)
+        if self.config.ui_port:
+            self.ui_server = self._serve_ui(self.config.ui_port)
         self._thread = threading.Thread(target=self._loop, name="floe-engine", daemon=True)
         self._thread.start()
         self._status_thread = threading.Thread(target=self._flush_loop, name="floe-status-flush", daemon=True)
@@ -160,10 +176,23 @@ class Controller:
                 thread.join(timeout=30)
         self.flusher.close()
         self.server.stop()
-        if self.metrics_server is not None:
-            self.metrics_server.stop()
+        for server in (self.metrics_server, self.ui_server):
+            if server is not None:
+                server.stop()
         self.engine.close()
+        if self.history is not None:
+            self.history.close()  # appends the runs left
         self.events.stop()
+
+    def _history_sink(self, config: HistoryTableConfig) -> RunHistorySink:
+        """The sink of every run into the history table; its problems show on the groups."""
+        catalog = config.catalog
+        self.redact.add(catalog.properties, catalog.secret_properties)
+
+        def on_problem(message: str | None) -> None:
+            self.history_problem = None if message is None else self.redact(message)
+
+        return RunHistorySink(lambda: open_history_table(open_catalog(catalog), config.table), on_problem)
 
     def _serve_external_metrics(self, config: ExternalMetricsConfig) -> BackgroundServer | None:
         """Start the external metrics API; None, with the reason logged, when it cannot be: the
@@ -183,6 +212,33 @@ class Controller:
             )
             return None
         return server
+
+    def _serve_ui(self, port: int) -> BackgroundServer | None:
+        """Start the web UI; None, with the reason logged, when it cannot be (a taken port): the
+        engine goes on without it."""
+        source = UiSource(
+            self.engine,
+            self.redact,
+            scaling=self.scaling.samples,
+            notice=self._ui_notice,
+            title=f"floe · {self.config.identity}",
+        )
+        server = UiServer(source, host="0.0.0.0", port=port)
+        try:
+            server.start()
+        except (OSError, RuntimeError) as exc:
+            log.error("not serving the web UI on port %d: %s", port, exc)
+            return None
+        return server
+
+    def _ui_notice(self) -> str:
+        """What every UI page says first: a follower's engine holds no current figures."""
+        if self.leadership.is_leader():
+            return ""
+        return (
+            f"This replica ({self.config.identity}) does not lead: its engine is idle and these "
+            "figures are not current. Port-forward to the leading replica."
+        )
 
     def group_demands(self, namespace: str) -> list[tuple[str, int]]:
         """Each OptimizerGroup of `namespace` the engine serves, with its demand in tasks."""

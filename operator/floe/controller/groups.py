@@ -302,7 +302,11 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
     now = controller.engine.clock()
     demand = controller.engine.group_demand(name, namespace)
     desired = _status_executors(controller, group.spec, ref, demand)
-    controller.scaling.record(service_group, ScaleFigures(desired, ready, demand))
+    held = status.get("executorCoreSeconds") or {}
+    controller.scaling.resume_time(service_group, float(held.get("held", 0)), float(held.get("static", 0)))
+    meter = controller.scaling.record(
+        service_group, ScaleFigures(desired, ready, demand), now, group.spec.executor_cores, _peak(group.spec)
+    )
     if scheduler is not None:
         woke = controller.scaling.first_task_after_waking(service_group, scheduler.first_start_since)
     else:
@@ -338,6 +342,8 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
         ),
         _degraded_condition(driver_phase, problem, refused),
     ]
+    if controller.history is not None:
+        conditions.append(_history_condition(controller, body, service_group))
     new = {
         "desiredExecutors": desired,
         "readyExecutors": ready,
@@ -347,6 +353,7 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
         "tables": tables,
         "runningTasks": running,
         "pendingTasks": pending,
+        "executorCoreSeconds": {"held": round(meter.held_s), "static": round(meter.static_s)},
         "conditions": with_transition_times(conditions, status.get("conditions"), controller.engine.clock),
     }
     last_scale = controller.scaling.last_scale(service_group)
@@ -378,6 +385,20 @@ def _ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
+def _history_condition(controller: Controller, body: kopf.Body, group: str) -> dict[str, str]:
+    """``HistoryWritten``: whether the run history table takes the runs (False with why while it
+    does not: the runs wait in memory, and no commit waits for them). A ``HistoryNotWritten``
+    Warning Event on each group says so once per problem."""
+    problem = controller.history_problem
+    if problem is None:
+        controller.history_warned.pop(group, None)
+        return condition("HistoryWritten", True, "Written", "runs are appended to the run history table")
+    if controller.history_warned.get(group) != problem:
+        controller.history_warned[group] = problem
+        post_event(controller.events, body, "Warning", reason="HistoryNotWritten", message=problem)
+    return condition("HistoryWritten", False, "HistoryNotWritten", problem)
+
+
 def _degraded_condition(driver_phase: str, problem: PodProblem | None, refused: str | None) -> dict[str, str]:
     if refused is not None:
         return condition("Degraded", True, "DriverServiceAccountMissing", refused)
@@ -396,3 +417,9 @@ def _ready_condition(driver_phase: str, ready: int, desired: int) -> dict[str, s
     if ready < desired:
         return condition("Ready", False, "ExecutorsNotReady", f"{ready} of {desired} executors ready")
     return condition("Ready", True, "ExecutorsReady", f"{ready} executors ready")
+
+
+def _peak(spec: OptimizerGroupSpec) -> int:
+    """The executors a static group would need for this group's peak: an autoscaled group's
+    ``maxExecutors``, a fixed group's count."""
+    return spec.autoscaling.max_executors if spec.autoscaling is not None else spec.initial_executors

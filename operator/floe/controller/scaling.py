@@ -27,6 +27,40 @@ class ScaleFigures:
     demand: int
 
 
+@dataclass
+class ExecutorTime:
+    """Executor core-seconds a group held (its ready executors' cores over time), and what a group
+    fixed at its peak (an autoscaled group's ``maxExecutors``, a fixed group's count) would have
+    held over the same time: what autoscaling saves."""
+
+    held_s: float = 0.0
+    static_s: float = 0.0
+    _at: float | None = None
+    _held_cores: int = 0
+    _static_cores: int = 0
+
+    def add(self, now_s: float, held_cores: int, static_cores: int) -> None:
+        """From `now_s` on the group holds `held_cores` cores, and a static one `static_cores`;
+        the time since the last call counts at the last call's figures."""
+        if self._at is not None and now_s > self._at:
+            elapsed = now_s - self._at
+            self.held_s += elapsed * self._held_cores
+            self.static_s += elapsed * self._static_cores
+        self._at, self._held_cores, self._static_cores = now_s, held_cores, static_cores
+
+
+@dataclass(frozen=True)
+class ScaleSample:
+    """A group's figures for the metrics."""
+
+    group: str
+    desired: int
+    ready: int
+    demand: int
+    held_core_s: float
+    static_core_s: float
+
+
 class GroupScaling:
     """Per group (namespace/name): its autoscaler, the count its driver follows (as its scale
     ConfigMap last said, or as floe last wrote it), when it woke from zero, its last figures."""
@@ -40,6 +74,7 @@ class GroupScaling:
         self._last_scale: dict[str, str] = {}
         self._woken_at: dict[str, float] = {}
         self._figures: dict[str, ScaleFigures] = {}
+        self._time: dict[str, ExecutorTime] = {}
 
     def note_followed(self, group: str, ref: GroupRef, executors: int) -> None:
         """The count the group's scale ConfigMap holds (read, or just written)."""
@@ -96,20 +131,42 @@ class GroupScaling:
             del self._woken_at[group]
             return started - woken_at
 
-    def record(self, group: str, figures: ScaleFigures) -> None:
-        """The group's figures for the metrics."""
+    def record(
+        self, group: str, figures: ScaleFigures, now_s: float, cores: int, static_executors: int
+    ) -> ExecutorTime:
+        """The group's figures for the metrics, and its executor time: `figures.ready` executors
+        of `cores` cores each from `now_s` on, against `static_executors` of a static group."""
         with self._lock:
             self._figures[group] = figures
+            meter = self._time.setdefault(group, ExecutorTime())
+            meter.add(now_s, figures.ready * cores, static_executors * cores)
+            return meter
+
+    def resume_time(self, group: str, held_s: float, static_s: float) -> None:
+        """Core-seconds a group's status kept from before a restart, counted on from here."""
+        with self._lock:
+            if group not in self._time:
+                self._time[group] = ExecutorTime(held_s, static_s)
 
     def forget(self, group: str) -> None:
         """The group was deleted."""
         with self._lock:
-            for state in (self._autoscalers, self._followed, self._last_scale, self._woken_at, self._figures):
+            states = (
+                self._autoscalers,
+                self._followed,
+                self._last_scale,
+                self._woken_at,
+                self._figures,
+                self._time,
+            )
+            for state in states:
                 state.pop(group, None)
 
-    def samples(self) -> Iterator[tuple[str, int, int, int]]:
-        """Per group: name, desired executors, ready executors, demand (for `ServiceMetrics`)."""
+    def samples(self) -> Iterator[ScaleSample]:
+        """Per group: its figures and executor core-seconds (for `ServiceMetrics`)."""
         with self._lock:
             figures = dict(self._figures)
+            held = {g: (t.held_s, t.static_s) for g, t in self._time.items()}
         for group, f in sorted(figures.items()):
-            yield group, f.desired, f.ready, f.demand
+            held_s, static_s = held.get(group, (0.0, 0.0))
+            yield ScaleSample(group, f.desired, f.ready, f.demand, held_s, static_s)

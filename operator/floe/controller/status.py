@@ -41,6 +41,8 @@ from floe.controller.secrets import CatalogProblem, CatalogProblems
 from floe.maintenance.job import MaintenanceJob
 from floe.optimizing.engine import OptimizingEngine
 from floe.optimizing.table_state import MaintenanceRun, TableRuntime, TableState
+from floe.optimizing.waiting import Waiting
+from floe.planning.health import TableHealth
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +120,11 @@ def table_status(
     redact: Callable[[str], str],
     problem: CatalogProblem | None = None,
     settings: Mapping[str, Any] | None = None,
+    waiting: Waiting | None = None,
 ) -> Status:
     """A table's status fields (camelCase), every free text redacted; `occupation`: of its quota
     over the last hour; `settings`: its ``effectiveSpec`` and ``specSources``
-    (`floe.controller.settings`)."""
+    (`floe.controller.settings`); `waiting`: what it waits for (`floe.optimizing.waiting`)."""
     state = runtime.state
     error = redact(runtime.last_error)
     return {
@@ -139,6 +142,8 @@ def table_status(
         "currentProcess": runtime.process_id,
         "maintenance": maintenance_status(runtime, redact),
         "history": history_status(runtime, redact),
+        "waiting": waiting_status(waiting, redact),
+        "health": health_status(runtime.health),
         **(settings or {}),
         "conditions": [
             condition("Optimizing", state in BUSY, state.value if state in BUSY else "Idle"),
@@ -152,6 +157,30 @@ def table_status(
             catalog_condition(runtime, problem, redact),
             maintenance_condition(runtime, redact),
         ],
+    }
+
+
+def waiting_status(waiting: Waiting | None, redact: Callable[[str], str]) -> Status | None:
+    """``waiting``: the reason, its words (redacted) and the table's place in its group's queue."""
+    if waiting is None:
+        return None
+    out: Status = {"reason": waiting.reason, "message": clip(redact(waiting.message))}
+    if waiting.queue_position is not None:
+        out["queuePosition"] = waiting.queue_position
+    if waiting.queue_length is not None:
+        out["queueLength"] = waiting.queue_length
+    return out
+
+
+def health_status(health: TableHealth | None) -> Status | None:
+    """``health``: the score and its factors, rounded so that a status is not rewritten for noise."""
+    if health is None:
+        return None
+    return {
+        "score": health.score,
+        "smallFiles": round(health.small_files, 2),
+        "equalityDeletes": round(health.equality_deletes, 2),
+        "positionDeletes": round(health.position_deletes, 2),
     }
 
 
@@ -172,6 +201,7 @@ def _status_inputs(
     problem: CatalogProblem | None,
     settings: Mapping[str, Any] | None,
     redactions: int | None,
+    waiting: Waiting | None,
 ) -> tuple[Any, ...]:
     """Everything `table_status` makes a table's status from, compared before computing it.
 
@@ -202,6 +232,8 @@ def _status_inputs(
         problem,
         settings,
         redactions,
+        waiting,
+        runtime.health,
     )
 
 
@@ -396,6 +428,7 @@ class TableStatusFlusher:
 
     def _flush(self, only: Collection[str] | None) -> int:
         occupations = self.engine.occupations()
+        waits = self.engine.waits()
         runtimes = dict(self.engine.runtimes)
         table_ids = set(runtimes) | set(self.problems.tables())
         redactions = len(self.redact) if isinstance(self.redact, Sized) else None
@@ -408,10 +441,11 @@ class TableStatusFlusher:
             inputs: tuple[Any, ...] | None = None
             if runtime is not None:
                 settings, occupation = self.settings.get(table_id), occupations.get(table_id, 0.0)
-                inputs = _status_inputs(runtime, occupation, problem, settings, redactions)
+                waiting = waits.get(table_id)
+                inputs = _status_inputs(runtime, occupation, problem, settings, redactions, waiting)
                 if self._inputs.get(table_id) == inputs:
                     continue
-                status = table_status(runtime, occupation, self.redact, problem, settings)
+                status = table_status(runtime, occupation, self.redact, problem, settings, waiting)
             elif problem is not None:
                 status = awaiting_status(problem)
             else:

@@ -37,6 +37,8 @@ from floe.service.task_service import TaskService
 from floe.tables.catalog import open_catalog
 from floe.tables.run_history_table import open_history_table
 from floe.tables.selection import TableSelector, claim_tables, list_table_identifiers, set_table_manifest
+from floe.ui.model import UiSource
+from floe.ui.server import UiServer
 from floe_optimizer.app import Optimizer
 from floe_optimizer.spark_runner import wait_for_idle_executors
 from floe_optimizer.spark_session import get_spark
@@ -54,6 +56,9 @@ class ManifestWatcher:
     problems: dict[str, str] = field(default_factory=dict)
     """Per OptimizedTableSet (namespace/name) whose catalog could not be listed: why. Its tables
     stay as last listed."""
+    sources: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    """Per table (namespace, name) of the last load: where each setting not left to floe's
+    default came from (`floe.api.inheritance.EffectiveSpec.sources`)."""
     _stamp: tuple[tuple[str, float], ...] = field(default=())
     _listed: dict[str, tuple[float, OptimizedTableSetSpec, list[str]]] = field(default_factory=dict)
     """Per OptimizedTableSet: when it was listed (monotonic), its spec then, what it selected."""
@@ -78,7 +83,8 @@ class ManifestWatcher:
         groups = [r for r in resources if isinstance(r, OptimizerGroup)]
         defaults = {(g.metadata.namespace, g.metadata.name): group_layer(g) for g in groups}
         own = [r for r in resources if isinstance(r, OptimizedTable)]
-        tables = [_resolved(self._with_catalog(r), None, defaults) for r in own]
+        self.sources = {}
+        tables = [self._resolved(self._with_catalog(r), None, defaults) for r in own]
         sets = [r for r in resources if isinstance(r, OptimizedTableSet)]
         self._listed = {k: v for k, v in self._listed.items() if k in {_key(s) for s in sets}}
         for table_set in sets:
@@ -89,8 +95,21 @@ class ManifestWatcher:
             template = set_layer(table_set.metadata.name, table_set.spec.template)
             for name, identifier in mine.items():
                 table = OptimizedTable.model_validate(set_table_manifest(table_set, name, identifier))
-                tables.append(_resolved(self._with_catalog(table), template, defaults))
+                tables.append(self._resolved(self._with_catalog(table), template, defaults))
         return groups, tables
+
+    def _resolved(
+        self,
+        table: OptimizedTable,
+        template: SettingsLayer | None,
+        defaults: Mapping[tuple[str, str], SettingsLayer | None],
+    ) -> OptimizedTable:
+        """`table` with the settings it inherits from its set's `template` and its group's
+        `defaults`; their sources noted in `sources`."""
+        group = defaults.get((table.metadata.namespace, table.spec.group))
+        resolved = effective_spec(table.spec, [template, group])
+        self.sources[(table.metadata.namespace, table.metadata.name)] = resolved.sources
+        return table.model_copy(update={"spec": resolved.spec})
 
     def _catalog_for(self, catalog: CatalogRef) -> CatalogRef:
         """`catalog`, or `--catalog-config`'s when it has no properties of its own."""
@@ -122,16 +141,6 @@ class ManifestWatcher:
         """`catalog`, its credentials now masked in whatever `floe run` prints."""
         self.redact.add(catalog.properties, catalog.secret_properties)
         return catalog
-
-
-def _resolved(
-    table: OptimizedTable,
-    template: SettingsLayer | None,
-    defaults: Mapping[tuple[str, str], SettingsLayer | None],
-) -> OptimizedTable:
-    """`table` with the settings it inherits from its set's `template` and its group's `defaults`."""
-    group = defaults.get((table.metadata.namespace, table.spec.group))
-    return table.model_copy(update={"spec": effective_spec(table.spec, [template, group]).spec})
 
 
 def _key(table_set: OptimizedTableSet) -> str:
@@ -205,11 +214,12 @@ def run_engine(
     refresh_interval_s: float = 10.0,
     timeout_s: float | None = None,
     history_table: str | None = None,
+    ui_port: int = 0,
 ) -> int:
     """Run until interrupted (or, with `once`, until settled). Returns the exit code. Every text
     printed passes through `redact`, which learns the credentials of every catalog the
     manifests name. With `history_table` (``namespace.table`` of `catalog`), every run that
-    ends is appended there too."""
+    ends is appended there too. With `ui_port`, the web UI is served on 127.0.0.1 there."""
 
     def warn(subject: str, text: str) -> None:
         console.print(f"[yellow]{escape(redact(subject))}[/yellow]: {escape(redact(text))}", highlight=False)
@@ -232,6 +242,10 @@ def run_engine(
     engine.subscribe(lambda e: events.append(e))
     server = TaskServiceServer(service)
     server.start()
+    ui = UiServer(UiSource(engine, redact, title="floe run"), port=ui_port) if ui_port else None
+    if ui is not None:
+        ui.start()
+        console.print(f"web UI: {ui.url}", highlight=False)
     spark = get_spark(master=f"local[{cores}]")
     reinstall()  # SparkContext took SIGINT
     optimizers: dict[str, Optimizer] = {}
@@ -264,6 +278,8 @@ def run_engine(
         for optimizer in optimizers.values():
             optimizer.stop(grace_s=0 if interrupted else 30)
         server.stop()
+        if ui is not None:
+            ui.stop()
         if interrupted is not None:
             wait_for_idle_executors(spark)
             processes, removed = engine.abandon_in_flight()

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from floe.api.group import OptimizerGroup
+from floe.api.history import RunRecord
 from floe.api.models import OptimizedTable
 from floe.api.table import OptimizedTableSpec
 from floe.maintenance.job import MaintenanceJob
@@ -40,7 +41,8 @@ from floe.optimizing.processes import ProcessRunner
 from floe.optimizing.refresher import TableRefresher
 from floe.optimizing.registry import DEFAULT_NAMESPACE, EngineEvent, TableRegistry
 from floe.optimizing.table_state import TableRuntime, TableState
-from floe.optimizing.views import TableView
+from floe.optimizing.views import TableDetail, TableView
+from floe.optimizing.waiting import Waiting
 from floe.optimizing.wakeups import next_visit_s
 from floe.service.task_service import RefusedResult, TaskService
 
@@ -124,6 +126,11 @@ class OptimizingEngine:
     def subscribe(self, listener: Callable[[EngineEvent], None]) -> None:
         """Receive every EngineEvent."""
         self._registry.subscribe(listener)
+
+    def subscribe_runs(self, listener: Callable[[RunRecord], None]) -> None:
+        """Receive every optimizing or maintenance run that ends, as it is recorded (under the
+        engine's lock: `listener` must only take note)."""
+        self._registry.subscribe_runs(listener)
 
     def group_key(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
         """The group's name in the TaskService, which its optimizers register with."""
@@ -343,9 +350,21 @@ class OptimizingEngine:
         `views.group_demand`."""
         return views.group_demand(self._registry, self.group_key(name, namespace))
 
+    def group_demands(self) -> dict[str, int]:
+        """`group_demand` of every group, by `group_key`, in one pass over the tables."""
+        return views.group_demands(self._registry)
+
+    def table_detail(self, table_id: str) -> TableDetail | None:
+        """What the table's own page shows beyond its view (`views.table_detail`)."""
+        return views.table_detail(self._registry, table_id)
+
     def occupations(self) -> dict[str, float]:
         """Each table's quota occupation over the last hour (1.0 = its whole quota), by table id."""
         return views.occupations(self._registry)
+
+    def waits(self) -> dict[str, Waiting]:
+        """What each table waits for, by table id (`views.waits`)."""
+        return views.waits(self._registry)
 
     def table_views(self) -> list[TableView]:
         """Status of every table, ordered by id."""

@@ -16,6 +16,7 @@ from floe.optimizing.evaluation import Evaluation
 from floe.optimizing.registry import TableRegistry
 from floe.optimizing.table_state import INVALID_TABLE_PROPERTY, UNSUPPORTED, TableRuntime, TableState
 from floe.planning.files import TableFiles
+from floe.planning.health import table_health
 from floe.planning.planner import plan_optimizing
 from floe.rewrite.parquet_options import check_write_properties
 from floe.tables.catalog import CatalogConfigError, CatalogUnreachable, TableAccessError
@@ -137,6 +138,7 @@ class TableRefresher:
             self._registry.evaluations[runtime.table_id] = evaluation
             runtime.on_history(history)
             runtime.on_evaluated(scanned.files, plan, now, table.metadata_location)
+            runtime.health = table_health(scanned.files, config)
             runtime.on_settled(settled, table.metadata_location)
 
     def _refuse(

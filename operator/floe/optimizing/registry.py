@@ -67,11 +67,16 @@ class TableRegistry:
         self.marked_pending: set[str] = set()
         """Tables the engine last told their group's scheduler may be planned (`update_pending`)."""
         self._listeners: list[Callable[[EngineEvent], None]] = []
+        self._run_listeners: list[Callable[[RunRecord], None]] = []
         self._history = history
 
     def subscribe(self, listener: Callable[[EngineEvent], None]) -> None:
         """Receive every EngineEvent."""
         self._listeners.append(listener)
+
+    def subscribe_runs(self, listener: Callable[[RunRecord], None]) -> None:
+        """Receive every run that ends, under the lock: `listener` must only take note."""
+        self._run_listeners.append(listener)
 
     def emit(self, table_id: str, kind: str, reason: str, message: str) -> None:
         """Tell the listeners (call without the lock: a listener may post to Kubernetes)."""
@@ -108,6 +113,8 @@ class TableRegistry:
         runtime.runs.record(run)
         if self._history is not None:
             self._history.put(run)
+        for listener in self._run_listeners:
+            listener(run)
         if run.executor_seconds > 0:
             self.service.metrics.executor_seconds.labels(group, run.kind).inc(run.executor_seconds)
 

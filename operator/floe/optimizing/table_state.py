@@ -19,6 +19,7 @@ from floe.api.table import OptimizedTableSpec
 from floe.maintenance.job import MaintenanceJob, MaintenanceReport
 from floe.optimizing.maintenance_schedule import due_jobs, job_intervals, next_due_s, spread_first_runs
 from floe.planning.files import TableFiles
+from floe.planning.health import TableHealth
 from floe.planning.plan import OptimizingPlan, OptimizingType
 from floe.tables.history import OptimizingHistory
 
@@ -117,6 +118,8 @@ class TableRuntime:
     """When the engine first saw the table, if it spreads the first run of each job over the
     job's interval from then (`spread_first_runs`); None: a job that never ran is due at once."""
     runs: RunLog = field(default_factory=RunLog, repr=False, compare=False)
+    health: TableHealth | None = None
+    """The health of the files the last evaluation scanned (`floe.planning.health`)."""
     _maintenance_due_for: tuple[OptimizedTableSpec, str | None] | None = field(
         default=None, repr=False, compare=False
     )

@@ -4,11 +4,15 @@ executors. Read under the registry's lock, from the schedulers' figures."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from floe.api.history import RunRecord
 from floe.maintenance.job import MaintenanceJob
 from floe.optimizing.registry import TableRegistry
 from floe.optimizing.table_state import MaintenanceRun, TableState
+from floe.optimizing.waiting import GroupFacts, Waiting, why_waiting
+from floe.planning.health import TableHealth
 from floe.scheduling.autoscale import table_demand
 
 
@@ -33,6 +37,29 @@ class TableView:
     last_error: str
     maintenance: dict[MaintenanceJob, MaintenanceRun] = field(default_factory=dict)
     maintaining: MaintenanceJob | None = None
+    health: int | None = None
+    """The table's health score (`floe.planning.health`); None before its first evaluation."""
+    process_id: str | None = None
+    """The optimizing process in flight, if any."""
+    due_tasks: int = 0
+    """Tasks its would-be plan holds while it is PENDING or PLANNING (its demand before planning);
+    0 otherwise."""
+
+
+@dataclass(frozen=True)
+class TableDetail:
+    """What a table's own page shows beyond its `TableView`: its runs kept in memory (the last
+    `floe.api.history.STATUS_HISTORY`, oldest first), its health's factors and its clock."""
+
+    table_id: str
+    catalog: str
+    snapshot_id: int | None
+    runs: tuple[RunRecord, ...]
+    health: TableHealth | None
+    pending_since_s: float | None
+    last_refresh_s: float | None
+    last_plan_s: float | None
+    refusal: str
 
 
 def table_views(registry: TableRegistry) -> list[TableView]:
@@ -62,9 +89,32 @@ def table_views(registry: TableRegistry) -> list[TableView]:
                     last_error=r.last_error,
                     maintenance=dict(r.maintenance_runs),
                     maintaining=r.maintaining,
+                    health=r.health.score if r.health else None,
+                    process_id=r.process_id,
+                    due_tasks=r.due_tasks if r.state in (TableState.PENDING, TableState.PLANNING) else 0,
                 )
             )
         return views
+
+
+def table_detail(registry: TableRegistry, table_id: str) -> TableDetail | None:
+    """The table's `TableDetail`, read under the lock from its runtime alone; None for a table the
+    engine does not have."""
+    with registry.lock:
+        r = registry.runtimes.get(table_id)
+        if r is None:
+            return None
+        return TableDetail(
+            table_id=table_id,
+            catalog=r.spec.catalog.name,
+            snapshot_id=r.snapshot_id,
+            runs=tuple(r.runs),
+            health=r.health,
+            pending_since_s=r.pending_since_s,
+            last_refresh_s=r.last_refresh_s,
+            last_plan_s=r.last_plan_s,
+            refusal=r.refusal,
+        )
 
 
 def occupations(registry: TableRegistry) -> dict[str, float]:
@@ -77,6 +127,27 @@ def occupations(registry: TableRegistry) -> dict[str, float]:
             table_id: by_group.get(registry.table_group_key(r), {}).get(table_id, 0.0)
             for table_id, r in registry.runtimes.items()
         }
+
+
+def waits(registry: TableRegistry) -> dict[str, Waiting]:
+    """What each table waits for (`floe.optimizing.waiting`), by table id: each group's planning
+    queue is ordered once for all its tables."""
+    now = registry.clock()
+    with registry.lock:
+        queues = {key: registry.service.group(key).planning_queue(now) for key in registry.groups}
+        occupation = occupations(registry)
+        result = {}
+        for table_id, runtime in registry.runtimes.items():
+            key = registry.table_group_key(runtime)
+            group = registry.groups.get(key)
+            facts = GroupFacts(
+                name=runtime.group,
+                exists=group is not None,
+                autoscaled=group is not None and group.spec.autoscaling is not None,
+                queue=queues.get(key),
+            )
+            result[table_id] = why_waiting(runtime, facts, occupation.get(table_id, 0.0), now)
+        return result
 
 
 def stuck_tables(registry: TableRegistry) -> dict[str, str]:
@@ -108,23 +179,29 @@ def group_demand(registry: TableRegistry, key: str) -> int:
     """Tasks the group's tables want run now (`floe.scheduling.autoscale`): a table's running
     and queued tasks, or, pending or planning, those its would-be plan holds; each table's
     capped by its quota in the group at its largest. 0 for a group the engine does not know."""
+    return group_demands(registry, {key}).get(key, 0)
+
+
+def group_demands(registry: TableRegistry, keys: Collection[str] | None = None) -> dict[str, int]:
+    """`group_demand` of each group of `keys` (None: every group the engine knows), in one pass
+    over the tables."""
     with registry.lock:
-        group = registry.groups.get(key)
-        if group is None:
-            return 0
-        # Asked every few seconds of a group of thousands of tables: only the tables with a
+        groups = {key: group for key, group in registry.groups.items() if keys is None or key in keys}
+        # Asked every few seconds of groups of thousands of tables: only the tables with a
         # process are asked the scheduler's figures.
-        in_process = registry.service.group(key).process_tasks()
-        demand = 0
+        in_process = {key: registry.service.group(key).process_tasks() for key in groups}
+        demand = dict.fromkeys(groups, 0)
         for runtime in registry.runtimes.values():
-            if registry.table_group_key(runtime) != key:
+            key = registry.table_group_key(runtime)
+            group = groups.get(key)
+            if group is None:
                 continue
-            running_and_planned = in_process.get(runtime.table_id)
+            running_and_planned = in_process[key].get(runtime.table_id)
             if running_and_planned is not None:
                 tasks = sum(running_and_planned)
             elif runtime.state in (TableState.PENDING, TableState.PLANNING):
                 tasks = max(1, runtime.due_tasks)
             else:
                 tasks = 0
-            demand += table_demand(tasks, runtime.spec.quota, group.spec.max_threads)
+            demand[key] += table_demand(tasks, runtime.spec.quota, group.spec.max_threads)
         return demand

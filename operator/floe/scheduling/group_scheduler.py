@@ -25,7 +25,7 @@ argument. All public methods hold the group's `ChangeMonitor` lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from floe.api.group import SchedulingPolicy
 from floe.kit.monitor import ChangeMonitor
@@ -34,10 +34,11 @@ from floe.protocol.file_tasks import FileTaskResult, FileTaskSpec
 from floe.protocol.rewrite_task import RewriteTaskResult, RewriteTaskSpec
 from floe.scheduling.attempts import AttemptBook
 from floe.scheduling.occupation import QUOTA_WINDOW_S, TaskTimeLedger, quota_limit
-from floe.scheduling.policy import policy_for
+from floe.scheduling.policy import planning_order, policy_for
 from floe.scheduling.records import (
     FileTasksOutcome,
     GroupSchedulingStats,
+    PlanningQueue,
     ProcessOutcome,
     ProcessRecord,
     ResultCheck,
@@ -213,13 +214,10 @@ class GroupScheduler:
                 return None
             if self._book.ready(within_caps=self._threads > 0) >= threads:
                 return None
-            candidates = [
-                t for t in self._tables.values() if t.pending and not t.planning and t.process is None
-            ]
-            ordered = self._policy.order(candidates, now)
+            ordered = planning_order(self._policy, _waiting_to_plan(self._tables.values()), now)
             if not ordered:
                 return None
-            chosen = next((t for t in ordered if t.occupation(now) < 1.0), ordered[0])
+            chosen = ordered[0]
             chosen.planning = True
             chosen.pending = False
             return chosen.table_id
@@ -387,6 +385,19 @@ class GroupScheduler:
         with self._monitor.hold():
             return {table_id: table.stats(now) for table_id, table in self._tables.items()}
 
+    def planning_queue(self, now: float) -> PlanningQueue:
+        """The pending tables in the order they will be planned, and whether planning waits."""
+        with self._monitor.hold():
+            threads = self.threads_to_plan_for
+            return PlanningQueue(
+                table_ids=tuple(
+                    t.table_id
+                    for t in planning_order(self._policy, _waiting_to_plan(self._tables.values()), now)
+                ),
+                threads=threads,
+                threads_taken=threads > 0 and self._book.ready(within_caps=self._threads > 0) >= threads,
+            )
+
     def process_tasks(self) -> dict[str, tuple[int, int]]:
         """Running and planned tasks of each table with a process (its file tasks included),
         keyed by table id: what `stats` says of them, without working out every table's occupation."""
@@ -445,3 +456,8 @@ class GroupScheduler:
             self._poll_order = self._policy.order(self._book.tables_with_work(), now)
             self._poll_order_at = now
         return self._poll_order
+
+
+def _waiting_to_plan(tables: Iterable[TableRecord]) -> list[TableRecord]:
+    """The pending tables neither planning nor with a process."""
+    return [t for t in tables if t.pending and not t.planning and t.process is None]

@@ -70,6 +70,13 @@ class BalancedPolicy:
         )
 
 
+def planning_order(policy: TablePolicy, candidates: Iterable[C], now: float) -> list[C]:
+    """The order pending tables are planned in: the policy's, those below 100 % occupation first
+    (a saturated table is planned only when no other waits, so that threads do not idle)."""
+    ordered = policy.order(candidates, now)
+    return [c for c in ordered if c.occupation(now) < 1.0] + [c for c in ordered if c.occupation(now) >= 1.0]
+
+
 _POLICIES: dict[SchedulingPolicy, TablePolicy] = {
     SchedulingPolicy.QUOTA: QuotaPolicy(),
     SchedulingPolicy.BALANCED: BalancedPolicy(),

@@ -122,6 +122,17 @@ class GroupSchedulingStats:
     utilization: float
 
 
+@dataclass(frozen=True)
+class PlanningQueue:
+    """A group's pending tables in the order it plans them, and what holds planning back."""
+
+    table_ids: tuple[str, ...]
+    threads: int
+    """The threads the group plans for (0: none registered, and none expected)."""
+    threads_taken: bool
+    """Planned tasks already fill every thread: nothing is planned until some start."""
+
+
 @dataclass(eq=False)
 class TaskRecord:
     """A task of a process and its current attempt, if one is out."""

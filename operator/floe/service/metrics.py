@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from floe.scheduling.records import GroupSchedulingStats
@@ -34,13 +34,34 @@ class TableGauges(Protocol):
     def queued_tasks(self) -> int: ...
     @property
     def state(self) -> str: ...
+    @property
+    def health(self) -> int | None: ...
 
 
 GroupsSource = Callable[[], Iterable[tuple[str, GroupSchedulingStats, int]]]
 """Per group: its name, its scheduling figures and its registered optimizers."""
 TablesSource = Callable[[], Iterable[TableGauges]]
-ScalingSource = Callable[[], Iterable[tuple[str, int, int, int]]]
-"""Per group: its name, executors desired and ready, and its demand in tasks (the operator's)."""
+
+
+class ScalingSample(Protocol):
+    """What the scaling gauges and counters show of a group (the operator's `ScaleSample`)."""
+
+    @property
+    def group(self) -> str: ...
+    @property
+    def desired(self) -> int: ...
+    @property
+    def ready(self) -> int: ...
+    @property
+    def demand(self) -> int: ...
+    @property
+    def held_core_s(self) -> float: ...
+    @property
+    def static_core_s(self) -> float: ...
+
+
+ScalingSource = Callable[[], Iterable[ScalingSample]]
+"""Per group: executors desired and ready, its demand in tasks, and its executor core-seconds."""
 
 POLL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 """Seconds: the scheduler answers a poll in well under a millisecond unless its lock is contended."""
@@ -171,11 +192,26 @@ class _StateCollector(Collector):
             "quota; what an HPA on a fixed-count group can scale spec.executors on.",
             labels=["group"],
         )
-        for group, wanted, up, tasks in self.scaling():
-            desired.add_metric([group], wanted)
-            ready.add_metric([group], up)
-            demand.add_metric([group], tasks)
-        yield from (desired, ready, demand)
+        held = CounterMetricFamily(
+            "floe_group_executor_core_seconds_held",
+            "Core-seconds of the group's ready executor pods (their cores over time), since the "
+            "group's first status (kept across operator restarts).",
+            labels=["group"],
+        )
+        static = CounterMetricFamily(
+            "floe_group_executor_core_seconds_static",
+            "Core-seconds a group fixed at this group's peak (an autoscaled group's maxExecutors, "
+            "a fixed group's executors) would have held over the same time: held / static is "
+            "what autoscaling costs against a static group.",
+            labels=["group"],
+        )
+        for sample in self.scaling():
+            desired.add_metric([sample.group], sample.desired)
+            ready.add_metric([sample.group], sample.ready)
+            demand.add_metric([sample.group], sample.demand)
+            held.add_metric([sample.group], sample.held_core_s)
+            static.add_metric([sample.group], sample.static_core_s)
+        yield from (desired, ready, demand, held, static)
 
     def _groups(self) -> Iterator[Metric]:
         if self.groups is None:
@@ -223,10 +259,18 @@ class _StateCollector(Collector):
             "1 for the table's current state (IDLE, PENDING, PLANNING, ...); other states are not listed.",
             labels=[*labels, "state"],
         )
+        health = GaugeMetricFamily(
+            "floe_table_health",
+            "The table's health score, 0 to 100 (100: its files as optimizing leaves them); tables "
+            "not evaluated yet are not listed.",
+            labels=labels,
+        )
         for view in self.tables():
             key = [view.group_key, view.table_id]
             occupation.add_metric(key, view.occupation)
             running.add_metric(key, view.running_tasks)
             queued.add_metric(key, view.queued_tasks)
             state.add_metric([*key, view.state], 1)
-        yield from (occupation, running, queued, state)
+            if view.health is not None:
+                health.add_metric(key, view.health)
+        yield from (occupation, running, queued, state, health)
