@@ -301,6 +301,8 @@ def test_printer_column_names() -> None:
         "STATE",
         "QUOTA",
         "OCCUPATION",
+        "HEALTH",
+        "WAITING",  # priority 1: `kubectl get -o wide` only
         "DATA FILES",
         "DELETE FILES",
         "LAST OPTIMIZED",
