@@ -337,22 +337,9 @@ def test_no_over_planning_while_planned_tasks_can_fill_every_thread() -> None:
     assert group.next_table_to_plan(0.0) == "c"
 
 
-def test_a_saturated_table_is_planned_only_when_no_other_is_waiting() -> None:
-    group = scheduler(threads=1, policy=SchedulingPolicy.BALANCED)
-    with_process(group, "busy", tasks=1, quota=1.0)
-    attempt = run_task(group, "o", 0, 0.0)
-    group.complete(attempt.attempt_id, "o", result(attempt.task_id), HOUR)
-    group.take_finished()
-    group.upsert_table("busy", 1.0, last_optimized_s=HOUR)  # 100% occupied for the last hour
-    group.upsert_table("fresh", 1.0, last_optimized_s=2 * HOUR)
-    group.set_pending("busy", True)
-    group.set_pending("fresh", True)
-    # Balanced alone would pick "busy" (optimized longer ago), but its quota is used up.
-    assert group.next_table_to_plan(HOUR) == "fresh"
-    assert group.next_table_to_plan(HOUR) == "busy"
-
-
-def test_the_planning_queue_is_the_order_tables_are_planned_in() -> None:
+def saturated_and_fresh() -> GroupScheduler:
+    """A balanced group of one thread whose table "busy" ran for the last hour (100 % occupied),
+    and "fresh", optimized later; both pending."""
     group = scheduler(threads=1, policy=SchedulingPolicy.BALANCED)
     with_process(group, "busy", tasks=1, quota=1.0)
     attempt = run_task(group, "o", 0, 0.0)
@@ -360,9 +347,22 @@ def test_the_planning_queue_is_the_order_tables_are_planned_in() -> None:
     group.take_finished()
     group.upsert_table("busy", 1.0, last_optimized_s=HOUR)
     group.upsert_table("fresh", 1.0, last_optimized_s=2 * HOUR)
+    group.set_pending("busy", True)
+    group.set_pending("fresh", True)
+    return group
+
+
+def test_a_saturated_table_is_planned_only_when_no_other_is_waiting() -> None:
+    group = saturated_and_fresh()
+    # Balanced alone would pick "busy" (optimized longer ago), but its quota is used up.
+    assert group.next_table_to_plan(HOUR) == "fresh"
+    assert group.next_table_to_plan(HOUR) == "busy"
+
+
+def test_the_planning_queue_is_the_order_tables_are_planned_in() -> None:
+    group = saturated_and_fresh()
     group.upsert_table("stale", 1.0, last_optimized_s=None)
-    for table in ("busy", "fresh", "stale"):
-        group.set_pending(table, True)
+    group.set_pending("stale", True)
     queue = group.planning_queue(HOUR)
     # Balanced: never optimized first; the saturated table last, whatever its staleness.
     assert queue.table_ids == ("stale", "fresh", "busy") and queue.threads == 1 and not queue.threads_taken

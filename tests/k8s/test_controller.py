@@ -14,7 +14,6 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -39,7 +38,6 @@ from floe.controller import kube as kube_module
 from floe.controller.config import HistoryTableConfig, OperatorConfig
 from floe.controller.controller import Controller
 from floe.controller.external_metrics import ExternalMetricsConfig
-from floe.controller.main import run_kopf
 from floe.controller.objects import PROPERTIES_KEY, REGISTRATION_KEY, REGISTRATION_SECRET, TEMPLATE_KEY
 from floe.local.reference_reader import ReferenceReader
 from floe.protocol.client import TOKEN_FILE_ENV
@@ -49,6 +47,7 @@ from floe_optimizer.app import Optimizer
 
 from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster
 from .helm import Helm, apply_driver_rbac
+from .in_process import kubeconfig_of, operator_in_process
 
 pytestmark = pytest.mark.k8s
 
@@ -104,9 +103,6 @@ def controller(
     tls = Pki(serving)
     tls.ca("serving-ca")
     tls.leaf("tls", "serving-ca", "/CN=floe-operator", "serverAuth", "-addext", "subjectAltName=IP:127.0.0.1")
-    saved = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(k8s.kubeconfig)
-    kube_module.load_config()
     history = tmp_path_factory.mktemp("history")
     config = OperatorConfig(
         # Every run also goes to a run history table, in a SQLite catalog of its own.
@@ -135,21 +131,8 @@ def controller(
         external_metrics=ExternalMetricsConfig(0, serving),
         ui_port=_free_port(),
     )
-    ctrl = Controller(config, kube_module.Kube())
-    ctrl.start()
-    stop, ready = threading.Event(), threading.Event()
-    thread = threading.Thread(target=run_kopf, args=(ctrl, stop, ready), daemon=True)
-    thread.start()
-    assert ready.wait(60), "kopf did not start"
-    k8s.wait_for("leadership", ctrl.leadership.is_leader, timeout=30)
-    yield ctrl
-    stop.set()
-    thread.join(30)
-    ctrl.stop()
-    if saved is None:
-        os.environ.pop("KUBECONFIG", None)
-    else:
-        os.environ["KUBECONFIG"] = saved
+    with operator_in_process(k8s, config) as ctrl:
+        yield ctrl
 
 
 HISTORY_TABLE = "floe_history.runs"
@@ -949,10 +932,7 @@ def test_an_operator_that_cannot_serve_external_metrics_says_why_and_runs_on(
 ) -> None:
     """externalMetrics on, but the serving certificate is missing (a Secret not mounted): the
     operator logs why it does not serve the API and runs the task service and engine without it."""
-    saved = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(k8s.kubeconfig)
-    try:
-        kube_module.load_config()
+    with kubeconfig_of(k8s):
         config = OperatorConfig(
             namespaces=[namespace],
             service_port=0,
@@ -970,11 +950,6 @@ def test_an_operator_that_cannot_serve_external_metrics_says_why_and_runs_on(
             assert ctrl.server.url  # the task service serves regardless
         finally:
             ctrl.stop()
-    finally:
-        if saved is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = saved
 
 
 def test_a_periodic_listing_reads_the_optimized_tables_only_when_something_changed(

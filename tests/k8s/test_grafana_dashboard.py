@@ -21,7 +21,6 @@ import json
 import os
 import re
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -37,10 +36,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 from test_autoscale import partitioned_small_files
 
-from floe.controller import kube as kube_module
 from floe.controller.config import OperatorConfig
 from floe.controller.controller import Controller
-from floe.controller.main import run_kopf
 from floe.protocol.client import RequestFailed, TaskServiceClient
 from floe.protocol.rewrite_task import RewriteTaskSpec
 from floe.protocol.wire import CompleteRequest, RegisterRequest
@@ -49,6 +46,7 @@ from floe_optimizer.app import Optimizer
 
 from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster, _free_ports, _Process, _spawn
 from .helm import CHART, RELEASE, Helm, apply_driver_rbac
+from .in_process import operator_in_process
 
 pytestmark = pytest.mark.k8s
 
@@ -286,9 +284,6 @@ def namespace(k8s: K8sCluster, helm_binary: str, tmp_path_factory: pytest.TempPa
 def controller(k8s: K8sCluster, namespace: str) -> Iterator[Controller]:
     """The operator in-process, as tests/k8s/test_controller.py runs it: kopf in a thread, the task
     service (serving /metrics), the engine ticking fast, first maintenance runs not spread out."""
-    saved = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(k8s.kubeconfig)
-    kube_module.load_config()
     config = OperatorConfig(
         namespaces=[namespace],
         service_port=0,
@@ -299,21 +294,8 @@ def controller(k8s: K8sCluster, namespace: str) -> Iterator[Controller]:
         refresh_interval_s=1.0,
         spread_first_maintenance=False,
     )
-    ctrl = Controller(config, kube_module.Kube())
-    ctrl.start()
-    stop, ready = threading.Event(), threading.Event()
-    thread = threading.Thread(target=run_kopf, args=(ctrl, stop, ready), daemon=True)
-    thread.start()
-    assert ready.wait(60), "kopf did not start"
-    _wait(k8s, "leadership", ctrl.leadership.is_leader, 30)
-    yield ctrl
-    stop.set()
-    thread.join(30)
-    ctrl.stop()
-    if saved is None:
-        os.environ.pop("KUBECONFIG", None)
-    else:
-        os.environ["KUBECONFIG"] = saved
+    with operator_in_process(k8s, config) as ctrl:
+        yield ctrl
 
 
 def _apply(k8s: K8sCluster, manifest: dict[str, Any]) -> None:

@@ -428,7 +428,7 @@ class TableStatusFlusher:
 
     def _flush(self, only: Collection[str] | None) -> int:
         occupations = self.engine.occupations()
-        waits = self.engine.waits()
+        waits = self.engine.waits(occupations)
         runtimes = dict(self.engine.runtimes)
         table_ids = set(runtimes) | set(self.problems.tables())
         redactions = len(self.redact) if isinstance(self.redact, Sized) else None

@@ -24,7 +24,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 
 from floe.api.group import OptimizerGroup
@@ -362,9 +362,9 @@ class OptimizingEngine:
         """Each table's quota occupation over the last hour (1.0 = its whole quota), by table id."""
         return views.occupations(self._registry)
 
-    def waits(self) -> dict[str, Waiting]:
-        """What each table waits for, by table id (`views.waits`)."""
-        return views.waits(self._registry)
+    def waits(self, occupations: Mapping[str, float]) -> dict[str, Waiting]:
+        """What each table waits for, by table id, given `occupations` (`views.waits`)."""
+        return views.waits(self._registry, occupations)
 
     def table_views(self) -> list[TableView]:
         """Status of every table, ordered by id."""

@@ -4,7 +4,7 @@ executors. Read under the registry's lock, from the schedulers' figures."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from floe.api.history import RunRecord
@@ -129,13 +129,13 @@ def occupations(registry: TableRegistry) -> dict[str, float]:
         }
 
 
-def waits(registry: TableRegistry) -> dict[str, Waiting]:
-    """What each table waits for (`floe.optimizing.waiting`), by table id: each group's planning
-    queue is ordered once for all its tables."""
+def waits(registry: TableRegistry, occupation: Mapping[str, float]) -> dict[str, Waiting]:
+    """What each table waits for (`floe.optimizing.waiting`), by table id, given each table's
+    quota occupation (`occupations`, which the caller has at hand): each group's planning queue
+    is ordered once for all its tables."""
     now = registry.clock()
     with registry.lock:
         queues = {key: registry.service.group(key).planning_queue(now) for key in registry.groups}
-        occupation = occupations(registry)
         result = {}
         for table_id, runtime in registry.runtimes.items():
             key = registry.table_group_key(runtime)

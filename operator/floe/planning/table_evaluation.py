@@ -27,32 +27,27 @@ def evaluate_table(
     and are cleaned up elsewhere, not by rewriting data.
     """
     index = DeleteIndex(files.delete_files)
-    by_partition = data_by_partition(files)
     evaluate: Callable[..., PartitionEvaluation] = evaluate_partition
     if config.policy == FLOE:
-        # Format v3 allows one deletion vector per data file: a conversion merges them all.
-        evaluate = partial(evaluate_partition_floe, keep_positions=files.format_version < 3)
+        evaluate = partial(evaluate_partition_floe, keep_positions=keeps_positions(files))
     return [
-        evaluate(
-            partition,
-            by_partition[partition],
-            index,
-            config,
-            now_s,
-            last_minor_s,
-            last_full_s,
-            forced,
-        )
-        for partition in sorted(by_partition, key=partition_order)
+        evaluate(partition, data, index, config, now_s, last_minor_s, last_full_s, forced)
+        for partition, data in partitions_in_order(files)
     ]
 
 
-def data_by_partition(files: TableFiles) -> dict[PartitionKey, list[ContentFile]]:
-    """The data files of each partition that has any."""
+def keeps_positions(files: TableFiles) -> bool:
+    """Whether a conversion may keep a data file's merged position-delete files (floe's policy):
+    not on format v3, which allows one deletion vector per data file, so a conversion merges all."""
+    return files.format_version < 3
+
+
+def partitions_in_order(files: TableFiles) -> list[tuple[PartitionKey, list[ContentFile]]]:
+    """Each partition that has data files, with them, in `partition_order`."""
     by_partition: dict[PartitionKey, list[ContentFile]] = {}
     for f in files.data_files:
         by_partition.setdefault(f.partition, []).append(f)
-    return by_partition
+    return [(partition, by_partition[partition]) for partition in sorted(by_partition, key=partition_order)]
 
 
 def partition_order(partition: PartitionKey) -> tuple[Any, ...]:

@@ -15,7 +15,7 @@ from floe.planning.config import FLOE, OptimizingConfig
 from floe.planning.evaluator import needs_positions, position_deleted_rows, undersized_fill_a_target
 from floe.planning.files import ContentFile, DeleteIndex, FileKind, PartitionKey, TableFiles, pending_deletes
 from floe.planning.floe_policy import FAVORS, deleted_rows, level_of, needs_conversion
-from floe.planning.table_evaluation import data_by_partition, partition_order
+from floe.planning.table_evaluation import keeps_positions, partitions_in_order
 
 
 @dataclass(frozen=True)
@@ -54,20 +54,10 @@ def table_triggers(
 ) -> list[PartitionTriggers]:
     """Every partition's triggers, in the order `evaluate_table` evaluates them."""
     index = DeleteIndex(files.delete_files)
-    by_partition = data_by_partition(files)
+    keep = keeps_positions(files)
     return [
-        partition_triggers(
-            partition,
-            by_partition[partition],
-            index,
-            config,
-            now_s,
-            last_minor_s,
-            last_full_s,
-            # Format v3 allows one deletion vector per data file: a conversion merges them all.
-            keep_positions=files.format_version < 3,
-        )
-        for partition in sorted(by_partition, key=partition_order)
+        partition_triggers(partition, data, index, config, now_s, last_minor_s, last_full_s, keep)
+        for partition, data in partitions_in_order(files)
     ]
 
 

@@ -214,10 +214,9 @@ class GroupScheduler:
                 return None
             if self._book.ready(within_caps=self._threads > 0) >= threads:
                 return None
-            ordered = planning_order(self._policy, _waiting_to_plan(self._tables.values()), now)
-            if not ordered:
+            chosen = next(planning_order(self._policy, _waiting_to_plan(self._tables.values()), now), None)
+            if chosen is None:
                 return None
-            chosen = ordered[0]
             chosen.planning = True
             chosen.pending = False
             return chosen.table_id

@@ -7,7 +7,7 @@ reproducible.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Protocol, TypeVar
 
 from floe.api.group import SchedulingPolicy
@@ -70,11 +70,17 @@ class BalancedPolicy:
         )
 
 
-def planning_order(policy: TablePolicy, candidates: Iterable[C], now: float) -> list[C]:
+def planning_order(policy: TablePolicy, candidates: Iterable[C], now: float) -> Iterator[C]:
     """The order pending tables are planned in: the policy's, those below 100 % occupation first
-    (a saturated table is planned only when no other waits, so that threads do not idle)."""
-    ordered = policy.order(candidates, now)
-    return [c for c in ordered if c.occupation(now) < 1.0] + [c for c in ordered if c.occupation(now) >= 1.0]
+    (a saturated table is planned only when no other waits, so that threads do not idle). Lazy:
+    the next table to plan costs one occupation per table up to the first one below 100 %."""
+    saturated = []
+    for candidate in policy.order(candidates, now):
+        if candidate.occupation(now) < 1.0:
+            yield candidate
+        else:
+            saturated.append(candidate)
+    yield from saturated
 
 
 _POLICIES: dict[SchedulingPolicy, TablePolicy] = {

@@ -127,7 +127,7 @@ class UiSource:
     def _read(self) -> Snapshot:
         engine = self.engine
         views = engine.table_views()
-        waits = engine.waits()
+        waits = engine.waits({view.table_id: view.occupation for view in views})
         rows = tuple(TableRow(view, waits.get(view.table_id)) for view in views)
         demands = engine.group_demands()
         executors = {s.group: (s.ready, s.desired) for s in self.scaling()} if self.scaling else {}
