@@ -10,14 +10,17 @@ Requests are forwarded to the upstream server as they come, except those a rule 
 - ``hold``: keep the request until the test releases it, then forward it, or drop it unsent
   when the test says the client is gone.
 
-``down()`` refuses everything until ``up()``.
+``down()`` refuses everything until ``up()``; ``limit_rate()`` answers 429 Too Many Requests,
+with a ``Retry-After``, to the requests above a rate, as a managed catalog's throttle does.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,6 +78,11 @@ class FaultProxy:
         self._lock = threading.Lock()
         self.forwarded: list[tuple[str, str, int]] = []
         """(method, path, status) of every request forwarded and answered upstream."""
+        self._rate: tuple[float, float] | None = None
+        self._tokens = 0.0
+        self._filled_at = 0.0
+        self.throttled = 0
+        """Requests answered 429 by `limit_rate`."""
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -119,6 +127,28 @@ class FaultProxy:
         """Forward requests again."""
         self._down = False
 
+    def limit_rate(self, per_s: float | None, retry_after_s: float = 1.0) -> None:
+        """Answer 429 with ``Retry-After: retry_after_s`` to requests above `per_s` a second
+        (a bucket of one second's worth); None: forward everything again."""
+        with self._lock:
+            self._rate = None if per_s is None else (per_s, retry_after_s)
+            self._tokens, self._filled_at = (per_s or 0.0), time.monotonic()
+
+    def _over_rate(self) -> float | None:
+        """The Retry-After to answer when the request is above the rate; None to forward it."""
+        with self._lock:
+            if self._rate is None:
+                return None
+            per_s, retry_after_s = self._rate
+            now = time.monotonic()
+            self._tokens = min(per_s, self._tokens + (now - self._filled_at) * per_s)
+            self._filled_at = now
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return None
+            self.throttled += 1
+            return retry_after_s
+
     def rule(
         self, method: str, path: str, action: str, times: int | None = 1, down_after: bool = False
     ) -> Rule:
@@ -152,6 +182,17 @@ class FaultProxy:
 
         if self._down or (rule is not None and rule.action == "refuse"):
             handler.close_connection = True
+            return
+        retry_after = self._over_rate()
+        if retry_after is not None:
+            error = {"error": {"message": "slow down", "type": "TooManyRequestsException", "code": 429}}
+            answer = json.dumps(error).encode()
+            handler.send_response_only(429, "Too Many Requests")
+            handler.send_header("Retry-After", f"{retry_after:g}")
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(answer)))
+            handler.end_headers()
+            handler.wfile.write(answer)
             return
         if rule is not None and rule.action == "hold":
             rule.arrived.set()

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import threading
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -62,6 +67,12 @@ def test_floe_run_once_converges_with_rows_unchanged(
     before = {t: reference.rows(CATALOG, t) for t in tables}
     catalog = open_catalog(catalog_ref_from_file(config))
     files_before = {t: len(scan_table(load_table(catalog, t)).files.data_files) for t in tables}
+    ui_port = _free_port()
+    shown = [f"default/{t.metadata.name}" for t in loaded]
+    pages = _TablesPage(
+        f"http://127.0.0.1:{ui_port}/tables", until=lambda page: all(t in page for t in shown)
+    )
+    pages.start()
 
     code = main(
         [
@@ -77,10 +88,15 @@ def test_floe_run_once_converges_with_rows_unchanged(
             "300",
             "--history-table",
             "floe_history.runs",
+            "--ui-port",
+            str(ui_port),
         ]
     )
 
     assert code == 0
+    # While it ran, its web UI listed every table it watched.
+    pages.stop()
+    assert pages.last is not None and all(t in pages.last for t in shown), pages.last
     for t in tables:
         assert reference.rows(CATALOG, t) == before[t], t
         after = scan_table(load_table(catalog, t)).files
@@ -109,6 +125,37 @@ def test_floe_run_once_converges_with_rows_unchanged(
         == 2
     )
     assert "no run of 'default/nosuch' in floe_history.runs" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class _TablesPage(threading.Thread):
+    """Reads a page again and again until it shows what `until` looks for (or is stopped)."""
+
+    def __init__(self, url: str, until: Callable[[str], bool]) -> None:
+        super().__init__(daemon=True)
+        self.url, self.until = url, until
+        self.last: str | None = None
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    self.last = response.read().decode()
+                if self.until(self.last):
+                    return
+            except (urllib.error.URLError, ConnectionError):
+                pass  # not serving yet
+            self._stopped.wait(0.5)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join(timeout=10)
 
 
 def test_manifest_watcher_sees_edits_and_fills_in_the_catalog(tmp_path: Path) -> None:

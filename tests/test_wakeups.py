@@ -7,13 +7,14 @@ from typing import Any
 
 from floe.api.table import OptimizedTableSpec
 from floe.maintenance.job import MaintenanceJob, MaintenanceReport
+from floe.optimizing.refresh_cadence import RefreshCadence
 from floe.optimizing.table_state import TableRuntime
 from floe.optimizing.wakeups import TableWakeups, next_visit_s
 from floe.planning.files import ContentFile, FileKind, PartitionKey, TableFiles
 from floe.planning.plan import OptimizingPlan, OptimizingType, PlannedTask
 
 P = PartitionKey(0, ())
-REFRESH_S = 10.0
+CADENCE = RefreshCadence(min_interval_s=10.0, max_interval_s=600.0)
 NO_JOBS = {
     job: {"enabled": False} for job in ("snapshotRetention", "orphanFiles", "manifests", "danglingDeletes")
 }
@@ -63,42 +64,46 @@ def _runtime(**maintenance: Any) -> TableRuntime:
 
 
 def _evaluate(runtime: TableRuntime, now_s: float, kind: OptimizingType | None = None) -> None:
+    """A refresh at `now_s` that found a new snapshot and evaluated it."""
     data = tuple(ContentFile(f"f{i}", FileKind.DATA, P, 10, 100, 1) for i in range(3))
     tasks = (PlannedTask(P, data, ()),) if kind else ()
     runtime.on_evaluated(TableFiles(5, 1, data, ()), OptimizingPlan(5, 1, kind, (), tasks), now_s)
+    runtime.refresh.on_checked(now_s, CADENCE, runtime.table_id, changed=True)
 
 
 def test_an_idle_table_asks_for_its_next_refresh_and_a_new_one_at_once() -> None:
     runtime = _runtime()
-    assert next_visit_s(runtime, 100, REFRESH_S) == -math.inf  # never refreshed
+    assert next_visit_s(runtime, 100) == -math.inf  # never refreshed
     _evaluate(runtime, 100)
-    assert next_visit_s(runtime, 100, REFRESH_S) == 110
+    # The shortest interval after a change, spread by up to 10 % either way.
+    assert next_visit_s(runtime, 100) == runtime.refresh.next_s and 109 <= runtime.refresh.next_s <= 111
 
 
 def test_a_pending_table_asks_every_round_a_busy_one_never_by_itself() -> None:
     runtime = _runtime()
     _evaluate(runtime, 100, OptimizingType.MINOR)
-    assert next_visit_s(runtime, 103, REFRESH_S) == 103
+    assert next_visit_s(runtime, 103) == 103
     runtime.on_planning(103)
-    assert next_visit_s(runtime, 104, REFRESH_S) == math.inf  # its process's end is a happening
+    assert next_visit_s(runtime, 104) == math.inf  # its process's end is a happening
     runtime.on_planned(OptimizingPlan(5, 1, None, (), ()), "")
-    assert next_visit_s(runtime, 105, REFRESH_S) == 110  # idle again: the refresh it had
+    assert next_visit_s(runtime, 105) == runtime.refresh.next_s  # idle again: the refresh it had
 
 
 def test_a_disabled_table_never_asks() -> None:
     runtime = _runtime()
     runtime.update_spec(runtime.spec.model_copy(update={"enabled": False}))
-    assert next_visit_s(runtime, 0, REFRESH_S) == math.inf
+    assert next_visit_s(runtime, 0) == math.inf
 
 
 def test_maintenance_asks_for_its_next_job_but_not_while_one_runs_or_before_a_read() -> None:
     runtime = _runtime(snapshotRetention={"interval": "1h"})
     job = MaintenanceJob.EXPIRE
-    runtime.last_refresh_s = 0.0
-    assert next_visit_s(runtime, 5, 3600 * 24) == 3600 * 24  # never read: its refresh reads it first
+    runtime.refresh.next_s = 3600 * 24
+    assert next_visit_s(runtime, 5) == 3600 * 24  # never read: its refresh reads it first
     _evaluate(runtime, 0)
-    assert next_visit_s(runtime, 5, 3600 * 24) == 5  # never ran: due now
+    runtime.refresh.next_s = 3600 * 24
+    assert next_visit_s(runtime, 5) == 5  # never ran: due now
     runtime.on_maintenance_started(job)
-    assert next_visit_s(runtime, 6, 3600 * 24) == 3600 * 24  # its end is a happening
+    assert next_visit_s(runtime, 6) == 3600 * 24  # its end is a happening
     runtime.on_maintenance_done(MaintenanceReport(job, "expired nothing"), now_s=7)
-    assert next_visit_s(runtime, 8, 3600 * 24) == 7 + 3600
+    assert next_visit_s(runtime, 8) == 7 + 3600

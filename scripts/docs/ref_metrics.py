@@ -45,12 +45,14 @@ def metrics() -> list[Metric]:
     from floe.controller.scaling import ScaleSample
     from floe.scheduling.records import GroupSchedulingStats
     from floe.service.metrics import ServiceMetrics
+    from floe.tables.request_budget import BudgetStats
 
     service = ServiceMetrics()
     stats = GroupSchedulingStats(1, 1, 0, 0, 0, 0, 0.0)
     service.watch_groups(lambda: [("g", stats, 1)])
     service.watch_tables(lambda: [_Table()])
     service.watch_scaling(lambda: [ScaleSample("g", 1, 1, 0, 0.0, 0.0)])
+    service.watch_catalogs(lambda: {"lake": BudgetStats(0, 0, 0, 0, 0, 0.0)})
     for value in vars(service).values():
         names: Any = getattr(value, "_labelnames", None)
         if names:  # a labelled counter or histogram has no series until a label set is used

@@ -240,6 +240,16 @@ RULES: dict[str, tuple[Rule, ...]] = {
                 (("spec", "maintenance", "dataRetention"), "interval"),
             )
         ),
+        *(
+            Rule(
+                path=("spec", "refresh", name),
+                rule=f"{cel_seconds('self')} > 0.0",
+                message=f"refresh.{name} must be greater than 0",
+                message_expression=f"'refresh.{name} must be greater than 0, got ' + self",
+                why="the table's catalog is asked again after this long: 0 or -1 would ask it continuously",
+            )
+            for name in ("minInterval", "maxInterval")
+        ),
     ),
 }
 

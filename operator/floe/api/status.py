@@ -85,6 +85,16 @@ class HealthStatus(WireModel):
     )
 
 
+class RefreshStatus(WireModel):
+    """How often floe asks the table's catalog whether it changed (``spec.refresh``)."""
+
+    interval_seconds: int = Field(
+        ge=0,
+        description="the interval its last check set: the shortest after a change or with work queued, "
+        "doubling while the table is unchanged, up to refresh.maxInterval",
+    )
+
+
 SettingPath = Annotated[str, StringConstraints(max_length=MAX_LABEL_LENGTH)]
 """A setting by its camelCase path: ``minor.triggerFileCount``."""
 SettingSource = Annotated[str, StringConstraints(max_length=MAX_SUBDOMAIN_LENGTH + 32)]
@@ -145,6 +155,7 @@ class OptimizedTableStatus(WireModel):
         description="by job (expire, orphans, manifests, dangling-deletes, retention): last run and next due",
     )
     waiting: WaitingStatus | None = Field(default=None, description="what the table waits for now")
+    refresh: RefreshStatus | None = Field(default=None, description="how often its catalog is asked")
     health: HealthStatus | None = Field(
         default=None,
         description="how far the table's files are from optimized (100: as optimizing leaves them)",

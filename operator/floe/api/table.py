@@ -281,6 +281,27 @@ def _positive_target_size(value: int | None) -> int | None:
     return value
 
 
+class RefreshSpec(WireModel):
+    """How often floe asks the table's catalog whether it changed."""
+
+    min_interval: Duration | None = Field(
+        default=None,
+        description="how often a table that just changed, or has work queued, is checked; "
+        "unset: the operator's --refresh-interval (10s)",
+    )
+    max_interval: Duration = Field(
+        default=600.0,
+        description="an unchanged table is checked less and less often, down to once per maxInterval; "
+        "at or below minInterval: every minInterval",
+    )
+
+    @model_validator(mode="after")
+    def _positive(self) -> RefreshSpec:
+        if self.max_interval <= 0 or (self.min_interval is not None and self.min_interval <= 0):
+            raise ValueError("refresh.minInterval and refresh.maxInterval must be positive")
+        return self
+
+
 class OptimizedTableSpec(WireModel):
     """One Iceberg table kept optimized, with Amoro's self-optimizing properties."""
 
@@ -336,6 +357,7 @@ class OptimizedTableSpec(WireModel):
         default=None, description="z-order rewritten rows by these columns (else the table's sort order)"
     )
     maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
+    refresh: RefreshSpec = Field(default_factory=RefreshSpec)
 
     @field_validator("target_size")
     @classmethod

@@ -219,7 +219,20 @@ def _run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         history_table=args.history_table,
         ui_port=args.ui_port,
+        notice_token=_notice_token(args),
     )
+
+
+def _notice_token(args: argparse.Namespace) -> str | None:
+    """The token of ``--notice-token-file``; None without one (change notices off)."""
+    from floe.protocol.client import read_token_file
+
+    if not args.notice_token_file:
+        return None
+    try:
+        return read_token_file(Path(args.notice_token_file))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--notice-token-file: {exc}") from exc
 
 
 def _operator(args: argparse.Namespace) -> int:
@@ -253,6 +266,7 @@ def operator_config(args: argparse.Namespace) -> OperatorConfig:
         service_port=args.service_port,
         standalone=args.standalone,
         registration_token=token,
+        notice_token=_notice_token(args),
         peering_lifetime_s=args.peering_lifetime,
         create_peering_objects=not args.no_create_peering,
         secret_interval_s=args.secret_interval,
@@ -383,6 +397,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=_positive(float, MAX_TIMEOUT_S), help="with --once: give up after this many seconds"
     )
     run.add_argument(
+        "--notice-token-file",
+        metavar="PATH",
+        help="file holding the token that change notices (POST /v1/tables/NAMESPACE/TABLE/changed on "
+        "the task service) must present; without it, notices are refused",
+    )
+    run.add_argument(
         "--history-table",
         type=table_identifier,
         metavar="NAMESPACE.TABLE",
@@ -478,6 +498,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="the serving certificate of the external metrics API: tls.crt and tls.key in DIR "
         "(default /etc/floe/external-metrics)",
+    )
+    op.add_argument(
+        "--notice-token-file",
+        metavar="PATH",
+        help="file holding the token that change notices (POST /v1/tables/NAMESPACE/TABLE/changed on "
+        "the task service) must present; without it, notices are refused",
     )
     op.add_argument(
         "--history-table",

@@ -43,6 +43,7 @@ class TableFacts:
     state: str | None = None
     waiting: Mapping[str, Any] | None = None
     health: Mapping[str, Any] | None = None
+    refresh: Mapping[str, Any] | None = None
 
 
 def add_explain_parser(sub: argparse._SubParsersAction[Any]) -> None:
@@ -106,6 +107,7 @@ def _from_cluster(args: argparse.Namespace) -> TableFacts:
         state=status.get("state"),
         waiting=status.get("waiting"),
         health=status.get("health"),
+        refresh=status.get("refresh"),
     )
 
 
@@ -155,6 +157,18 @@ def _summary(facts: TableFacts) -> RenderableType:
             f"equality deletes {h.get('equalityDeletes', 0):.2f} x 40, "
             f"position deletes {h.get('positionDeletes', 0):.2f} x 20)",
         )
+    refresh = spec.refresh
+    lowest = (
+        f"{refresh.min_interval:g}s"
+        if refresh.min_interval is not None
+        else "the operator's --refresh-interval"
+    )
+    now = f", {facts.refresh['intervalSeconds']}s now" if facts.refresh else ""
+    out.add_row(
+        "checked",
+        f"every {lowest} after a change or with work queued; where the catalog is asked table by table "
+        f"(REST, Glue, Hive), twice as long after each unchanged check, up to {refresh.max_interval:g}s{now}",
+    )
     return out
 
 

@@ -63,6 +63,8 @@ class OperatorConfig:
     """What optimizers must present to register; empty: ``$FLOE_REGISTRATION_TOKEN``, else a
     random one for this process (which then reaches the drivers through the namespaces'
     registration Secrets, but differs per replica: the chart gives every replica the same)."""
+    notice_token: str | None = None
+    """What change notices must present (`floe.service.change_notices`); None: notices are refused."""
     liveness_endpoint: str | None = None
     """Where kopf serves the liveness probe (e.g. ``http://0.0.0.0:8081/healthz``); None: nowhere."""
     engine_stall_s: float = 600.0

@@ -58,6 +58,8 @@ class Controller:
         self.config = config
         self.kube = kube
         self.service = TaskService(clock=time.time, registration_token=config.registration_token)
+        if config.notice_token:
+            self.service.notices.allow(config.notice_token)
         self.redact = Redactor()
         self.history_problem: str | None = None
         """Why the run history table (`OperatorConfig.history`) cannot be written now; None when

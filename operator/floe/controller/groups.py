@@ -344,6 +344,7 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
     ]
     if controller.history is not None:
         conditions.append(_history_condition(controller, body, service_group))
+    conditions.append(_catalog_budget_condition(controller.engine.catalog_pressure(name, namespace)))
     new = {
         "desiredExecutors": desired,
         "readyExecutors": ready,
@@ -383,6 +384,17 @@ def _ready(pod: dict[str, Any]) -> bool:
     if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Running":
         return False
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _catalog_budget_condition(pressure: dict[str, str]) -> dict[str, str]:
+    """``CatalogsWithinBudget``: False while a catalog of the group's tables holds floe's calls back
+    (paused after a 429 or 503, or refreshes waiting for its request budget), naming each."""
+    if not pressure:
+        return condition(
+            "CatalogsWithinBudget", True, "WithinBudget", "no catalog holds the tables' calls back"
+        )
+    message = "; ".join(f"catalog {name!r}: {words}" for name, words in pressure.items())
+    return condition("CatalogsWithinBudget", False, "CatalogThrottled", message)
 
 
 def _history_condition(controller: Controller, body: kopf.Body, group: str) -> dict[str, str]:

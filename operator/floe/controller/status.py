@@ -144,6 +144,9 @@ def table_status(
         "history": history_status(runtime, redact),
         "waiting": waiting_status(waiting, redact),
         "health": health_status(runtime.health),
+        # Only the interval: the next check's time moves at every check, and writing it would
+        # patch every idle table's status at every check (`floe explain` and the UI show it).
+        "refresh": {"intervalSeconds": round(interval)} if (interval := runtime.refresh.interval_s) else None,
         **(settings or {}),
         "conditions": [
             condition("Optimizing", state in BUSY, state.value if state in BUSY else "Idle"),
@@ -234,6 +237,7 @@ def _status_inputs(
         redactions,
         waiting,
         runtime.health,
+        runtime.refresh.interval_s,
     )
 
 

@@ -215,11 +215,13 @@ def run_engine(
     timeout_s: float | None = None,
     history_table: str | None = None,
     ui_port: int = 0,
+    notice_token: str | None = None,
 ) -> int:
     """Run until interrupted (or, with `once`, until settled). Returns the exit code. Every text
     printed passes through `redact`, which learns the credentials of every catalog the
     manifests name. With `history_table` (``namespace.table`` of `catalog`), every run that
-    ends is appended there too. With `ui_port`, the web UI is served on 127.0.0.1 there."""
+    ends is appended there too. With `ui_port`, the web UI is served on 127.0.0.1 there. With
+    `notice_token`, change notices that present it are taken (`floe.service.change_notices`)."""
 
     def warn(subject: str, text: str) -> None:
         console.print(f"[yellow]{escape(redact(subject))}[/yellow]: {escape(redact(text))}", highlight=False)
@@ -233,6 +235,8 @@ def run_engine(
     # the optimizers started here, which are handed this token, may register and take tasks.
     token = secrets.token_urlsafe(32)
     service = TaskService(clock=time.time, registration_token=token)
+    if notice_token:
+        service.notices.allow(notice_token)
     events: list[EngineEvent] = []
     history = _history_sink(catalog, history_table, events) if history_table else None
     # --once waits for every job's first run, so none is put off; a long run spreads them.
@@ -242,6 +246,8 @@ def run_engine(
     engine.subscribe(lambda e: events.append(e))
     server = TaskServiceServer(service)
     server.start()
+    if notice_token:
+        console.print(f"change notices: POST {server.url}/v1/tables/NAMESPACE/TABLE/changed", highlight=False)
     ui = UiServer(UiSource(engine, redact, title="floe run"), port=ui_port) if ui_port else None
     if ui is not None:
         ui.start()

@@ -9,15 +9,18 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.table import Table
 
 from floe.api.table import CatalogRef
 from floe.optimizing.table_state import TableRuntime
 from floe.service.metrics import ServiceMetrics
-from floe.tables.catalog import load_table, open_catalog
+from floe.tables.budgeted_http import budget_rest_catalog
+from floe.tables.catalog import CatalogConfigError, load_table, open_catalog
 from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.conditional_load import LoadedTable, load_table_if_changed
 from floe.tables.metadata_probe import metadata_locations
+from floe.tables.request_budget import BudgetExhausted, BudgetStats, RequestBudget, budget_settings
 
 CatalogKey = tuple[str, tuple[tuple[str, str], ...]]
 """A catalog's name and properties: the tables that share them share one open catalog."""
@@ -35,6 +38,7 @@ class CatalogAccess:
         self._locations: dict[CatalogKey, CatalogLocations] = {}
         """Per catalog: its tables' locations, which orphan cleanups check their roots against."""
         self._lock = threading.Lock()  # the refresh threads load tables concurrently
+        self._budgets: dict[CatalogKey, RequestBudget] = {}
         self.table_loads = 0
         """Tables loaded through their catalog so far (refreshes, plans, maintenance)."""
         self.not_modified_loads = 0
@@ -55,26 +59,49 @@ class CatalogAccess:
         self._keys.pop(table_id, None)
 
     def catalog(self, ref: CatalogRef) -> Catalog:
-        """The open catalog of `ref`, opened on first use."""
+        """The open catalog of `ref`, opened on first use; a REST catalog's calls within its
+        request budget (`floe.tables.request_budget`). Raises `CatalogConfigError` for a budget
+        property that is not a positive number."""
         key = catalog_key(ref)
         catalog = self._catalogs.get(key)
         if catalog is None:
+            try:
+                settings = budget_settings(ref.properties)
+            except ValueError as exc:
+                raise CatalogConfigError(f"catalog {ref.name!r}: {exc}") from exc
             catalog = open_catalog(ref)
+            if isinstance(catalog, RestCatalog):
+                budget = RequestBudget(settings)
+                budget_rest_catalog(catalog, budget)
+                with self._lock:
+                    self._budgets[key] = budget
             self._catalogs[key] = catalog
         return catalog
+
+    def budgets(self) -> dict[str, BudgetStats]:
+        """Each budgeted catalog's `BudgetStats`, by catalog name (the same name's budgets added up)."""
+        with self._lock:
+            budgets = list(self._budgets.items())
+        out: dict[str, BudgetStats] = {}
+        for (name, _), budget in budgets:
+            stats = budget.stats()
+            known = out.get(name)
+            out[name] = stats if known is None else known.plus(stats)
+        return out
 
     def load(self, runtime: TableRuntime) -> Table:
         """Load the table through its catalog."""
         self._count("load")
         return load_table(self.catalog(runtime.spec.catalog), runtime.spec.table)
 
-    def load_if_changed(self, runtime: TableRuntime) -> LoadedTable:
+    def load_if_changed(self, runtime: TableRuntime, conditional: bool = True) -> LoadedTable:
         """A refresh's load: none where the catalog says the table's metadata file is still the
-        one its last evaluation read (`load_table_if_changed`)."""
+        one its last evaluation read (`load_table_if_changed`); `conditional` False: loaded anyway."""
+        etag = runtime.etag_to_send() if conditional else None
         try:
-            loaded = load_table_if_changed(
-                self.catalog(runtime.spec.catalog), runtime.spec.table, runtime.etag_to_send()
-            )
+            loaded = load_table_if_changed(self.catalog(runtime.spec.catalog), runtime.spec.table, etag)
+        except BudgetExhausted:
+            raise  # no call made
         except Exception:
             self._count("load")  # a call that failed, as `load` counts it
             raise

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from floe.tables.request_budget import Priority, calls_for
+
 log = logging.getLogger(__name__)
 
 
@@ -64,7 +66,9 @@ class CommitRunner:
     @staticmethod
     def _run(work: Callable[[], None]) -> None:
         try:
-            work()
+            # A commit goes first where the catalog's request budget is short.
+            with calls_for(Priority.COMMIT):
+                work()
         except Exception:
             # The process stays in flight or is forgotten as `work` left it; the next round's
             # backstop (`take_finished`, due retries) picks up what is left.

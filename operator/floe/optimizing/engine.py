@@ -45,6 +45,7 @@ from floe.optimizing.views import TableDetail, TableView
 from floe.optimizing.waiting import Waiting
 from floe.optimizing.wakeups import next_visit_s
 from floe.service.task_service import RefusedResult, TaskService
+from floe.tables.request_budget import BudgetStats
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,8 @@ class OptimizingEngine:
         self.visits = 0
         """Tables the rounds looked at so far (tests check that an idle round looks at none)."""
         service.metrics.watch_tables(self.table_views)
+        service.metrics.watch_catalogs(self._catalogs.budgets)
+        service.notices.listen(self.table_changed)
         service.on_refused(self._on_refused)
 
     @property
@@ -296,7 +299,7 @@ class OptimizingEngine:
                 table_id = runtime.table_id
                 if self.runtimes.get(table_id) is not runtime:
                     continue  # removed meanwhile
-                when = next_visit_s(runtime, now, self.refresh_interval_s)
+                when = next_visit_s(runtime, now)
                 if table_id in self._registry.marked_pending:
                     when = now  # the next round tells its scheduler it is no longer pending
                 self._registry.wakeups.schedule(table_id, when)
@@ -349,6 +352,39 @@ class OptimizingEngine:
         """Tasks the group's tables want run now (`floe.scheduling.autoscale`); see
         `views.group_demand`."""
         return views.group_demand(self._registry, self.group_key(name, namespace))
+
+    def table_changed(self, identifier: str, catalog: str | None = None) -> list[str]:
+        """A change notice: the tables of `identifier` (in `catalog`, if given) are refreshed at
+        the next round and checked at the shortest interval again; returns their ids."""
+        with self._lock:
+            found = [
+                r
+                for r in self.runtimes.values()
+                if r.spec.table == identifier and (catalog is None or r.spec.catalog.name == catalog)
+            ]
+            for runtime in found:
+                runtime.refresh.recheck_now()
+                self._registry.touch(runtime.table_id)
+        return sorted(r.table_id for r in found)
+
+    def catalog_budgets(self) -> dict[str, BudgetStats]:
+        """What each REST catalog's request budget did and holds now, by catalog name."""
+        return self._catalogs.budgets()
+
+    def catalog_pressure(self, name: str, namespace: str = DEFAULT_NAMESPACE) -> dict[str, str]:
+        """How the request budgets of the group's tables' catalogs hold calls back now, in words,
+        by catalog name (empty: none does; the usual case costs no walk of the tables)."""
+        pressure = {c: words for c, stats in self._catalogs.budgets().items() if (words := stats.pressure())}
+        if not pressure:
+            return {}
+        key = self.group_key(name, namespace)
+        with self._lock:
+            used = {
+                r.spec.catalog.name
+                for r in self.runtimes.values()
+                if r.spec.catalog.name in pressure and self._registry.table_group_key(r) == key
+            }
+        return {c: pressure[c] for c in sorted(used)}
 
     def group_demands(self) -> dict[str, int]:
         """`group_demand` of every group, by `group_key`, in one pass over the tables."""

@@ -26,6 +26,7 @@ from floe.planning.files import TableFiles
 from floe.protocol.storage import task_io_properties
 from floe.scheduling.group_scheduler import GroupScheduler
 from floe.service.file_tasks import FileTaskDispatcher
+from floe.tables.request_budget import Priority, within_priority
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,13 @@ class MaintenanceRunner:
     def _submit(self, runtime: TableRuntime, job: MaintenanceJob) -> Future[None]:
         # Under the lock: what the job must not touch is read before anything else can start.
         protected_snapshots, protected_prefixes = self._protection(runtime.process_id)
-        return self._pool.submit(self._maintain, runtime, job, protected_snapshots, protected_prefixes)
+        return self._pool.submit(
+            within_priority(Priority.MAINTENANCE, self._maintain),
+            runtime,
+            job,
+            protected_snapshots,
+            protected_prefixes,
+        )
 
     def _maintain(
         self,

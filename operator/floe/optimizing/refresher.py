@@ -11,17 +11,23 @@ from concurrent.futures import ThreadPoolExecutor
 
 from floe.api.table_properties import InvalidTableProperty
 from floe.maintenance.settled import settled_jobs
-from floe.optimizing.catalog_access import CatalogAccess
+from floe.optimizing.catalog_access import CatalogAccess, CatalogKey
 from floe.optimizing.evaluation import Evaluation
+from floe.optimizing.refresh_cadence import RefreshCadence
 from floe.optimizing.registry import TableRegistry
 from floe.optimizing.table_state import INVALID_TABLE_PROPERTY, UNSUPPORTED, TableRuntime, TableState
 from floe.planning.files import TableFiles
 from floe.planning.health import table_health
 from floe.planning.planner import plan_optimizing
+from floe.planning.triggers import time_trigger_s
 from floe.rewrite.parquet_options import check_write_properties
 from floe.tables.catalog import CatalogConfigError, CatalogUnreachable, TableAccessError
 from floe.tables.history import optimizing_history
+from floe.tables.request_budget import BudgetExhausted, Priority, calls_for
 from floe.tables.support import UnsupportedTableError, scan_supported
+
+QUIET = (TableState.IDLE, TableState.DISABLED)
+"""States in which a table's checks may follow its changes; in any other it has work queued."""
 
 
 class TableRefresher:
@@ -52,13 +58,7 @@ class TableRefresher:
         probed for them; returns those others, whose next visit changes too."""
         registry = self._registry
         now = registry.clock()
-        due = [
-            r
-            for r in visit
-            if not r.busy
-            and r.state != TableState.DISABLED
-            and (r.last_refresh_s is None or now - r.last_refresh_s >= self.refresh_interval_s)
-        ]
+        due = [r for r in visit if not r.busy and r.state != TableState.DISABLED and r.refresh.due(now)]
         locations = self._catalogs.metadata_locations(due)
         unchanged: set[str] = set()
         also: list[TableRuntime] = []
@@ -77,31 +77,47 @@ class TableRefresher:
                 r.table_id
                 for r in due
                 if r.unchanged_at(locations.get(keys[r.table_id], {}).get(r.spec.table))
+                and not r.refresh.time_trigger_due(now)
             }
+        probed = {r.table_id for r in due if self._catalogs.key_of(r) in locations} if locations else set()
         with registry.lock:
             for runtime in due:
                 if runtime.table_id in unchanged:
                     runtime.on_loaded(now)
-        self._load_within_budget([r for r in due if r.table_id not in unchanged])
+        checked = self._load_within_budget([r for r in due if r.table_id not in unchanged])
         with registry.lock:
+            for runtime in due:
+                if runtime.table_id in unchanged or runtime.table_id in checked:
+                    # One probe answers for all of a catalog's tables: they need no backing off.
+                    cadence = RefreshCadence.of(runtime.spec.refresh, self.refresh_interval_s)
+                    changed = checked.get(runtime.table_id, False)
+                    busy = runtime.table_id in probed or runtime.state not in QUIET
+                    runtime.refresh.on_checked(now, cadence, runtime.table_id, changed, busy)
             for runtime in visit + also:
                 self.update_pending(runtime, now)
         return also
 
-    def _refresh(self, runtime: TableRuntime) -> None:
+    def _refresh(self, runtime: TableRuntime) -> bool | None:
+        """Load the table if it changed, and evaluate what is new; returns whether it had a new
+        metadata file, or None when its catalog's request budget held the refresh back."""
         now = self._registry.clock()
+        # An interval trigger fires on the files as they are: evaluated again, changed or not.
+        again = runtime.refresh.time_trigger_due(now)
+        evaluated = runtime.evaluated_metadata
         try:
-            loaded = self._catalogs.load_if_changed(runtime)
+            with calls_for(Priority.REFRESH):
+                loaded = self._catalogs.load_if_changed(runtime, conditional=not again)
             if loaded.table is None:
                 runtime.on_loaded(now)  # the catalog says the file last evaluated is still current
-                return
+                return False
             table = loaded.table
             runtime.catalog_etag = (table.metadata_location, loaded.etag) if loaded.etag else None
             runtime.on_loaded(now, str(table.metadata.table_uuid))
+            changed = table.metadata_location != evaluated
             current = table.metadata.current_snapshot()
             snapshot_id = current.snapshot_id if current else None
-            if not runtime.needs_evaluation(snapshot_id, table.metadata_location):
-                return
+            if not again and not runtime.needs_evaluation(snapshot_id, table.metadata_location):
+                return changed
             # Properties first: they need no scan, and a refused table is checked every refresh.
             config = runtime.spec.optimizing_config(table.metadata.properties)
             check_write_properties(table.metadata.properties, table.metadata.schema())
@@ -117,19 +133,21 @@ class TableRefresher:
                 last_minor_s=history.last_minor_s,
                 last_full_s=history.last_full_s,
             )
+        except BudgetExhausted:
+            return None  # still due: a later round asks
         except UnsupportedTableError as exc:
             self.refuse_unsupported(runtime, exc, now)
-            return
+            return exc.metadata_location != evaluated
         except InvalidTableProperty as exc:
             self.refuse_property(runtime, exc, now)
-            return
+            return False
         except TableAccessError as exc:
             if runtime.last_error != str(exc):
                 self._registry.emit(runtime.table_id, "Warning", "TableUnavailable", str(exc))
             runtime.on_access_error(
                 str(exc), now, catalog_failed=isinstance(exc, CatalogConfigError | CatalogUnreachable)
             )
-            return
+            return False
         # Only a table with work due keeps its `Table`, which planning takes: idle ones keep no metadata.
         evaluation = Evaluation(
             scanned, config, plan, now, table.metadata_location, None if plan.is_empty else table
@@ -140,6 +158,12 @@ class TableRefresher:
             runtime.on_evaluated(scanned.files, plan, now, table.metadata_location)
             runtime.health = table_health(scanned.files, config)
             runtime.on_settled(settled, table.metadata_location)
+            runtime.refresh.time_trigger_s = (
+                time_trigger_s(scanned.files, config, now, runtime.last_minor_s, runtime.last_full_s)
+                if plan.is_empty
+                else None
+            )
+        return changed
 
     def _refuse(
         self,
@@ -197,15 +221,25 @@ class TableRefresher:
                 registry.emit(runtime.table_id, "Warning", "NoOptimizer", f"pending: {reason}")
             runtime.pending_reason = reason
 
-    def _load_within_budget(self, runtimes: list[TableRuntime]) -> None:
+    def _load_within_budget(self, runtimes: list[TableRuntime]) -> dict[str, bool]:
         """Refresh `runtimes` through their catalogs, longest unrefreshed first, in batches while
         the round's budget lasts (one batch at least): thousands of new tables are loaded over
-        several rounds, and status flushes, planning and commits go on between them."""
+        several rounds, and status flushes, planning and commits go on between them. Returns
+        whether each table refreshed had changed."""
         ordered = sorted(runtimes, key=lambda r: -math.inf if r.last_refresh_s is None else r.last_refresh_s)
         started = time.monotonic()
+        changed: dict[str, bool] = {}
+        spent: set[CatalogKey] = set()
+        """Catalogs whose request budget held a refresh back: the rest of their tables wait too."""
         for start in range(0, len(ordered), self._batch):
             if start and time.monotonic() - started >= self.refresh_budget_s:
-                return  # the rest stay due: the next rounds load them first
-            batch = ordered[start : start + self._batch]
-            for future in [self._pool.submit(self._refresh, r) for r in batch]:
-                future.result()
+                break  # the rest stay due: the next rounds load them first
+            batch = [r for r in ordered[start : start + self._batch] if self._catalogs.key_of(r) not in spent]
+            futures = [(r, self._pool.submit(self._refresh, r)) for r in batch]
+            for runtime, future in futures:
+                outcome = future.result()
+                if outcome is None:
+                    spent.add(self._catalogs.key_of(runtime))
+                else:
+                    changed[runtime.table_id] = outcome
+        return changed

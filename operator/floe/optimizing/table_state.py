@@ -18,6 +18,7 @@ from floe.api.history import RunLog
 from floe.api.table import OptimizedTableSpec
 from floe.maintenance.job import MaintenanceJob, MaintenanceReport
 from floe.optimizing.maintenance_schedule import due_jobs, job_intervals, next_due_s, spread_first_runs
+from floe.optimizing.refresh_cadence import RefreshState
 from floe.planning.files import TableFiles
 from floe.planning.health import TableHealth
 from floe.planning.plan import OptimizingPlan, OptimizingType
@@ -86,6 +87,7 @@ class TableRuntime:
     last_result: str = ""
     last_plan_s: float | None = None
     last_refresh_s: float | None = None
+    refresh: RefreshState = field(default_factory=RefreshState, repr=False, compare=False)
     table_uuid: str | None = None
     """The table's UUID, as its last load found it: how a set follows a renamed table."""
     last_minor_s: float | None = None
@@ -160,6 +162,7 @@ class TableRuntime:
             self.settled_jobs = {}  # other settings may leave a settled job something to do
         self.spec = spec
         self.evaluated_snapshot_id = None
+        self.refresh.recheck_now()
         if not spec.enabled and not self.busy:
             self.state = TableState.DISABLED
         elif spec.enabled and self.state == TableState.DISABLED:
@@ -431,6 +434,7 @@ class TableRuntime:
         if report.snapshot_id is not None:
             self.evaluated_snapshot_id = None
             self.last_refresh_s = None
+            self.refresh.recheck_now()
 
     def on_maintenance_failed(self, job: MaintenanceJob, error: str, now_s: float, refused: str = "") -> None:
         """The running job raised, or floe refused it (`refused`: why); it is tried again one
@@ -458,6 +462,7 @@ class TableRuntime:
         # Re-evaluate at the next refresh, which is due at once.
         self.evaluated_snapshot_id = None
         self.last_refresh_s = None
+        self.refresh.recheck_now()
         self.state = TableState.IDLE if self.spec.enabled else TableState.DISABLED
 
     def _expect(self, state: TableState) -> None:

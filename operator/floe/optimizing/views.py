@@ -58,6 +58,9 @@ class TableDetail:
     health: TableHealth | None
     pending_since_s: float | None
     last_refresh_s: float | None
+    next_refresh_s: float | None
+    """When its catalog is asked next; None: at the next round."""
+    refresh_interval_s: float | None
     last_plan_s: float | None
     refusal: str
 
@@ -112,6 +115,8 @@ def table_detail(registry: TableRegistry, table_id: str) -> TableDetail | None:
             health=r.health,
             pending_since_s=r.pending_since_s,
             last_refresh_s=r.last_refresh_s,
+            next_refresh_s=r.refresh.next_s,
+            refresh_interval_s=r.refresh.interval_s,
             last_plan_s=r.last_plan_s,
             refusal=r.refusal,
         )

@@ -64,7 +64,7 @@ class TableWakeups:
         return due
 
 
-def next_visit_s(runtime: TableRuntime, now_s: float, refresh_interval_s: float) -> float:
+def next_visit_s(runtime: TableRuntime, now_s: float) -> float:
     """When the engine must look at the table again if nothing happens to it meanwhile: its
     next refresh (none while a process runs: its end is such a happening), its next
     maintenance job (none while one runs), or the next round while it is PENDING (whether
@@ -76,8 +76,7 @@ def next_visit_s(runtime: TableRuntime, now_s: float, refresh_interval_s: float)
         return now_s
     refresh = math.inf
     if not runtime.busy:
-        last = runtime.last_refresh_s
-        refresh = -math.inf if last is None else last + refresh_interval_s
+        refresh = -math.inf if runtime.refresh.next_s is None else runtime.refresh.next_s
     maintenance = math.inf
     # The engine maintains only a table it has read: the refresh that first reads it is a visit.
     if (

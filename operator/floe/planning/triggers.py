@@ -17,6 +17,9 @@ from floe.planning.files import ContentFile, DeleteIndex, FileKind, PartitionKey
 from floe.planning.floe_policy import FAVORS, deleted_rows, level_of, needs_conversion
 from floe.planning.table_evaluation import keeps_positions, partitions_in_order
 
+INTERVAL_MARGIN_S = 1.0
+"""How long after an interval's end its trigger is looked at again: it fires strictly after."""
+
 
 @dataclass(frozen=True)
 class Trigger:
@@ -31,6 +34,8 @@ class Trigger:
     unit: str = ""
     next_s: float | None = None
     """For an interval: when it fires next (seconds since the epoch), if it is not firing."""
+    armed: bool = False
+    """For an interval not firing yet: whether it fires at `next_s` on the files as they are."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,25 @@ def table_triggers(
         partition_triggers(partition, data, index, config, now_s, last_minor_s, last_full_s, keep)
         for partition, data in partitions_in_order(files)
     ]
+
+
+def time_trigger_s(
+    files: TableFiles,
+    config: OptimizingConfig,
+    now_s: float,
+    last_minor_s: float | None,
+    last_full_s: float | None,
+) -> float | None:
+    """When an interval trigger fires on the table's files as they are, if one will: the moment
+    its evaluation changes with time alone, when an unchanged table must be evaluated again."""
+    armed = [
+        t.next_s
+        for partition in table_triggers(files, config, now_s, last_minor_s, last_full_s)
+        for t in partition.triggers
+        if t.armed and t.next_s is not None
+    ]
+    # The evaluator fires once strictly more than the interval has passed.
+    return min(armed) + INTERVAL_MARGIN_S if armed else None
 
 
 def partition_triggers(
@@ -190,4 +214,8 @@ def _interval_trigger(
         return Trigger(name, None, interval_s, work, "s")
     elapsed = now_s - last_s
     fired = elapsed > interval_s and work
-    return Trigger(name, elapsed, interval_s, fired, "s", None if fired else last_s + interval_s)
+    if fired:
+        return Trigger(name, elapsed, interval_s, True, "s")
+    return Trigger(
+        name, elapsed, interval_s, False, "s", last_s + interval_s, armed=work and elapsed <= interval_s
+    )

@@ -161,6 +161,24 @@ class GroupExecutors(_Wire):
     )
 
 
+class ChangeNotice(_Wire):
+    """What a change notice may add to the table its path names."""
+
+    catalog: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="only the tables of this catalog (by the name their manifests give it); unset: every "
+        "table floe optimizes under that identifier",
+    )
+
+
+class TablesNotified(_Wire):
+    """The tables a change notice named: each is refreshed at the engine's next round."""
+
+    tables: list[str] = Field(description="the OptimizedTables, as namespace/name")
+
+
 class ErrorResponse(_Wire):
     """Body of every 4xx/5xx answer."""
 

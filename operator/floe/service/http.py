@@ -42,6 +42,7 @@ from floe.protocol.errors import (
 from floe.protocol.rewrite_task import RewriteTaskResult
 from floe.protocol.wire import (
     Accepted,
+    ChangeNotice,
     CompleteRequest,
     CompleteResponse,
     ErrorResponse,
@@ -50,7 +51,9 @@ from floe.protocol.wire import (
     PollRequest,
     PollResponse,
     RegisterRequest,
+    TablesNotified,
 )
+from floe.service.change_notices import UnknownTable
 from floe.service.openapi import ROUTES, build_openapi
 from floe.service.task_service import TaskService
 
@@ -61,7 +64,12 @@ COMPLETE_MAX_BYTES = 16 * 1024 * 1024
 table with 16-byte bounds come to about 8 MiB of JSON (`tests/test_service_limits.py` builds it)."""
 SMALL_MAX_BYTES = 16 * 1024
 """Register and poll bodies are a few fields."""
-BODY_LIMITS = {"register": SMALL_MAX_BYTES, "poll": SMALL_MAX_BYTES, "complete": COMPLETE_MAX_BYTES}
+BODY_LIMITS = {
+    "register": SMALL_MAX_BYTES,
+    "poll": SMALL_MAX_BYTES,
+    "complete": COMPLETE_MAX_BYTES,
+    "table_changed": SMALL_MAX_BYTES,
+}
 """Per operation, the largest body read; a larger one is refused with 413 before it is read."""
 LINGER_S = 1.0
 BODY_TIMEOUT_S = 30.0
@@ -147,6 +155,7 @@ class _Api:
             "ack": self.ack,
             "complete": self.complete,
             "executors": self.executors,
+            "table_changed": self.table_changed,
             "openapi": self.openapi,
             "health": self.health,
             "metrics": self.metrics,
@@ -269,6 +278,25 @@ class _Api:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wakeup.wait(), remaining)
 
+    async def table_changed(self, request: web.Request) -> web.Response:
+        notices = self.service.notices
+        try:
+            # Before the body: a caller without the notice token makes the service read nothing.
+            notices.check_token(_bearer(request))
+        except Unauthorized as exc:
+            log.warning("refused a change notice from %s: %s", request.remote, exc)
+            raise
+        body = await _body(request, ChangeNotice, "table_changed", self.body_timeout_s, empty=ChangeNotice())
+        namespace, table = request.match_info["namespace"], request.match_info["table"]
+        try:
+            # Off the loop: the engine looks the table up under its lock.
+            found = await asyncio.to_thread(notices.table_changed, namespace, table, body.catalog)
+        except UnknownTable as exc:
+            raise _Rejected(404, "unknown_table", str(exc)) from exc
+        except ValueError as exc:
+            raise _Rejected(422, "invalid_request", str(exc)) from exc
+        return _json(TablesNotified(tables=found))
+
     async def openapi(self, _: web.Request) -> web.Response:
         return web.json_response(self._openapi)
 
@@ -347,8 +375,13 @@ def _token(request: web.Request) -> str:
     return token
 
 
-async def _body(request: web.Request, model: type[_Model], operation: str, timeout_s: float) -> _Model:
+async def _body(
+    request: web.Request, model: type[_Model], operation: str, timeout_s: float, empty: _Model | None = None
+) -> _Model:
+    """The body as `model`; `empty` stands for a body left out, where the call allows that."""
     raw = await _read_limited(request, BODY_LIMITS[operation], timeout_s)
+    if empty is not None and not raw.strip():
+        return empty
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:

@@ -9,7 +9,7 @@ registry: several services in one process (the tests, the benchmarks) never shar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from floe.scheduling.records import GroupSchedulingStats
+from floe.tables.request_budget import BudgetStats
 
 
 class TableGauges(Protocol):
@@ -62,6 +63,9 @@ class ScalingSample(Protocol):
 
 ScalingSource = Callable[[], Iterable[ScalingSample]]
 """Per group: executors desired and ready, its demand in tasks, and its executor core-seconds."""
+
+CatalogsSource = Callable[[], Mapping[str, BudgetStats]]
+"""Per catalog name: what its request budget did and holds (`floe.tables.request_budget`)."""
 
 POLL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 """Seconds: the scheduler answers a poll in well under a millisecond unless its lock is contended."""
@@ -158,6 +162,10 @@ class ServiceMetrics:
         """Report the tables `tables()` gives at each scrape (the engine's; the last one given wins)."""
         self._state.tables = tables
 
+    def watch_catalogs(self, catalogs: CatalogsSource) -> None:
+        """Report the request budgets `catalogs()` gives at each scrape (the engine's)."""
+        self._state.catalogs = catalogs
+
     def watch_scaling(self, scaling: ScalingSource) -> None:
         """Report the executor counts and demand `scaling()` gives at each scrape (the operator's)."""
         self._state.scaling = scaling
@@ -170,12 +178,50 @@ class _StateCollector(Collector):
         self.groups: GroupsSource | None = None
         self.tables: TablesSource | None = None
         self.scaling: ScalingSource | None = None
+        self.catalogs: CatalogsSource | None = None
 
     def collect(self) -> Iterator[Metric]:
-        """One sample per group and per table, from the current state."""
+        """One sample per group, per table and per catalog, from the current state."""
         yield from self._groups()
         yield from self._scaling()
         yield from self._tables()
+        yield from self._catalogs()
+
+    def _catalogs(self) -> Iterator[Metric]:
+        if self.catalogs is None:
+            return
+        labels = ["catalog"]
+        requests = CounterMetricFamily(
+            "floe_catalog_requests", "HTTP requests sent to a REST catalog within its budget.", labels=labels
+        )
+        throttled = CounterMetricFamily(
+            "floe_catalog_throttled",
+            "429 and 503 answers of a REST catalog: each pauses every call to it for its Retry-After.",
+            labels=labels,
+        )
+        held_back = CounterMetricFamily(
+            "floe_catalog_refreshes_held_back",
+            "Table refreshes that found the catalog's request budget spent (or the catalog paused) and "
+            "stayed due for a later round.",
+            labels=labels,
+        )
+        waiting = GaugeMetricFamily(
+            "floe_catalog_requests_waiting",
+            "Commits, plans and jobs waiting for the budget now.",
+            labels=labels,
+        )
+        paused = GaugeMetricFamily(
+            "floe_catalog_paused_seconds",
+            "How long every call to the catalog still waits after its last 429 or 503 (0: not paused).",
+            labels=labels,
+        )
+        for name, stats in sorted(self.catalogs().items()):
+            requests.add_metric([name], stats.requests)
+            throttled.add_metric([name], stats.throttled)
+            held_back.add_metric([name], stats.refreshes_held_back)
+            waiting.add_metric([name], stats.waiting)
+            paused.add_metric([name], round(stats.paused_for_s, 3))
+        yield from (requests, throttled, held_back, waiting, paused)
 
     def _scaling(self) -> Iterator[Metric]:
         if self.scaling is None:

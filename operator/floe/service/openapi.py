@@ -18,6 +18,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from floe.protocol.wire import (
     API_VERSION,
     Accepted,
+    ChangeNotice,
     CompleteRequest,
     CompleteResponse,
     ErrorResponse,
@@ -27,11 +28,13 @@ from floe.protocol.wire import (
     PollResponse,
     RegisterRequest,
     RegisterResponse,
+    TablesNotified,
 )
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 BEARER = "bearerToken"
 REGISTRATION = "registrationToken"
+NOTICE = "noticeToken"
 
 ERROR_MEANINGS = {
     400: "The body is not JSON.",
@@ -51,6 +54,8 @@ REGISTER_401 = (
     "The registration token is missing or wrong (the service was given one): nothing changed. "
     "Send the operator's registration token as `Authorization: Bearer <registration token>`."
 )
+
+ATTEMPT_ID = ("attempt_id", "The attempt's id, from the task assignment.")
 
 _OBJECT: dict[str, Any] = {"type": "object"}
 _HEALTH: dict[str, Any] = {
@@ -79,6 +84,9 @@ class Route:
     error_meanings: tuple[tuple[int, str], ...] = ()
     """Meanings of this route's errors where they differ from `ERROR_MEANINGS`."""
     media_type: str = "application/json"
+    path_parameters: tuple[tuple[str, str], ...] = ()
+    """Each ``{name}`` of the path and what it is."""
+    request_required: bool = True
 
 
 ROUTES: tuple[Route, ...] = (
@@ -136,6 +144,7 @@ ROUTES: tuple[Route, ...] = (
         "group's ack timeout is handed out again.",
         Accepted,
         errors=(401, 409),
+        path_parameters=(ATTEMPT_ID,),
     ),
     Route(
         "POST",
@@ -162,6 +171,7 @@ ROUTES: tuple[Route, ...] = (
         "the files it wrote are deleted.",
         CompleteResponse,
         request=CompleteRequest,
+        path_parameters=(ATTEMPT_ID,),
         errors=(400, 401, 408, 409, 413, 422, 503),
         error_meanings=(
             (
@@ -187,6 +197,37 @@ ROUTES: tuple[Route, ...] = (
         error_meanings=(
             (401, REGISTER_401),
             (422, "A query parameter is missing or out of range; `detail` names it."),
+        ),
+    ),
+    Route(
+        "POST",
+        f"/{API_VERSION}/tables/{{namespace}}/{{table}}/changed",
+        "table_changed",
+        "A table changed",
+        "Tell floe that a writer committed to the table `namespace.table`: every OptimizedTable of that "
+        "identifier (only those of `catalog`, if the body names one) is refreshed at the engine's next "
+        "round, instead of at its next scheduled check, which backs off to `refresh.maxInterval` on a "
+        "table that does not change. A writer's post-commit hook or a catalog's event relay calls it. "
+        "The call presents the notice token (the operator's `--notice-token-file`), not the "
+        "registration token; the body may be left out. A notice changes nothing but when the table is "
+        "next read.",
+        TablesNotified,
+        request=ChangeNotice,
+        request_required=False,
+        security=NOTICE,
+        path_parameters=(
+            ("namespace", "The table's namespace; levels joined by `.` or by the unit separator (%1F)."),
+            ("table", "The table's name."),
+        ),
+        errors=(400, 401, 404, 408, 413, 422),
+        error_meanings=(
+            (
+                401,
+                "The notice token is missing or wrong, or change notices are off (the operator was given "
+                "no notice token): nothing changed.",
+            ),
+            (404, "floe optimizes no table of that identifier (in that catalog): nothing changed."),
+            (422, "The namespace or table name is malformed, or the body does not match the schema."),
         ),
     ),
     Route(
@@ -243,21 +284,22 @@ def build_openapi() -> dict[str, Any]:
             "summary": route.summary,
             "description": route.description,
         }
-        if "{attempt_id}" in route.path:
+        if route.path_parameters:
             operation["parameters"] = [
                 {
-                    "name": "attempt_id",
+                    "name": name,
                     "in": "path",
                     "required": True,
-                    "description": "The attempt's id, from the task assignment.",
+                    "description": what,
                     "schema": {"type": "string"},
                 }
+                for name, what in route.path_parameters
             ]
         if route.query is not None:
             operation["parameters"] = _query_parameters(route.query)
         if route.request is not None:
             operation["requestBody"] = {
-                "required": True,
+                "required": route.request_required,
                 "content": {"application/json": {"schema": schema_of(route.request, "validation")}},
             }
         responses: dict[str, Any] = {
@@ -285,10 +327,11 @@ def build_openapi() -> dict[str, Any]:
             "description": (
                 "The API optimizers use to take and report rewrite tasks: register (getting a token), "
                 "heartbeat, poll per thread, acknowledge, complete, unregister; and the executor count "
-                "drivers follow. Register and the executor count present the registration token, when "
-                "the service has one, as `Authorization: Bearer <registration token>`; every other call "
-                "but the document, the health check and the metrics carries `Authorization: Bearer "
-                "<token from register>`. Every error answer has an `ErrorResponse` body."
+                "drivers follow; and the change notices a writer's pipeline sends. Register and the executor "
+                "count present the registration token, when the service has one, as `Authorization: Bearer "
+                "<registration token>`; a change notice presents the notice token; every other call but the "
+                "document, the health check and the metrics carries `Authorization: Bearer <token from "
+                "register>`. Every error answer has an `ErrorResponse` body."
             ),
         },
         "paths": paths,
@@ -305,6 +348,12 @@ def build_openapi() -> dict[str, Any]:
                     "scheme": "bearer",
                     "description": "The registration token shared by the task service and the optimizers "
                     "it may admit (on Kubernetes: the chart's registration Secret).",
+                },
+                NOTICE: {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "The notice token shared by floe and the pipelines that tell it a table "
+                    "changed (on Kubernetes: the chart's changeNotices.existingSecret).",
                 },
             },
         },

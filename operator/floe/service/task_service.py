@@ -38,6 +38,7 @@ from floe.protocol.wire import (
 from floe.rewrite.result_check import ResultCheckFailed
 from floe.scheduling.group_scheduler import GroupScheduler
 from floe.scheduling.records import GroupSchedulingStats, ResultCheck
+from floe.service.change_notices import ChangeNotices
 from floe.service.metrics import ServiceMetrics
 from floe.service.results import ResultChecker
 
@@ -103,6 +104,8 @@ class TaskService:
         self.results = result_checker or ResultChecker()
         """Checks every result before it is accepted."""
         self._refusal_listeners: list[Callable[[RefusedResult], None]] = []
+        self.notices = ChangeNotices()
+        """Who may tell floe a table changed, and where the notices go (`floe.service.change_notices`)."""
 
     # -- groups --------------------------------------------------------------------------
 

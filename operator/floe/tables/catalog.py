@@ -14,6 +14,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 
 from floe.api.table import CatalogRef
+from floe.tables.request_budget import BudgetExhausted
 from floe.tables.support import UnsupportedTableError, unreadable_schema_type
 
 
@@ -109,6 +110,8 @@ def table_load_errors(catalog: Catalog, identifier: str) -> Iterator[None]:
         yield
     except (NoSuchTableError, NoSuchNamespaceError) as exc:
         raise TableNotFound(f"table {identifier!r} not found in catalog {catalog.name!r}") from exc
+    except BudgetExhausted:
+        raise  # not an error: the table is asked about at a later round
     except Exception as exc:
         unreadable = unreadable_schema_type(exc)
         if unreadable is not None:

@@ -335,6 +335,12 @@ def rest_load_response(catalog: RestCatalog, identifier: str, etag: str | None) 
     return catalog._session.get(url, params=params, headers={"If-None-Match": etag} if etag else {})
 
 
+def rest_session(catalog: RestCatalog) -> requests.Session:
+    """The REST catalog's HTTP session, through which all its later calls go (pyiceberg's private
+    `RestCatalog._session`): a request budget mounts its adapter there."""
+    return catalog._session
+
+
 def raise_rest_error(exc: HTTPError, errors: dict[int, type[Exception]]) -> None:
     """Raise the pyiceberg error a failed REST response stands for (`errors` by status code first),
     as pyiceberg's catalog calls do."""

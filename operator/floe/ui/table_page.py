@@ -23,6 +23,13 @@ def _time(seconds: float | None) -> str | None:
     return rfc3339(seconds) if seconds is not None else None
 
 
+def _next_check(detail: TableDetail) -> str:
+    """When its catalog is asked next, and the interval its last check set."""
+    if detail.next_refresh_s is None or detail.refresh_interval_s is None:
+        return "at the next round"
+    return f"{rfc3339(detail.next_refresh_s)} (every {detail.refresh_interval_s:g}s now)"
+
+
 def _facts(w: Writer, pairs: Sequence[tuple[str, Html | str | int | float | None]]) -> Html:
     items = join(Html(f"<dt>{w.text(name)}</dt><dd>{w.cell(value)}</dd>") for name, value in pairs)
     return Html(f'<dl class="facts">{items}</dl>')
@@ -171,6 +178,7 @@ def table_page(w: Writer, row: TableRow, detail: TableDetail | None, points: Seq
             ("snapshot", str(detail.snapshot_id) if detail is not None and detail.snapshot_id else None),
             ("pending since", _time(detail.pending_since_s) if detail is not None else None),
             ("last refreshed", _time(detail.last_refresh_s) if detail is not None else None),
+            ("next check", _next_check(detail) if detail is not None else None),
             ("last planned", _time(detail.last_plan_s) if detail is not None else None),
             ("quota", v.quota),
             ("quota occupation (last hour)", f"{v.occupation:.0%}"),

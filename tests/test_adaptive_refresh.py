@@ -1,0 +1,315 @@
+"""Adaptive refresh: an unchanged table is checked less and less often, a change brings it back to
+the shortest interval, checks are spread, and an interval trigger is evaluated on time even on a
+table nothing writes to. The rules on plain values with a clock; then the engine on Iceberg's REST
+catalog server and on a SQL catalog, with a clock that moves only when the test says so."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import Table
+from rest_s3 import RestS3Stack, rest_s3_stack
+from test_metadata_probe import table_without_maintenance
+from test_task_service import Clock
+
+from floe.api.group import OptimizerGroup
+from floe.api.table import RefreshSpec
+from floe.optimizing.engine import OptimizingEngine
+from floe.optimizing.refresh_cadence import JITTER, RefreshCadence, RefreshState
+from floe.optimizing.table_state import TableState
+from floe.service.http import TaskServiceServer
+from floe.service.task_service import TaskService
+from floe.tables.history import SUMMARY_OPTIMIZING_TYPE
+
+ROWS = pa.table({"id": pa.array(range(10), pa.int64())})
+CADENCE = RefreshCadence(min_interval_s=10.0, max_interval_s=80.0)
+
+
+def test_an_unchanged_table_doubles_its_interval_up_to_the_maximum_and_a_change_resets_it() -> None:
+    state = RefreshState()
+    intervals = []
+    now = 0.0
+    for changed in (True, False, False, False, False, False, True, False):
+        state.on_checked(now, CADENCE, "ns/t", changed=changed)
+        assert state.interval_s is not None and state.next_s is not None
+        intervals.append(state.interval_s)
+        # The next check is the interval away, give or take the spread.
+        assert abs(state.next_s - now - state.interval_s) <= JITTER * state.interval_s
+        now = state.next_s
+    assert intervals == [10, 20, 40, 80, 80, 80, 10, 20]
+    state.recheck_now()
+    assert state.due(now) and state.interval_s is None
+
+
+def _follow_writer(commits: list[float], until_s: float) -> tuple[list[float], list[float]]:
+    """A table checked by `RefreshState` (10 s to 600 s) while a writer commits at `commits`:
+    each commit's delay until a check saw it, and the times of the checks."""
+    cadence = RefreshCadence(min_interval_s=10.0, max_interval_s=600.0)
+    state, now, last_seen = RefreshState(), 0.0, 0
+    delays: list[float] = []
+    checks: list[float] = []
+    while now < until_s:
+        if state.due(now):
+            made = sum(1 for c in commits if c <= now)
+            delays += [now - c for c in commits[last_seen:made]]
+            state.on_checked(now, cadence, "ns/t", changed=made > last_seen)
+            checks.append(now)
+            last_seen = made
+        now += 1.0
+    return delays, checks
+
+
+def test_a_table_written_every_minute_is_checked_about_when_its_commits_come() -> None:
+    """A writer committing every 60 s (a streaming job's checkpoints): once its pace is known,
+    each commit is seen within a minimum interval, with two or three checks a minute, not six."""
+    delays, checks = _follow_writer([60.0 * k + 7 for k in range(1, 61)], 3600)
+    settled = delays[10:]
+    assert max(settled) <= 10 * (1 + JITTER) + 1, settled
+    assert len([c for c in checks if c >= 1800]) <= 3 * 30, len(checks)
+    # The writer stops: the table goes back to being checked less and less often.
+    _, checks = _follow_writer([60.0 * k + 7 for k in range(1, 31)], 3 * 3600)
+    last_hour = [c for c in checks if c >= 2 * 3600]
+    assert len(last_hour) <= 8, last_hour
+
+
+def test_a_check_is_never_later_than_an_interval_trigger_and_the_spread_is_the_same_each_time() -> None:
+    state = RefreshState(interval_s=80.0, time_trigger_s=30.0, checks=4)
+    state.on_checked(0.0, CADENCE, "ns/t", changed=False)
+    assert state.next_s == 30.0 and not state.time_trigger_due(29.0) and state.time_trigger_due(30.0)
+    a, b = RefreshState(), RefreshState()
+    a.on_checked(5.0, CADENCE, "ns/t", changed=False)
+    b.on_checked(5.0, CADENCE, "ns/t", changed=False)
+    assert a.next_s == b.next_s
+
+
+def test_tables_applied_together_are_not_checked_in_bursts() -> None:
+    """1,000 tables checked in the same second: their next checks spread over the 2 s either side
+    of 10 s, none of the 20 tenths of a second holding more than a tenth of them."""
+    states = {f"ns/t{i}": RefreshState() for i in range(1000)}
+    for table_id, state in states.items():
+        state.on_checked(0.0, CADENCE, table_id, changed=True)
+    tenths = Counter(int((s.next_s or 0.0) * 10) for s in states.values())
+    assert set(tenths) <= set(range(90, 111)) and max(tenths.values()) <= 100, tenths
+
+
+def test_the_cadence_takes_the_operators_interval_where_the_table_sets_none() -> None:
+    assert RefreshCadence.of(RefreshSpec(), 10.0) == RefreshCadence(10.0, 600.0)
+    assert RefreshCadence.of(
+        RefreshSpec.model_validate({"minInterval": "30s", "maxInterval": "20s"}), 10.0
+    ) == (RefreshCadence(30.0, 30.0))
+    with pytest.raises(ValueError, match="must be positive"):
+        RefreshSpec.model_validate({"maxInterval": "0s"})
+
+
+# -- the engine ---------------------------------------------------------------------------
+
+
+def _engine(clock: Clock) -> OptimizingEngine:
+    engine = OptimizingEngine(TaskService(clock=clock), refresh_interval_s=10.0, clock=clock)
+    engine.apply_group(
+        OptimizerGroup.model_validate(
+            {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizerGroup", "metadata": {"name": "default"}}
+        )
+    )
+    return engine
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestS3Stack]:
+    with rest_s3_stack("127.0.0.1", tmp_path_factory.mktemp("rest-s3")) as running:
+        yield running
+
+
+def _written_table(stack: RestS3Stack, namespace: str) -> Table:
+    """``NAMESPACE.orders``, one file written, in the REST catalog ``lake``."""
+    catalog: RestCatalog = stack.client("lake")
+    catalog.create_namespace(namespace)
+    table = catalog.create_table(f"{namespace}.orders", ROWS.schema)
+    table.append(ROWS)
+    return table
+
+
+def test_an_idle_rest_table_is_asked_less_often_until_a_writer_commits(stack: RestS3Stack) -> None:
+    table = _written_table(stack, "adaptive")
+    clock = Clock()
+    engine = _engine(clock)
+    try:
+        spec = {"refresh": {"maxInterval": "80s"}}
+        runtime = engine.apply_table(
+            table_without_maintenance("lake", stack.properties, "adaptive.orders", **spec)
+        )
+
+        def calls() -> int:
+            return engine.table_loads + engine.not_modified_loads
+
+        intervals: list[float] = []
+        for _ in range(300):  # 300 s, a round a second
+            before = calls()
+            engine.tick()
+            if calls() > before:
+                assert runtime.refresh.interval_s is not None
+                intervals.append(runtime.refresh.interval_s)
+            clock.now += 1.0
+        # Loaded once, then asked at 10, 20, 40 and 80 s (spread by up to a tenth either way).
+        assert intervals[:5] == [10, 20, 40, 80, 80] and set(intervals[5:]) <= {80}, intervals
+        assert engine.table_loads == 1 and calls() <= 7
+
+        # A writer commits: seen within one longest interval, then asked every 10 s again.
+        table.append(ROWS)
+        waited = 0
+        while runtime.snapshot_id != table.refresh().metadata.current_snapshot_id:
+            engine.tick()
+            clock.now += 1.0
+            waited += 1
+            assert waited <= 80 * (1 + JITTER) + 1, "the commit was not seen within the longest interval"
+        assert runtime.refresh.interval_s == 10 and engine.table_loads == 2
+    finally:
+        engine.close()
+
+
+def test_an_interval_trigger_fires_on_a_table_nothing_writes_to(tmp_path: Path) -> None:
+    """Two small files, below the minor file-count trigger: nothing is due until the minor
+    interval has passed since the last minor, and then the unchanged table is evaluated again."""
+    catalog = SqlCatalog("lake", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=(tmp_path / "wh").as_uri())
+    catalog.create_namespace("sales")
+    table = catalog.create_table("sales.orders", ROWS.schema)
+    table.append(ROWS)
+    # The second file as if a minor had written it: the table's history says when the last minor ran.
+    table.append(ROWS, snapshot_properties={SUMMARY_OPTIMIZING_TYPE: "minor"})
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    last_minor_s = snapshot.timestamp_ms / 1000.0
+    clock = Clock()
+    clock.now = last_minor_s + 1.0
+    engine = _engine(clock)
+    try:
+        properties = {"type": "sql", **{k: str(v) for k, v in catalog.properties.items()}}
+        spec = {"minor": {"triggerInterval": "1h"}}
+        runtime = engine.apply_table(table_without_maintenance("lake", properties, "sales.orders", **spec))
+        engine.tick()
+        assert runtime.state == TableState.IDLE and runtime.refresh.time_trigger_s == last_minor_s + 3601
+        loads = engine.table_loads
+        while clock.now + 60.0 < last_minor_s + 3601:  # a round a minute: unchanged, nothing loaded
+            clock.now += 60.0
+            engine.tick()
+        assert runtime.state == TableState.IDLE and engine.table_loads == loads
+        clock.now = last_minor_s + 3601
+        engine.tick()
+        assert runtime.state == TableState.PENDING and runtime.due_tasks == 1
+        assert engine.table_loads == loads + 1
+    finally:
+        engine.close()
+        catalog.engine.dispose()
+
+
+# -- change notices ------------------------------------------------------------------------
+
+
+def _notice(url: str, path: str, token: str | None, body: bytes = b"") -> tuple[int, dict[str, Any]]:
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(f"{url}{path}", data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "change-notices" / "notify.py"
+
+
+def _example_module() -> Any:
+    spec = importlib.util.spec_from_file_location("floe_notify_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _example_main(argv: list[str], url: str) -> int:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FLOE_NOTICE_URL", url)
+        patch.setenv("FLOE_NOTICE_TOKEN", "notice-secret")
+        return int(_example_module().main(argv))
+
+
+def test_a_change_notice_has_a_backed_off_table_read_at_the_next_round(stack: RestS3Stack) -> None:
+    table = _written_table(stack, "noticed")
+    clock = Clock()
+    engine = _engine(clock)
+    engine.service.notices.allow("notice-secret")
+    server = TaskServiceServer(engine.service)
+    server.start()
+    try:
+        runtime = engine.apply_table(table_without_maintenance("lake", stack.properties, "noticed.orders"))
+        for _ in range(200):  # backed off: checked every 80 s, then 160 s, ...
+            engine.tick()
+            clock.now += 1.0
+        assert runtime.refresh.interval_s is not None and runtime.refresh.interval_s >= 160
+        table.append(ROWS)
+        engine.tick()
+        assert runtime.snapshot_id != table.refresh().metadata.current_snapshot_id  # not due yet
+
+        status, body = _notice(server.url, "/v1/tables/noticed/orders/changed", "notice-secret")
+        assert (status, body) == (200, {"tables": ["default/noticed-orders"]})
+        engine.tick()
+        assert runtime.snapshot_id == table.refresh().metadata.current_snapshot_id
+        assert runtime.refresh.interval_s == 10
+        # The example a writer's job calls after its commit; with a catalog named, only its tables.
+        notify = _example_module().notify_table_changed
+        assert notify("noticed.orders", "lake", url=server.url, token="notice-secret") == [
+            "default/noticed-orders"
+        ]
+        assert _example_main(["noticed.nosuch", "--strict"], server.url) == 1  # floe has no such table
+        status, body = _notice(
+            server.url, "/v1/tables/noticed/orders/changed", "notice-secret", b'{"catalog": "other"}'
+        )
+        assert status == 404 and body["error"] == "unknown_table" and "'other'" in body["detail"]
+    finally:
+        server.stop()
+        engine.close()
+
+
+def test_change_notices_refuse_strangers_unknown_tables_and_malformed_calls(stack: RestS3Stack) -> None:
+    engine = _engine(Clock())
+    server = TaskServiceServer(engine.service)
+    server.start()
+    path = "/v1/tables/sales/orders/changed"
+    try:
+        status, body = _notice(server.url, path, "anything")
+        assert status == 401 and "change notices are off" in body["detail"]
+        engine.service.notices.allow("notice-secret")
+        assert _notice(server.url, path, None)[0] == 401
+        status, body = _notice(server.url, path, "notice-secrex")
+        assert (
+            status == 401 and "wrong notice token" in body["detail"] and "notice-secre" not in body["detail"]
+        )
+        status, body = _notice(server.url, path, "notice-secret")
+        assert status == 404 and body == {
+            "error": "unknown_table",
+            "detail": "floe optimizes no table 'sales.orders'",
+        }
+        status, body = _notice(server.url, "/v1/tables/sales%20x/orders/changed", "notice-secret")
+        assert status == 422 and "'sales x' is not a namespace or table name" in body["detail"]
+        status, body = _notice(server.url, path, "notice-secret", b'{"catalog": 5}')
+        assert status == 422 and body["detail"].startswith("catalog:")
+        status, body = _notice(server.url, path, "notice-secret", b'{"table": "x"}')
+        assert status == 422 and "Extra inputs" in body["detail"]
+        assert _notice(server.url, path, "notice-secret", b"{not json")[0] == 400
+        assert engine.service.notices.accepted == 0
+    finally:
+        server.stop()
+        engine.close()
