@@ -195,7 +195,7 @@ def _check(result: BenchResult) -> None:
     strings("notes", result.notes)
 
 
-FIGURE_FILES = frozenset({"cdc.json"})
+FIGURE_FILES = frozenset({"cdc.json", "catalog_cadence_runs.json"})
 """JSON in the results directory that is not a record: a benchmark's figures in a shape of their own."""
 
 
