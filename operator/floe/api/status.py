@@ -90,8 +90,9 @@ class RefreshStatus(WireModel):
 
     interval_seconds: int = Field(
         ge=0,
-        description="the interval its last check set: the shortest after a change or with work queued, "
-        "doubling while the table is unchanged, up to refresh.maxInterval",
+        description="the interval its last check set: the shortest with work queued or while a change is "
+        "due, about the table's typical gap between changes after one, doubling while the table stays "
+        "unchanged, up to refresh.maxInterval",
     )
 
 

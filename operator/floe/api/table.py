@@ -286,8 +286,8 @@ class RefreshSpec(WireModel):
 
     min_interval: Duration | None = Field(
         default=None,
-        description="how often a table that just changed, or has work queued, is checked; "
-        "unset: the operator's --refresh-interval (10s)",
+        description="the shortest interval between checks: with work queued, and while a change the table's "
+        "writers make now and then is due; unset: the operator's --refresh-interval (10s)",
     )
     max_interval: Duration = Field(
         default=600.0,

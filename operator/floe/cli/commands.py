@@ -223,6 +223,16 @@ def _run(args: argparse.Namespace) -> int:
     )
 
 
+def _add_notice_token_file(parser: argparse.ArgumentParser) -> None:
+    """``--notice-token-file``, which `floe run` and `floe operator` both take (`_notice_token`)."""
+    parser.add_argument(
+        "--notice-token-file",
+        metavar="PATH",
+        help="file holding the token that change notices (POST /v1/tables/NAMESPACE/TABLE/changed on "
+        "the task service) must present; without it, notices are refused",
+    )
+
+
 def _notice_token(args: argparse.Namespace) -> str | None:
     """The token of ``--notice-token-file``; None without one (change notices off)."""
     from floe.protocol.client import read_token_file
@@ -396,12 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--timeout", type=_positive(float, MAX_TIMEOUT_S), help="with --once: give up after this many seconds"
     )
-    run.add_argument(
-        "--notice-token-file",
-        metavar="PATH",
-        help="file holding the token that change notices (POST /v1/tables/NAMESPACE/TABLE/changed on "
-        "the task service) must present; without it, notices are refused",
-    )
+    _add_notice_token_file(run)
     run.add_argument(
         "--history-table",
         type=table_identifier,
@@ -499,12 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the serving certificate of the external metrics API: tls.crt and tls.key in DIR "
         "(default /etc/floe/external-metrics)",
     )
-    op.add_argument(
-        "--notice-token-file",
-        metavar="PATH",
-        help="file holding the token that change notices (POST /v1/tables/NAMESPACE/TABLE/changed on "
-        "the task service) must present; without it, notices are refused",
-    )
+    _add_notice_token_file(op)
     op.add_argument(
         "--history-table",
         type=table_identifier,

@@ -166,8 +166,9 @@ def _summary(facts: TableFacts) -> RenderableType:
     now = f", {facts.refresh['intervalSeconds']}s now" if facts.refresh else ""
     out.add_row(
         "checked",
-        f"every {lowest} after a change or with work queued; where the catalog is asked table by table "
-        f"(REST, Glue, Hive), twice as long after each unchanged check, up to {refresh.max_interval:g}s{now}",
+        f"every {lowest} with work queued; where the catalog is asked table by table (REST, Glue, Hive), "
+        "again about when its next change is due, and twice as long after each unchanged check past "
+        f"that, up to {refresh.max_interval:g}s{now}",
     )
     return out
 

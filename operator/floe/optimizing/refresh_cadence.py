@@ -48,12 +48,8 @@ class RefreshCadence:
         low = spec.min_interval if spec.min_interval is not None else default_min_s
         return cls(low, max(low, spec.max_interval))
 
-    def next_interval(self, last_s: float | None, backs_off: bool) -> float:
-        """The interval after a check: the minimum when the check found a change (or the table
-        has work, or must not back off: `backs_off` False), else twice `last_s`, up to the
-        maximum."""
-        if not backs_off or last_s is None:
-            return self.min_interval_s
+    def backed_off(self, last_s: float) -> float:
+        """The interval after an unchanged check: twice `last_s`, within the minimum and maximum."""
         return min(self.max_interval_s, max(self.min_interval_s, last_s * BACKOFF))
 
     def next_check_s(
@@ -123,7 +119,7 @@ class RefreshState:
             return min(cadence.max_interval_s, max(low, period - low))
         if period is not None and last is not None and now_s - last < 2 * period:
             return low  # its next change is due: looked for at every minimum interval
-        return cadence.next_interval(self.interval_s, backs_off=True)
+        return cadence.backed_off(self.interval_s)
 
 
 def _typical_gap(known_s: float | None, gap_s: float) -> float:

@@ -61,6 +61,8 @@ class TableRefresher:
         due = [r for r in visit if not r.busy and r.state != TableState.DISABLED and r.refresh.due(now)]
         locations = self._catalogs.metadata_locations(due)
         unchanged: set[str] = set()
+        probed: set[str] = set()
+        """Tables of a catalog that one probe answers for: they need no backing off."""
         also: list[TableRuntime] = []
         if locations:
             # A probe answers for every table of its catalog: they are all refreshed with the due
@@ -79,7 +81,7 @@ class TableRefresher:
                 if r.unchanged_at(locations.get(keys[r.table_id], {}).get(r.spec.table))
                 and not r.refresh.time_trigger_due(now)
             }
-        probed = {r.table_id for r in due if self._catalogs.key_of(r) in locations} if locations else set()
+            probed = {r.table_id for r in due if keys[r.table_id] in locations}
         with registry.lock:
             for runtime in due:
                 if runtime.table_id in unchanged:
@@ -88,7 +90,6 @@ class TableRefresher:
         with registry.lock:
             for runtime in due:
                 if runtime.table_id in unchanged or runtime.table_id in checked:
-                    # One probe answers for all of a catalog's tables: they need no backing off.
                     cadence = RefreshCadence.of(runtime.spec.refresh, self.refresh_interval_s)
                     changed = checked.get(runtime.table_id, False)
                     busy = runtime.table_id in probed or runtime.state not in QUIET

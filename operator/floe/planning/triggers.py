@@ -8,6 +8,7 @@ and when an interval fires next.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,8 +35,6 @@ class Trigger:
     unit: str = ""
     next_s: float | None = None
     """For an interval: when it fires next (seconds since the epoch), if it is not firing."""
-    armed: bool = False
-    """For an interval not firing yet: whether it fires at `next_s` on the files as they are."""
 
 
 @dataclass(frozen=True)
@@ -73,16 +72,22 @@ def time_trigger_s(
     last_minor_s: float | None,
     last_full_s: float | None,
 ) -> float | None:
-    """When an interval trigger fires on the table's files as they are, if one will: the moment
-    its evaluation changes with time alone, when an unchanged table must be evaluated again."""
-    armed = [
-        t.next_s
-        for partition in table_triggers(files, config, now_s, last_minor_s, last_full_s)
-        for t in partition.triggers
-        if t.armed and t.next_s is not None
-    ]
+    """When an interval trigger may fire on the table's files as they are: the moment its
+    evaluation may change with time alone, when an unchanged table is evaluated again. Cheap, as
+    each changed table's refresh asks it: the minor interval counts where a partition has two
+    fragments or the table any equality delete (a superset of the evaluator's rule, which costs
+    at most one evaluation that finds nothing new)."""
+    ends = []
+    if config.full_trigger_interval_s > 0 and last_full_s is not None:
+        ends.append(last_full_s + config.full_trigger_interval_s)
+    if config.policy != FLOE and config.minor_trigger_interval_s >= 0 and last_minor_s is not None:
+        fragments = Counter(f.partition for f in files.data_files if f.size_bytes <= config.fragment_size)
+        equality = any(d.kind == FileKind.EQUALITY_DELETES for d in files.delete_files)
+        if equality or any(n > 1 for n in fragments.values()):
+            ends.append(last_minor_s + config.minor_trigger_interval_s)
+    ahead = [end for end in ends if end >= now_s]
     # The evaluator fires once strictly more than the interval has passed.
-    return min(armed) + INTERVAL_MARGIN_S if armed else None
+    return min(ahead) + INTERVAL_MARGIN_S if ahead else None
 
 
 def partition_triggers(
@@ -214,8 +219,4 @@ def _interval_trigger(
         return Trigger(name, None, interval_s, work, "s")
     elapsed = now_s - last_s
     fired = elapsed > interval_s and work
-    if fired:
-        return Trigger(name, elapsed, interval_s, True, "s")
-    return Trigger(
-        name, elapsed, interval_s, False, "s", last_s + interval_s, armed=work and elapsed <= interval_s
-    )
+    return Trigger(name, elapsed, interval_s, fired, "s", None if fired else last_s + interval_s)

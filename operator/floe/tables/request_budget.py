@@ -175,7 +175,7 @@ class RequestBudget:
 
     def wait_s(self, priority: Priority) -> float:
         """How long a call of `priority` must wait before it may go (0: now), taking its token and
-        slot when it may (hold no lock; for the waiting loop and the tests)."""
+        slot when it may: `acquire`'s rule without the waiting."""
         with self._changed:
             return self._try_take(priority)
 
@@ -189,8 +189,7 @@ class RequestBudget:
             if wait == 0.0:
                 return
             if priority == Priority.REFRESH:
-                self._held_back += 1
-                self._held_back_at = self._clock()
+                self.held_back()  # the condition's lock is reentrant
                 raise BudgetExhausted("the catalog's request budget is spent for now")
             self._waiting[priority] += 1
             try:
@@ -211,7 +210,7 @@ class RequestBudget:
             self._changed.notify_all()
 
     def held_back(self) -> None:
-        """A refresh gave up its call (the catalog answered 429 or 503): count it held back."""
+        """A refresh gave up its call (no token, or the catalog answered 429 or 503): count it."""
         with self._changed:
             self._held_back += 1
             self._held_back_at = self._clock()
