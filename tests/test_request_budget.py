@@ -7,12 +7,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from fault_proxy import FaultProxy, fault_proxy
 from prometheus_client import generate_latest
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.sql import SqlCatalog
 from rest_s3 import RestS3Stack, rest_s3_stack
 from test_metadata_probe import idle_refresh_engine, table_without_maintenance
 from test_task_service import Clock
@@ -107,6 +109,26 @@ def test_the_budget_is_set_by_catalog_properties_and_bad_ones_are_named() -> Non
     for key, value in (("floe.requests-per-second", "0"), ("floe.max-concurrent-requests", "1.5")):
         with pytest.raises(ValueError, match=f"catalog property {key} must be a positive"):
             budget_settings({key: value})
+
+
+def test_a_bad_budget_property_makes_its_tables_catalog_unavailable_naming_it(tmp_path: Path) -> None:
+    catalog = SqlCatalog("lake", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=(tmp_path / "wh").as_uri())
+    catalog.create_namespace("sales")
+    catalog.create_table("sales.orders", ROWS.schema)
+    properties = {"type": "sql", **{k: str(v) for k, v in catalog.properties.items()}}
+    engine = idle_refresh_engine()
+    try:
+        spec = table_without_maintenance(
+            "lake", {**properties, "floe.requests-per-second": "fast"}, "sales.orders"
+        )
+        runtime = engine.apply_table(spec)
+        engine.tick()
+        assert runtime.catalog_error and "floe.requests-per-second must be a positive number, not 'fast'" in (
+            runtime.catalog_error
+        )
+    finally:
+        engine.close()
+        catalog.engine.dispose()
 
 
 def test_a_calls_priority_follows_the_block_it_is_made_in() -> None:

@@ -420,6 +420,14 @@ BAD_MANIFESTS: list[tuple[str, dict[str, Any], list[str]]] = [
             ("dataRetention", "interval"),
         )
     ),
+    *(
+        (
+            f"cel-refresh-{name}",
+            table(refresh={name: "0s"}),
+            [f"spec.refresh.{name}", f"refresh.{name} must be greater than 0", "got 0s"],
+        )
+        for name in ("minInterval", "maxInterval")
+    ),
     (
         "retention-without-column",
         table(maintenance={"dataRetention": {"olderThan": "30d"}}),
