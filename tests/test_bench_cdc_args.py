@@ -118,3 +118,16 @@ def test_the_targets_compare_floes_default_with_amoro_on_each_workload() -> None
     assert report._targets(figures)[2].measured == "floe-reads: WA 2.50, p95 1.60x"
     figures["skewed"]["floe-default"] = policy(4, 1.3, 1.9)  # p95 worse than Amoro's
     assert not report._targets(figures)[1].met
+
+
+def test_the_read_noise_floor_is_the_compacted_reads_spread_per_row() -> None:
+    report = import_bench_script("harness.cdc_frontier_report")
+    # The rows grow 10 % and so does the read: no noise. One round of 20 reads 1.5x slower.
+    rounds = [
+        {**_round(n, 1, 0, 1.0), "rows": 1000 + 5 * n, "compacted_full_s": 1 + 0.005 * n} for n in range(20)
+    ]
+    assert report._read_spread({"rounds": {"amoro": rounds}}) == pytest.approx(1.0)
+    rounds[7]["compacted_full_s"] *= 1.5
+    assert report._read_spread({"rounds": {"amoro": rounds}}) == pytest.approx(1.0)  # p95 of 20: 19th
+    rounds[3]["compacted_full_s"] *= 1.5
+    assert report._read_spread({"rounds": {"amoro": rounds}}) == pytest.approx(1.5)

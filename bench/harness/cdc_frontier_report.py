@@ -208,6 +208,7 @@ def frontier_result(
     ]
     some = next(iter(figures.values()))
     compacted = {w: next(iter(p.values()))["compacted_full_s_mean"] for w, p in figures.items()}
+    spread = {w: _read_spread(run) for w, run in runs.items()}
     late = [
         r["late_s"] for run in runs.values() for rs in run["rounds"].values() for r in rs if r["late_s"] > 0.5
     ]
@@ -232,9 +233,19 @@ def frontier_result(
             "copy of the rows in target-sized files, full and over 1 % of the keys, mean and p95 over "
             "rounds. The compacted copy's full read took "
             + ", ".join(f"{w} {s:.2f} s" for w, s in compacted.items())
-            + " on average. CPU = the optimizing process's CPU seconds (Python and the JVM) per GiB "
+            + " on average; it reads the same rows each round but for the round's own, so its spread "
+            "over the rounds (p95 / median of its time per row) is the noise floor of the ratios: "
+            + ", ".join(f"{w} {s:.2f}" for w, s in spread.items())
+            + ". CPU = the optimizing process's CPU seconds (Python and the JVM) per GiB "
             f"ingested. Held = bytes of every file a snapshot of the last {args.retention_hours:g} hours "
             "keeps. Every table read the same rows as the compacted copy after every round.",
             "Plots: " + ", ".join(f"`{shown_path(path)}`" for path in plots) + ".",
         ],
     )
+
+
+def _read_spread(run: Mapping[str, Any]) -> float:
+    """p95 / median of the compacted copy's full read time per row over a workload's rounds: how
+    much the same read varies on this machine from round to round (per row, as the rows grow)."""
+    times = [r["compacted_full_s"] / r["rows"] for r in next(iter(run["rounds"].values()))]
+    return percentile(times, 0.95) / percentile(times, 0.5)
