@@ -23,6 +23,7 @@ from floe.planning.files import (
     deletion_vector_key,
     partition_identity,
 )
+from floe.tables.manifest_contents import MANIFEST_CONTENTS, ManifestContent, ManifestContents
 from floe.tables.manifest_io import (
     deletion_vector_location,
     file_first_row_id,
@@ -82,6 +83,22 @@ class EntryConverter:
             key = PartitionKey(spec_id=spec_id, values=values, global_scope=self._unpartitioned[spec_id])
             self._keys[cache_key] = key
         return key
+
+    def share(self, key: PartitionKey) -> None:
+        """Use `key` (from an earlier scan) for the files of its partition converted from now on."""
+        self._keys.setdefault((key.spec_id, partition_identity(key.values)), key)
+
+    def manifest_content(self, entries: list[ManifestEntry]) -> ManifestContent:
+        """One manifest's live `entries` as planning sees them."""
+        files: list[ContentFile] = []
+        records: dict[PartitionKey, Record] = {}
+        formats: set[tuple[FileKind, FileFormat]] = set()
+        for entry in entries:
+            file = self.content_file(entry)
+            files.append(file)
+            records.setdefault(file.partition, entry.data_file.partition)
+            formats.add((file.kind, entry.data_file.file_format))
+        return ManifestContent(tuple(files), tuple(records.items()), frozenset(formats))
 
     def content_file(self, entry: ManifestEntry) -> ContentFile:
         """Plain-value view of one live manifest entry."""
@@ -154,31 +171,52 @@ def live_entries(table: Table, snapshot_id: int | None) -> list[ManifestEntry]:
     if snapshot is None:
         return []
     version = table.metadata.format_version
-    manifests: list[ManifestFile] = snapshot_manifests(snapshot, table.io, version)
+    manifests = snapshot_manifests(snapshot, table.io, version)
+    return [entry for chunk in _read_entries(table, manifests) for entry in chunk]
+
+
+def _read_entries(table: Table, manifests: list[ManifestFile]) -> Iterator[list[ManifestEntry]]:
+    """The live entries of each of `manifests`, in their order."""
+    version = table.metadata.format_version
     # Threads overlap the reads of remote manifests; decoding itself holds the GIL.
     with ThreadPoolExecutor(max_workers=8) as pool:
-        chunks = pool.map(lambda m: manifest_entries(m, table.io, version), manifests)
-        return [entry for chunk in chunks for entry in chunk]
+        yield from pool.map(lambda m: manifest_entries(m, table.io, version), manifests)
 
 
-def scan_table(table: Table, snapshot_id: int | None = None) -> ScannedTable:
-    """Live data and delete files of a snapshot (the current one by default)."""
+def scan_table(
+    table: Table, snapshot_id: int | None = None, contents: ManifestContents | None = MANIFEST_CONTENTS
+) -> ScannedTable:
+    """Live data and delete files of a snapshot (the current one by default); the manifests
+    `contents` holds are not read again, and those read are added to it."""
     metadata = table.metadata
     if snapshot_id is None:
         current = metadata.current_snapshot()
         snapshot_id = current.snapshot_id if current else None
     snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    version = metadata.format_version
     converter = EntryConverter(metadata)
     data: list[ContentFile] = []
     deletes: list[ContentFile] = []
     records: dict[PartitionKey, Record] = {}
     formats: set[tuple[FileKind, FileFormat]] = set()
     with gc_paused():
-        for entry in live_entries(table, snapshot_id):
-            file = converter.content_file(entry)
-            records.setdefault(file.partition, entry.data_file.partition)
-            formats.add((file.kind, entry.data_file.file_format))
-            (data if file.kind == FileKind.DATA else deletes).append(file)
+        manifests = snapshot_manifests(snapshot, table.io, version) if snapshot else []
+        known = [contents.get(m.manifest_path, version) if contents is not None else None for m in manifests]
+        for content in known:
+            for key, _ in content.partition_records if content else ():
+                converter.share(key)  # new files' partitions are the same key objects
+        unread = [m for m, content in zip(manifests, known, strict=True) if content is None]
+        read = iter(_read_entries(table, unread))
+        for manifest, content in zip(manifests, known, strict=True):
+            if content is None:
+                content = converter.manifest_content(next(read))
+                if contents is not None:
+                    contents.put(manifest.manifest_path, version, content)
+            for file in content.files:
+                (data if file.kind == FileKind.DATA else deletes).append(file)
+            for key, record in content.partition_records:
+                records.setdefault(key, record)
+            formats |= content.file_formats
     files = TableFiles(
         snapshot_id=snapshot_id,
         sequence_number=snapshot.sequence_number if snapshot and snapshot.sequence_number else 0,
