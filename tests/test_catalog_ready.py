@@ -19,6 +19,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from pyiceberg.catalog.sql import SqlCatalog
 
+from floe.api.group import OptimizerGroup
 from floe.api.models import OptimizedTable
 from floe.controller.secrets import (
     SECRET_NOT_FOUND,
@@ -28,7 +29,13 @@ from floe.controller.secrets import (
     CatalogSecretError,
     read_catalog_properties,
 )
-from floe.controller.status import PATCH_CONCURRENCY, TableStatusFlusher, catalog_condition, table_status
+from floe.controller.status import (
+    FULL_FLUSH_INTERVAL_S,
+    PATCH_CONCURRENCY,
+    TableStatusFlusher,
+    catalog_condition,
+    table_status,
+)
 from floe.kit.redaction import Redactor
 from floe.maintenance.job import MaintenanceJob
 from floe.optimizing.engine import OptimizingEngine
@@ -305,14 +312,9 @@ def test_a_flush_skips_unchanged_tables_and_writes_each_kind_of_change(
     """An idle table's status is not computed again (what it is made of is compared first); each
     thing it is made of still gets written when it changes."""
     kube, redactor, settings = FakeKube(), Redactor(), {}  # type: ignore[var-annotated]
-    flusher = TableStatusFlusher(kube, engine, redactor, time.time, CatalogProblems(), settings)  # type: ignore[arg-type]
-    runtime = engine.apply_table(_table(catalog))
-    deadline = time.monotonic() + 60
-    engine.tick()
-    while not engine.converged():  # its first maintenance runs, one job after the other
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-        engine.tick()
+    # The flush's clock stands still: only its first flush looks at every table.
+    flusher = TableStatusFlusher(kube, engine, redactor, lambda: 1000.0, CatalogProblems(), settings)  # type: ignore[arg-type]
+    runtime = _converged(engine, catalog)
     assert flusher.flush() == 1 and flusher.flush() == 0
 
     def last_patch() -> dict[str, Any]:
@@ -321,11 +323,14 @@ def test_a_flush_skips_unchanged_tables_and_writes_each_kind_of_change(
     # A maintenance job failing, with a credential in its message the redaction learns later.
     runtime.on_maintenance_started(MaintenanceJob.EXPIRE)
     runtime.on_maintenance_failed(MaintenanceJob.EXPIRE, f"denied for key {SECRET_VALUE}", time.time())
+    assert flusher.flush() == 0  # nothing told the flush: the engine's touch at a job's end does
+    flusher.look_at(["ns/t"])
     assert flusher.flush() == 1 and SECRET_VALUE in last_patch()["maintenance"]["expire"]["lastResult"]
     redactor.add({"s3.secret-access-key": SECRET_VALUE})
     assert flusher.flush() == 1 and SECRET_VALUE not in str(last_patch())
     # Settings resolved again (a group's defaults edited).
     settings["ns/t"] = {"effectiveSpec": {"quota": 2.0}, "specSources": {"quota": "OptimizerGroup/g"}}
+    flusher.look_at(["ns/t"])  # as the controller does when it resolves them
     assert flusher.flush() == 1 and last_patch()["specSources"] == {"quota": "OptimizerGroup/g"}
     # A new spec (the catalog's Secret named now): the CatalogReady message says so.
     engine.apply_table(_table(catalog, secretRef="ready-catalog"))
@@ -334,6 +339,72 @@ def test_a_flush_skips_unchanged_tables_and_writes_each_kind_of_change(
     ready = {c["type"]: c for c in last_patch()["conditions"]}["CatalogReady"]
     assert "ready-catalog" in ready["message"]
     assert flusher.flush() == 0
+
+
+def _converged(engine: OptimizingEngine, catalog: SqlCatalog) -> TableRuntime:
+    """The table ``ns/t`` applied, read and through its first maintenance runs."""
+    runtime = engine.apply_table(_table(catalog))
+    deadline = time.monotonic() + 60
+    engine.tick()
+    while not engine.converged():  # its first maintenance runs, one job after the other
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+        engine.tick()
+    return runtime
+
+
+def test_a_periodic_flush_looks_at_the_tables_the_engine_looked_at_and_at_all_once_a_minute(
+    engine: OptimizingEngine, catalog: SqlCatalog
+) -> None:
+    """At 10,000 idle tables a flush every 5 s must not compare every table: it looks at those the
+    engine's rounds looked at or something touched, and at every table once a minute, a backstop
+    for a change nothing told the engine of."""
+    kube, clock = FakeKube(), [1000.0]
+    flusher = TableStatusFlusher(kube, engine, lambda text: text, lambda: clock[0])  # type: ignore[arg-type]
+    runtime = _converged(engine, catalog)
+    assert flusher.flush() == 1 and flusher.flush() == 0
+    runtime.last_result = "changed behind the engine's back"
+    clock[0] += FULL_FLUSH_INTERVAL_S - 1
+    assert flusher.flush() == 0
+    clock[0] += 1
+    assert flusher.flush() == 1 and kube.patches[-1][2]["lastResult"] == "changed behind the engine's back"
+    runtime.last_result = "changed, and the engine told"
+    assert engine.table_changed("db.t") == ["ns/t"]  # a change notice touches the table
+    assert flusher.flush() == 1 and kube.patches[-1][2]["lastResult"] == "changed, and the engine told"
+
+
+def test_a_tables_quota_occupation_is_written_as_it_falls_to_zero(catalog: SqlCatalog) -> None:
+    """Occupation changes with time alone, with nothing looking at the table: the tables with
+    task time in the window are looked at each flush, and once more when it has left it."""
+    clock = [10_000.0]
+    engine = OptimizingEngine(
+        TaskService(clock=lambda: clock[0], registration_token="t"),
+        clock=lambda: clock[0],
+        refresh_interval_s=0.0,
+    )
+    try:
+        group = {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizerGroup", "metadata": {"name": "default"}}
+        engine.apply_group(OptimizerGroup.model_validate(group))
+        engine.apply_table(_table(catalog))
+        scheduler = engine.service.group(engine.group_key("default"))
+        scheduler.threads = 1
+        scheduler.start_maintenance("ns/t", "run-1", clock[0])
+        clock[0] += 1800
+        scheduler.end_maintenance("run-1", clock[0])
+        kube = FakeKube()
+        flusher = TableStatusFlusher(kube, engine, lambda text: text, lambda: 1000.0)  # type: ignore[arg-type]
+
+        def occupation() -> float:
+            return float(kube.patches[-1][2]["quotaOccupation"])
+
+        assert flusher.flush() == 1 and occupation() == 0.5  # half an hour of one thread's hour
+        clock[0] += 2400
+        assert flusher.flush() == 1 and occupation() == pytest.approx(1200 / 3600, abs=1e-4)
+        clock[0] += 3600
+        assert flusher.flush() == 1 and occupation() == 0.0
+        assert flusher.flush() == 0
+    finally:
+        engine.close()
 
 
 class SlowKube(FakeKube):

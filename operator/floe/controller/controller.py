@@ -384,6 +384,8 @@ class Controller:
                 if resolved.spec != runtime.spec:
                     self.engine.update_settings(table_id, resolved.spec)
                     changed += 1
+        # Where each setting comes from is in the status even when the settings stay the same.
+        self.flusher.look_at(table_ids)
         return changed
 
     def tables_of_group(self, namespace: str, name: str) -> list[str]:

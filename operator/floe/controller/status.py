@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import datetime
 import logging
+import math
 import threading
 from collections.abc import Callable, Collection, Mapping, Sized
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +63,9 @@ PATCH_CONCURRENCY = 4
 burst of a few hundred takes a second rather than several."""
 EVENT_DRAIN_S = 2.0
 """How long a flush waits for the Events queued before it (`TableStatusFlusher.drain_events`)."""
+FULL_FLUSH_INTERVAL_S = 60.0
+"""How often a periodic flush looks at every table, not only those the engine looked at: a
+backstop, as the engine's own visit of every table a minute is."""
 
 
 @dataclass
@@ -367,7 +371,9 @@ class TableStatusFlusher:
     """Writes changed table status fields back, one merge patch per table per flush.
 
     It writes the tables the engine knows, and the tables waiting for their catalog Secret
-    (`CatalogProblems`), which the engine does not know yet. With `max_writes_per_s`, the
+    (`CatalogProblems`), which the engine does not know yet. A periodic flush looks only at
+    the tables whose status can have changed (`_candidates`), so at 10,000 idle tables it costs
+    next to nothing; once a minute it looks at every table. With `max_writes_per_s`, the
     periodic flushes send at most that many patches a second on average (a token bucket
     holding `burst_s` seconds of them): when thousands of tables change at once (the operator
     starting, a group's defaults edited) the API server is not flooded, and the tables left
@@ -410,12 +416,26 @@ class TableStatusFlusher:
         self._filled_at = now()
         self._resume_after = ""
         """The last table a rate-limited flush wrote: the next one starts after it."""
+        self._next_full_s = -math.inf
+        self._redactions: int | None = None
+        self._again: set[str] = set()
+        """Tables a periodic flush did not get to (the rate limit) or could not write: the next
+        one looks at them whatever the engine says."""
+        self._occupied: set[str] = set()
+        """Tables with quota occupation at the last periodic flush: their status shows it
+        falling, down to 0."""
         self._senders = ThreadPoolExecutor(max_workers=PATCH_CONCURRENCY, thread_name_prefix="floe-status")
 
     def seed(self, table_id: str, status: Mapping[str, Any]) -> None:
         """What the resource's status already holds (at resume), so unchanged fields are not re-sent."""
         with self._lock:
             self._written[table_id] = dict(status)
+
+    def look_at(self, table_ids: Collection[str]) -> None:
+        """Tables whose status may have changed outside the engine (their inherited settings
+        resolved again): the next periodic flush looks at them."""
+        with self._lock:
+            self._again.update(table_ids)
 
     def forget(self, table_id: str) -> None:
         """The table is gone; stop writing its status."""
@@ -431,16 +451,18 @@ class TableStatusFlusher:
             return self._flush(only)
 
     def _flush(self, only: Collection[str] | None) -> int:
-        occupations = self.engine.occupations()
-        waits = self.engine.waits(occupations)
-        runtimes = dict(self.engine.runtimes)
-        table_ids = set(runtimes) | set(self.problems.tables())
         redactions = len(self.redact) if isinstance(self.redact, Sized) else None
+        candidates = self._candidates(only, redactions)
+        occupations = self.engine.occupations(candidates)
+        waits = self.engine.waits(occupations, candidates)
+        runtimes = self.engine.runtimes
         self._refill()
         writes: list[_Write] = []
-        for table_id in self._in_turn(table_ids if only is None else table_ids & set(only)):
+        looked_at: list[str] = []
+        for table_id in self._in_turn(candidates):
             if only is None and self.max_writes_per_s is not None and self._tokens < len(writes) + 1:
                 break  # the rest go first at the next flush
+            looked_at.append(table_id)
             runtime, problem = runtimes.get(table_id), self.problems.get(table_id)
             inputs: tuple[Any, ...] | None = None
             if runtime is not None:
@@ -465,16 +487,41 @@ class TableStatusFlusher:
             patch = {k: merge_patch(written.get(k), v) for k, v in changed.items()}
             writes.append(_Write(table_id, patch, changed, inputs))
         sent = 0
+        failed = []
         for write, done in zip(writes, self._senders.map(self._send, writes), strict=True):
             if done:
                 self._written[write.table_id].update(write.changed)
                 self._remember(write.table_id, write.inputs)
                 sent += 1
+            else:
+                failed.append(write.table_id)
         self._tokens -= len(writes)
         if writes:
             self._resume_after = writes[-1].table_id
+        if only is None:
+            self._again = (set(candidates) - set(looked_at)) | set(failed)
         self.patches += sent
         return sent
+
+    def _candidates(self, only: Collection[str] | None, redactions: int | None) -> set[str]:
+        """The tables this flush looks at: those of `only`; or, periodically, those the engine
+        looked at since the last flush, those with quota occupation now or at the last flush,
+        those awaiting their catalog Secret and those the last flush left; and every table
+        once a `FULL_FLUSH_INTERVAL_S`, or when the redaction learnt a value (texts written
+        before must be masked again)."""
+        runtimes, awaiting = self.engine.runtimes, set(self.problems.tables())
+        if only is None:
+            looked_at = self.engine.take_looked_at()
+            occupied = set(self.engine.occupied())
+            now = self.now()
+            if now >= self._next_full_s or redactions != self._redactions:
+                self._next_full_s = now + FULL_FLUSH_INTERVAL_S
+                self._redactions = redactions
+                self._occupied = occupied
+                return set(runtimes) | awaiting
+            only = looked_at | occupied | self._occupied | self._again | awaiting
+            self._occupied = occupied
+        return {t for t in only if t in runtimes or t in awaiting}
 
     def _send(self, write: _Write) -> bool:
         """Patch one table's status; False when the API server refused it (404: the table is gone)."""

@@ -24,7 +24,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future
 
 from floe.api.group import OptimizerGroup
@@ -299,6 +299,7 @@ class OptimizingEngine:
                 table_id = runtime.table_id
                 if self.runtimes.get(table_id) is not runtime:
                     continue  # removed meanwhile
+                self._registry.looked_at.add(table_id)
                 when = next_visit_s(runtime, now)
                 if table_id in self._registry.marked_pending:
                     when = now  # the next round tells its scheduler it is no longer pending
@@ -394,13 +395,28 @@ class OptimizingEngine:
         """What the table's own page shows beyond its view (`views.table_detail`)."""
         return views.table_detail(self._registry, table_id)
 
-    def occupations(self) -> dict[str, float]:
-        """Each table's quota occupation over the last hour (1.0 = its whole quota), by table id."""
-        return views.occupations(self._registry)
+    def occupations(self, only: Collection[str] | None = None) -> dict[str, float]:
+        """Each table's (of those in `only`) quota occupation over the last hour (1.0 = its
+        whole quota), by table id."""
+        return views.occupations(self._registry, only)
 
-    def waits(self, occupations: Mapping[str, float]) -> dict[str, Waiting]:
-        """What each table waits for, by table id, given `occupations` (`views.waits`)."""
-        return views.waits(self._registry, occupations)
+    def occupied(self) -> dict[str, float]:
+        """The quota occupation of each table that has any, by table id (`views.occupied`)."""
+        return views.occupied(self._registry)
+
+    def waits(
+        self, occupations: Mapping[str, float], only: Collection[str] | None = None
+    ) -> dict[str, Waiting]:
+        """What each table (of those in `only`) waits for, by table id, given `occupations`
+        (`views.waits`)."""
+        return views.waits(self._registry, occupations, only)
+
+    def take_looked_at(self) -> set[str]:
+        """The tables a round looked at or something touched since the last call: the status
+        flush writes only theirs, and those with quota occupation (`occupied`)."""
+        with self._lock:
+            looked_at, self._registry.looked_at = self._registry.looked_at, set()
+            return looked_at
 
     def table_views(self) -> list[TableView]:
         """Status of every table, ordered by id."""

@@ -63,6 +63,7 @@ class MaintenanceRunner:
         with self._registry.lock:
             runtime = self._registry.runtimes[table_id]
             runtime.on_maintenance_started(job)
+            self._registry.touch(table_id)
             return self._submit(runtime, job)
 
     @staticmethod

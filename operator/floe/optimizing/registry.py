@@ -64,6 +64,10 @@ class TableRegistry:
         """Per table: the properties its catalog Secret holds, whose storage credentials tasks
         leave to the optimizer's mounted copy of the Secret (Kubernetes)."""
         self.wakeups = TableWakeups()
+        self.looked_at: set[str] = set()
+        """Tables a round looked at, or that something touched, since the status flush last
+        took them (`OptimizingEngine.take_looked_at`): the only ones whose status can have
+        changed, but for their quota occupation."""
         self.marked_pending: set[str] = set()
         """Tables the engine last told their group's scheduler may be planned (`update_pending`)."""
         self._listeners: list[Callable[[EngineEvent], None]] = []
@@ -96,6 +100,7 @@ class TableRegistry:
     def touch(self, table_id: str) -> None:
         """Something happened to the table: the next round looks at it (hold the lock)."""
         self.wakeups.wake_at(table_id, -math.inf)
+        self.looked_at.add(table_id)
 
     def register_in_group(self, runtime: TableRuntime, left_group: str | None = None) -> None:
         """Tell the table's group scheduler its quota and last optimizing (hold the lock)."""

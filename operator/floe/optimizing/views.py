@@ -14,6 +14,7 @@ from floe.optimizing.table_state import MaintenanceRun, TableState
 from floe.optimizing.waiting import GroupFacts, Waiting, why_waiting
 from floe.planning.health import TableHealth
 from floe.scheduling.autoscale import table_demand
+from floe.scheduling.records import PlanningQueue
 
 
 @dataclass(frozen=True)
@@ -122,29 +123,52 @@ def table_detail(registry: TableRegistry, table_id: str) -> TableDetail | None:
         )
 
 
-def occupations(registry: TableRegistry) -> dict[str, float]:
-    """Each table's quota occupation over the last hour (1.0 = its whole quota), by table id:
-    what `table_views` says of it, for a fraction of the cost."""
+def occupations(registry: TableRegistry, only: Collection[str] | None = None) -> dict[str, float]:
+    """Each table's (of those in `only`) quota occupation over the last hour (1.0 = its whole
+    quota), by table id: what `table_views` says of it, for a fraction of the cost."""
     now = registry.clock()
     with registry.lock:
-        by_group = {name: registry.service.group(name).occupations(now) for name in registry.groups}
-        return {
-            table_id: by_group.get(registry.table_group_key(r), {}).get(table_id, 0.0)
-            for table_id, r in registry.runtimes.items()
-        }
+        runtimes = registry.runtimes
+        table_ids = runtimes.keys() if only is None else [t for t in only if t in runtimes]
+        by_group: dict[str, list[str]] = {}
+        for table_id in table_ids:
+            by_group.setdefault(registry.table_group_key(runtimes[table_id]), []).append(table_id)
+        result = dict.fromkeys(table_ids, 0.0)
+        for key, ids in by_group.items():
+            if key in registry.groups:
+                result |= registry.service.group(key).occupations(now, None if only is None else ids)
+        return result
 
 
-def waits(registry: TableRegistry, occupation: Mapping[str, float]) -> dict[str, Waiting]:
-    """What each table waits for (`floe.optimizing.waiting`), by table id, given each table's
-    quota occupation (`occupations`, which the caller has at hand): each group's planning queue
-    is ordered once for all its tables."""
+def occupied(registry: TableRegistry) -> dict[str, float]:
+    """The occupation of every table that has any, by table id: from the tables with task time
+    in each group's window, not a walk over every table."""
     now = registry.clock()
     with registry.lock:
-        queues = {key: registry.service.group(key).planning_queue(now) for key in registry.groups}
+        result: dict[str, float] = {}
+        for key in registry.groups:
+            result |= registry.service.group(key).occupied(now)
+        return {t: share for t, share in result.items() if t in registry.runtimes}
+
+
+def waits(
+    registry: TableRegistry, occupation: Mapping[str, float], only: Collection[str] | None = None
+) -> dict[str, Waiting]:
+    """What each table (of those in `only`) waits for (`floe.optimizing.waiting`), by table id,
+    given each table's quota occupation (`occupations`, which the caller has at hand): each
+    group's planning queue is ordered once for all its tables."""
+    now = registry.clock()
+    with registry.lock:
+        runtimes = registry.runtimes
+        table_ids = runtimes.keys() if only is None else [t for t in only if t in runtimes]
+        queues: dict[str, PlanningQueue] = {}
         result = {}
-        for table_id, runtime in registry.runtimes.items():
+        for table_id in table_ids:
+            runtime = runtimes[table_id]
             key = registry.table_group_key(runtime)
             group = registry.groups.get(key)
+            if group is not None and key not in queues:
+                queues[key] = registry.service.group(key).planning_queue(now)
             facts = GroupFacts(
                 name=runtime.group,
                 exists=group is not None,

@@ -25,7 +25,7 @@ argument. All public methods hold the group's `ChangeMonitor` lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from floe.api.group import SchedulingPolicy
 from floe.kit.monitor import ChangeMonitor
@@ -252,13 +252,7 @@ class GroupScheduler:
         Raises KeyError when the table was removed meanwhile, ValueError for an empty or
         inconsistent process.
         """
-        if not specs:
-            raise ValueError(f"process {process_id!r} has no task; report an empty plan with planning_empty")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        task_ids = [spec.task_id for spec in specs]
-        if len(set(task_ids)) != len(task_ids):
-            raise ValueError(f"process {process_id!r} has duplicate task ids")
+        _check_process(process_id, specs, max_retries)
         with self._monitor.hold():
             table = self._table(table_id)
             if table.process is not None:
@@ -403,10 +397,17 @@ class GroupScheduler:
         with self._monitor.hold():
             return self._book.tasks_by_table()
 
-    def occupations(self, now: float) -> dict[str, float]:
-        """Each table's quota occupation, keyed by table id (`stats` without the rest)."""
+    def occupations(self, now: float, only: Collection[str] | None = None) -> dict[str, float]:
+        """Each table's (of `only`, by default every one) quota occupation, keyed by table id."""
         with self._monitor.hold():
-            return {table_id: table.occupation(now) for table_id, table in self._tables.items()}
+            ids = self._tables.keys() if only is None else [t for t in only if t in self._tables]
+            return {table_id: self._tables[table_id].occupation(now) for table_id in ids}
+
+    def occupied(self, now: float) -> dict[str, float]:
+        """The occupation of the tables that have any: those with task time in the window."""
+        with self._monitor.hold():
+            used = self.occupations(now, self._ledger.tables())
+        return {table_id: share for table_id, share in used.items() if share > 0}
 
     def first_start_since(self, since: float) -> float | None:
         """When the first task that started running at or after `since` did (among the last
@@ -418,7 +419,8 @@ class GroupScheduler:
         """The group's totals."""
         with self._monitor.hold():
             processes = [p for p in self._book.processes.values() if not p.finished]
-            task_seconds = sum(self._ledger.task_seconds(t, now) for t in self._tables)
+            used = self._ledger.tables() & self._tables.keys()
+            task_seconds = sum(self._ledger.task_seconds(t, now) for t in used)
             return GroupSchedulingStats(
                 threads=self._threads,
                 tables=len(self._tables),
@@ -455,6 +457,18 @@ class GroupScheduler:
             self._poll_order = self._policy.order(self._book.tables_with_work(), now)
             self._poll_order_at = now
         return self._poll_order
+
+
+def _check_process(process_id: str, specs: Sequence[RewriteTaskSpec], max_retries: int) -> None:
+    """Raise ValueError for a process `GroupScheduler.add_process` must refuse: no task, task ids
+    repeated, or a negative ``max_retries``."""
+    if not specs:
+        raise ValueError(f"process {process_id!r} has no task; report an empty plan with planning_empty")
+    if max_retries < 0:
+        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+    task_ids = [spec.task_id for spec in specs]
+    if len(set(task_ids)) != len(task_ids):
+        raise ValueError(f"process {process_id!r} has duplicate task ids")
 
 
 def _waiting_to_plan(tables: Iterable[TableRecord]) -> list[TableRecord]:

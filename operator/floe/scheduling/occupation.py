@@ -108,6 +108,11 @@ class TaskTimeLedger:
         """The table's task time over the window, as a fraction of ``limit`` threads kept busy."""
         return occupation(self.task_seconds(table_id, now, window_s), window_s, limit)
 
+    def tables(self) -> set[str]:
+        """The tables with task time kept (running, or finished within the window, or just out
+        of it and not pruned yet): every other table's is 0."""
+        return self._finished.keys() | self._running.keys()
+
     def forget(self, table_id: str) -> None:
         """Drop everything known about the table (it left the group)."""
         self._finished.pop(table_id, None)
