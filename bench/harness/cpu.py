@@ -100,3 +100,16 @@ class TreeCpuSampler:
         """CPU seconds of the tree in the window, without the sampling thread's own."""
         ticks = sum(max(0, count - self._start.get(key, 0)) for key, count in self._last.items())
         return max(0.0, ticks / os.sysconf("SC_CLK_TCK") - self._own_seconds)
+
+
+def minute_cpu_shares(pid: int, seconds: float) -> list[float]:
+    """Wait `seconds`, sampling process `pid`'s CPU each minute: its share of a core in each whole
+    minute (an operator's first hour is not as idle as its later ones)."""
+    shares = []
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        before, started = process_cpu_seconds(pid), time.monotonic()
+        time.sleep(min(60.0, left))
+        if time.monotonic() - started >= 59.0:
+            shares.append((process_cpu_seconds(pid) - before) / (time.monotonic() - started) * 100)
+    return shares
