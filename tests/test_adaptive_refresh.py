@@ -246,6 +246,33 @@ def _example_main(argv: list[str], url: str) -> int:
         return int(_example_module().main(argv))
 
 
+def test_a_change_notice_finds_the_tables_naming_its_identifier_as_they_are_applied_now() -> None:
+    """Notices come at a writer's commit rate: the engine finds their tables by identifier, kept
+    as tables are applied, renamed and removed, not by a walk over every table."""
+    engine = _engine(Clock())
+    try:
+        properties = {"type": "sql", "uri": "sqlite:///unused.db"}
+
+        def apply(catalog: str, identifier: str, name: str) -> None:
+            resource = table_without_maintenance(catalog, properties, identifier)
+            engine.apply_table(
+                resource.model_copy(update={"metadata": resource.metadata.model_copy(update={"name": name})})
+            )
+
+        apply("lake", "sales.orders", "a")
+        apply("other", "sales.orders", "b")
+        apply("lake", "sales.items", "c")
+        assert engine.table_changed("sales.orders") == ["default/a", "default/b"]
+        assert engine.table_changed("sales.orders", catalog="other") == ["default/b"]
+        apply("lake", "sales.returns", "a")  # its spec names another table now
+        assert engine.table_changed("sales.orders") == ["default/b"]
+        assert engine.table_changed("sales.returns") == ["default/a"]
+        engine.remove_table("default/b")
+        assert engine.table_changed("sales.orders") == []
+    finally:
+        engine.close()
+
+
 def test_a_change_notice_has_a_backed_off_table_read_at_the_next_round(stack: RestS3Stack) -> None:
     table = _written_table(stack, "noticed")
     clock = Clock()

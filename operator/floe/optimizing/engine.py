@@ -210,6 +210,7 @@ class OptimizingEngine:
             else:
                 self._registry.secret_properties.pop(table_id, None)
             runtime = self.runtimes.get(table_id)
+            self._registry.index(table_id, runtime.spec.table if runtime else None, spec.table)
             if runtime is None:
                 runtime = TableRuntime(table_id=table_id, spec=spec)
                 if self.spread_first_maintenance:
@@ -240,9 +241,9 @@ class OptimizingEngine:
             runtime = self.runtimes.get(table_id)
             if runtime is None:
                 return
-            runtime.update_spec(
-                spec.model_copy(update={"catalog": runtime.spec.catalog, "group": runtime.spec.group})
-            )
+            new = spec.model_copy(update={"catalog": runtime.spec.catalog, "group": runtime.spec.group})
+            self._registry.index(table_id, runtime.spec.table, new.table)
+            runtime.update_spec(new)
             self._registry.register_in_group(runtime)
             self._registry.touch(table_id)
 
@@ -254,6 +255,7 @@ class OptimizingEngine:
         registry = self._registry
         with self._lock:
             runtime = self.runtimes.pop(table_id, None)
+            registry.index(table_id, runtime.spec.table if runtime else None, None)
             registry.secret_properties.pop(table_id, None)
             registry.marked_pending.discard(table_id)
             registry.wakeups.discard(table_id)
@@ -358,11 +360,8 @@ class OptimizingEngine:
         """A change notice: the tables of `identifier` (in `catalog`, if given) are refreshed at
         the next round and checked at the shortest interval again; returns their ids."""
         with self._lock:
-            found = [
-                r
-                for r in self.runtimes.values()
-                if r.spec.table == identifier and (catalog is None or r.spec.catalog.name == catalog)
-            ]
+            candidates = [self.runtimes[t] for t in sorted(self._registry.by_identifier.get(identifier, ()))]
+            found = [r for r in candidates if catalog is None or r.spec.catalog.name == catalog]
             for runtime in found:
                 runtime.refresh.recheck_now()
                 self._registry.touch(runtime.table_id)

@@ -64,6 +64,9 @@ class TableRegistry:
         """Per table: the properties its catalog Secret holds, whose storage credentials tasks
         leave to the optimizer's mounted copy of the Secret (Kubernetes)."""
         self.wakeups = TableWakeups()
+        self.by_identifier: dict[str, set[str]] = {}
+        """Table ids by the catalog identifier they name (``db.orders``): what a change notice
+        finds its tables in, without a walk over every table."""
         self.looked_at: set[str] = set()
         """Tables a round looked at, or that something touched, since the status flush last
         took them (`OptimizingEngine.take_looked_at`): the only ones whose status can have
@@ -96,6 +99,18 @@ class TableRegistry:
     def table_group_key(self, runtime: TableRuntime) -> str:
         """`group_key` of the group serving the table: the one of that name in the table's namespace."""
         return _table_group_key(runtime.table_id, runtime.group, self.namespaced_groups)
+
+    def index(self, table_id: str, old_identifier: str | None, identifier: str | None) -> None:
+        """The table names `identifier` now (None: it is removed), `old_identifier` before (hold the lock)."""
+        if old_identifier == identifier:
+            return
+        if old_identifier is not None:
+            ids = self.by_identifier.get(old_identifier, set())
+            ids.discard(table_id)
+            if not ids:
+                self.by_identifier.pop(old_identifier, None)
+        if identifier is not None:
+            self.by_identifier.setdefault(identifier, set()).add(table_id)
 
     def touch(self, table_id: str) -> None:
         """Something happened to the table: the next round looks at it (hold the lock)."""
