@@ -4,8 +4,9 @@ refresh against adaptive refresh against change notices, on a catalog most table
 The operator's engine, in-process without Kubernetes, over ``--tables`` tables of one small file
 each in one catalog (``--catalog``: Iceberg's REST catalog server by default, or SQL), floe's
 defaults but for maintenance (off: each job loads its table on its own schedule, which this does
-not measure) and the minor interval (off: a table with two small files would otherwise be due at
-once, and with no optimizer here stay pending). Time is simulated: a clock that moves one second
+not measure) and the minor triggers (off: a table with two small files would otherwise be due at
+once, one written past 12 files due too, and with no optimizer here stay pending, checked at every
+minimum interval). Time is simulated: a clock that moves one second
 per engine round, so an hour of a catalog's life takes minutes. ``--written`` of the tables (1 % by
 default, chosen at random once) get an append every simulated minute, a real commit to the
 catalog, as streaming writers commit; the rest stay idle. With ``notices`` each commit is followed
@@ -15,7 +16,11 @@ Each refresh mode runs in a fresh child process on a catalog made afresh:
 
 - ``fixed``: every table every 10 s (``refresh.maxInterval`` = the minimum), as before adaptive refresh;
 - ``adaptive``: floe's defaults (10 s after a change, doubling while unchanged up to 10 minutes);
-- ``notices``: adaptive, and a change notice after each commit.
+- ``notices``: adaptive, and a change notice after each commit;
+- ``throttled`` (REST): adaptive with floe's own request budget, the catalog behind a proxy that
+  answers 429 above ``--throttle-rate`` requests a second, in real time for
+  ``--throttled-minutes`` (the rate is in real seconds), then rounds without writes until every
+  write is seen: nothing lost, nothing stuck, and how the budget shows it.
 
 Measured from the first check of every table on, over ``--minutes`` simulated minutes: the
 catalog requests per simulated second (loads, 304s and probes; mean, and over the last quarter
@@ -23,14 +28,13 @@ of the run, the steady state), the engine's CPU per table per simulated hour (th
 writer's appends left out), and the simulated time from a commit to the check that sees it (p50,
 p95): the part of trigger-to-task latency a refresh adds (a table seen with work is planned at
 the next round its group has a thread). The request budget is raised out of the way: what each
-mode asks for is measured, not what a budget lets through.
+mode asks for is measured, not what a budget lets through (but in the throttled run).
 
 Run: ``.venv/bin/python bench/catalog_cadence.py [--tables 1000,10000] [--catalog rest] --record``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -39,25 +43,21 @@ import sys
 import time
 from typing import Any
 
+from harness.catalog_cadence_report import result
 from harness.cli import benchmark_parser, comma_separated
-from harness.results import RESULTS_DIR, BenchResult, Figures, Target, new_result, report_result
+from harness.results import RESULTS_DIR, report_result
 from harness.revisions import REPO, run_against
 from harness.small_tables import table_name
-from harness.table_catalogs import CATALOGS, tables_catalog
+from harness.table_catalogs import CATALOGS, tables_catalog, throttled
 
-MODES = ("fixed", "adaptive", "notices")
+MODES = ("fixed", "adaptive", "notices", "throttled")
 REFRESH_S = 10.0
 """The operator's default refresh interval: the shortest check interval."""
 MAX_INTERVAL_S = 600.0
-MAINTENANCE_JOBS = ("snapshotRetention", "orphanFiles", "manifests", "danglingDeletes")
 """floe's default refresh.maxInterval."""
-TARGETS = (
-    ("CPU ms / table / hour", "cpu_ms_per_table_hour", 18.0, ("adaptive",)),
-    ("catalog requests / s, steady state", "steady_requests_per_s", 20.0, ("adaptive",)),
-    ("commit-to-check p95 s", "seen_p95_s", 30.0, ("adaptive",)),
-    ("commit-to-check p95 s", "seen_p95_s", 5.0, ("notices",)),
-)
-"""What, the key of `measure`'s result, at most this, for which modes."""
+MAINTENANCE_JOBS = ("snapshotRetention", "orphanFiles", "manifests", "danglingDeletes")
+DRAIN_S = 300.0
+"""How long a throttled run goes on after its last write for every write to be seen."""
 
 
 class SimClock:
@@ -71,9 +71,18 @@ class SimClock:
 
 
 def measure(
-    tables: int, properties: dict[str, str], mode: str, minutes: float, written: float, seed: int
+    tables: int,
+    properties: dict[str, str],
+    mode: str,
+    minutes: float,
+    written: float,
+    seed: int,
+    writer_properties: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One mode over a catalog of `tables` tables (this checkout's floe, in this child process)."""
+    """One mode over a catalog of `tables` tables (this checkout's floe, in this child process);
+    the writer commits through `writer_properties` (by default floe's `properties`). A throttled
+    run keeps floe's request budget, runs in real time (the catalog's rate is in real seconds),
+    and goes on after its last write until every write is seen, for up to `DRAIN_S`."""
     import pyarrow as pa
     from pyiceberg.catalog import load_catalog
 
@@ -89,11 +98,16 @@ def measure(
             {"apiVersion": "floe.dev/v1alpha1", "kind": "OptimizerGroup", "metadata": {"name": "default"}}
         )
     )
+    throttled = mode == "throttled"
     budgeted = {**properties, "floe.requests-per-second": "100000", "floe.max-concurrent-requests": "64"}
+    if throttled:
+        budgeted = properties
     spec: dict[str, Any] = {
         "catalog": {"name": "lake", "properties": budgeted},
         "maintenance": {job: {"enabled": False} for job in MAINTENANCE_JOBS},
-        "minor": {"triggerInterval": "-1"},
+        # No minor trigger: with no optimizer here, a written table past 12 files would stay
+        # pending, and a pending table is checked at every minimum interval.
+        "minor": {"triggerInterval": "-1", "triggerFileCount": 1_000_000},
         "refresh": {"maxInterval": f"{REFRESH_S if mode == 'fixed' else MAX_INTERVAL_S:g}s"},
     }
     runtimes = []
@@ -105,7 +119,7 @@ def measure(
             "spec": {**spec, "table": table_name(index)},
         }
         runtimes.append(engine.apply_table(OptimizedTable.model_validate(manifest)))
-    writer = load_catalog("lake", **properties)
+    writer = load_catalog("lake", **(writer_properties or properties))
     rows = pa.table({"id": pa.array(range(100), pa.int64()), "v": pa.array([str(i) for i in range(100)])})
     hot = random.Random(seed).sample(range(tables), max(1, round(tables * written)))
 
@@ -114,7 +128,7 @@ def measure(
 
     try:
         while any(r.snapshot_id is None for r in runtimes):  # every table's first check
-            round_of(engine, clock)
+            round_of(engine, clock, throttled)
         started_s, calls_at_start, cpu_at_start = clock.now, calls(), time.process_time()
         steady_from_s = started_s + minutes * 60 * 0.75
         calls_at_steady: int | None = None
@@ -122,6 +136,8 @@ def measure(
         waiting: dict[int, tuple[float, int]] = {}
         """Per written table: when it was written and the snapshot the write made."""
         seen: list[float] = []
+        pressure: dict[str, str] = {}
+        """How the group's condition described the catalog's pressure, the first time it did."""
         for second in range(int(minutes * 60)):
             if second % 60 == 0:
                 cpu = time.process_time()
@@ -136,97 +152,60 @@ def measure(
                 writer_cpu += time.process_time() - cpu
             if calls_at_steady is None and clock.now >= steady_from_s:
                 calls_at_steady = calls()
-            round_of(engine, clock)
-            for index, (written_s, snapshot_id) in list(waiting.items()):
-                if runtimes[index].snapshot_id == snapshot_id:
-                    seen.append(clock.now - written_s)
-                    del waiting[index]
-        elapsed_s = clock.now - started_s
+            round_of(engine, clock, throttled)
+            seen += _seen(waiting, runtimes, clock.now)
+            pressure = pressure or engine.catalog_pressure("default")
+        elapsed_s, run_calls = clock.now - started_s, calls() - calls_at_start
+        steady_calls = calls() - (calls_at_steady or calls())
         engine_cpu = time.process_time() - cpu_at_start - writer_cpu
+        drain_from_s = clock.now
+        while throttled and waiting and clock.now < drain_from_s + DRAIN_S:
+            round_of(engine, clock, throttled)
+            seen += _seen(waiting, runtimes, clock.now)
         errors = [r.last_error for r in runtimes if r.last_error]
         assert not errors, errors[:3]
         intervals = sorted(r.refresh.interval_s or 0.0 for r in runtimes)
-        steady_calls = calls() - (calls_at_steady or calls())
+        budget = next(iter(engine.catalog_budgets().values()), None)
     finally:
         engine.close()
     quantiles = statistics.quantiles(seen, n=20) if len(seen) >= 2 else [math.nan] * 19
     return {
-        "catalog_requests_per_s": (calls() - calls_at_start) / elapsed_s,
-        "steady_requests_per_s": steady_calls / (clock.now - steady_from_s),
+        "catalog_requests_per_s": run_calls / elapsed_s,
+        "steady_requests_per_s": steady_calls / (started_s + elapsed_s - steady_from_s),
         "cpu_ms_per_table_hour": engine_cpu / tables / (elapsed_s / 3600) * 1000,
         "seen_p50_s": statistics.median(seen) if seen else math.nan,
         "seen_p95_s": quantiles[18],
         "writes": len(seen) + len(waiting),
         "unseen_writes": len(waiting),
         "median_interval_s": intervals[len(intervals) // 2],
+        "throttled_answers": budget.throttled if budget else 0,
+        "refreshes_held_back": budget.refreshes_held_back if budget else 0,
+        "drain_s": clock.now - drain_from_s,
+        "pressure": "; ".join(f"{name}: {words}" for name, words in pressure.items()),
     }
 
 
-def round_of(engine: Any, clock: SimClock) -> None:
+def _seen(waiting: dict[int, tuple[float, int]], runtimes: list[Any], now: float) -> list[float]:
+    """The commit-to-check times of the writes of `waiting` the engine has seen by `now`,
+    taken off it."""
+    seen = []
+    for index, (written_s, snapshot_id) in list(waiting.items()):
+        if runtimes[index].snapshot_id == snapshot_id:
+            seen.append(now - written_s)
+            del waiting[index]
+    return seen
+
+
+def round_of(engine: Any, clock: SimClock, real_time: bool = False) -> None:
     """One engine round, then the clock a second on, or as long as the round took if longer: a
-    catalog slower than the rounds it is asked in is not given time it did not have."""
+    catalog slower than the rounds it is asked in is not given time it did not have. In
+    `real_time`, the round also waits out the rest of its second."""
     started = time.perf_counter()
     engine.tick()
-    clock.now += max(1.0, time.perf_counter() - started)
-
-
-COLUMNS = (
-    ("requests / s", "catalog_requests_per_s", ".1f"),
-    ("steady requests / s", "steady_requests_per_s", ".1f"),
-    ("CPU ms / table / hour", "cpu_ms_per_table_hour", ".1f"),
-    ("commit-to-check p50 s", "seen_p50_s", ".1f"),
-    ("commit-to-check p95 s", "seen_p95_s", ".1f"),
-    ("writes (unseen)", "writes", "d"),
-    ("median interval s", "median_interval_s", ".0f"),
-)
-
-
-def result(runs: list[dict[str, Any]], args: argparse.Namespace) -> BenchResult:
-    """Every run's figures, the adaptive and notice modes against the targets."""
-    rows = [
-        [
-            run["catalog"],
-            f"{run['tables']:,}",
-            run["refresh"],
-            *(
-                f"{run[key]:{spec}}" + (f" ({run['unseen_writes']})" if key == "writes" else "")
-                for _, key, spec in COLUMNS
-            ),
-        ]
-        for run in runs
-    ]
-    targets = [
-        Target(
-            f"{run['refresh']} at {run['tables']:,} {run['catalog']} tables, {what}",
-            f"<= {goal:g}",
-            f"{run[key]:.1f}",
-            run[key] <= goal,
-        )
-        for run in runs
-        for what, key, goal, modes in TARGETS
-        if run["refresh"] in modes
-    ]
-    notes = [
-        f"{CATALOGS[args.catalog]}; one file per table, the same {args.written:.0%} of the tables "
-        f"appended to every simulated minute (the rest idle), {args.minutes:g} simulated minutes (fixed "
-        f"refresh: {args.fixed_minutes:g}, the same from its first minute on) from the first check of every "
-        "table, on a clock moved one second per engine round (or as long as the round took); maintenance "
-        "and the minor interval off; the request budget raised out of the way. Steady state: the last "
-        "quarter of the run. CPU: the engine's process, the writer's appends left out.",
-        "Commit-to-check is the part of trigger-to-task latency a refresh adds: a table seen with work "
-        "is planned at the next round its group has a thread. Not measured: kopf, the API server and "
-        "status writes around the engine (the `operator_scale` benchmark measures those), maintenance.",
-    ]
-    return new_result(
-        "catalog_cadence",
-        "Catalog requests and commit-to-check latency: fixed refresh, adaptive refresh, change notices",
-        "How many requests floe sends a catalog whose tables are mostly idle, what the engine spends "
-        "per table, and how soon it sees a writer's commit, with today's fixed 10 s refresh, with "
-        "adaptive refresh, and with change notices.",
-        targets=targets,
-        figures=[Figures("Each run", ["catalog", "tables", "refresh", *(h for h, _, _ in COLUMNS)], rows)],
-        notes=notes,
-    )
+    took = time.perf_counter() - started
+    if real_time and took < 1.0:
+        time.sleep(1.0 - took)
+    clock.now += max(1.0, took)
 
 
 def main() -> int:
@@ -243,19 +222,32 @@ def main() -> int:
         help="simulated minutes measured of fixed refresh, which is the same from its first minute on",
     )
     add("--written", type=float, default=0.01, help="share of the tables written every simulated minute")
+    add("--throttle-rate", type=float, default=5.0, help="requests / s the throttled catalog answers")
+    add("--throttled-minutes", type=float, default=10.0, help="real minutes of the throttled run")
     add("--seed", type=int, default=7)
     args = parser.parse_args()
-    if min(args.minutes, args.fixed_minutes) < 4 or not 0 < args.written <= 1:
-        parser.error("--minutes and --fixed-minutes must be at least 4, --written within (0, 1]")
+    if min(args.minutes, args.fixed_minutes, args.throttled_minutes) < 4 or not 0 < args.written <= 1:
+        parser.error(
+            "--minutes, --fixed-minutes and --throttled-minutes must be at least 4, --written within (0, 1]"
+        )
+    if "throttled" in args.modes and (args.catalog != "rest" or args.throttle_rate <= 0):
+        parser.error("the throttled run needs --catalog rest and a positive --throttle-rate")
     runs: list[dict[str, Any]] = []
     for tables in (int(t) for t in args.tables.split(",")):
         for mode in args.modes:
             # A catalog made afresh per run: the appends of one run would be the next's history.
             directory = args.dir / f"{args.catalog}-{tables}-{mode}"
-            with tables_catalog(args.catalog, directory, tables, 1) as properties:
-                minutes = args.fixed_minutes if mode == "fixed" else args.minutes
-                figures = (tables, properties, mode, minutes, args.written, args.seed)
+            minutes = {"fixed": args.fixed_minutes, "throttled": args.throttled_minutes}.get(
+                mode, args.minutes
+            )
+            rate = args.throttle_rate if mode == "throttled" else None
+            with (
+                tables_catalog(args.catalog, directory, tables, 1) as properties,
+                throttled(properties, rate) as seen,
+            ):
+                figures = (tables, seen.properties, mode, minutes, args.written, args.seed, properties)
                 measured = run_against(REPO, "catalog_cadence", "measure", *figures)
+                measured["catalog_429s"] = seen.answered_429()
             run = {"catalog": args.catalog, "tables": tables, "refresh": mode, "minutes": minutes, **measured}
             runs.append(run)
             print(json.dumps(run), file=sys.stderr)

@@ -7,8 +7,9 @@ the catalog with ``--catalog`` (`CATALOGS`) and gets the pyiceberg properties to
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.small_tables import catalog_properties, fill_catalog, make_catalog
@@ -39,3 +40,27 @@ def tables_catalog(kind: str, directory: Path, tables: int, snapshots: int) -> I
     with rest_s3_stack("127.0.0.1", directory) as stack:
         fill_catalog(stack.client("lake"), tables, snapshots)
         yield stack.properties
+
+
+@dataclass
+class ThrottledCatalog:
+    """What floe is given of a catalog: its own properties, or a proxy's that answers 429 above a rate."""
+
+    properties: dict[str, str]
+    answered_429: Callable[[], int]
+    """How many requests the proxy answered 429 so far."""
+
+
+@contextmanager
+def throttled(properties: dict[str, str], per_s: float | None) -> Iterator[ThrottledCatalog]:
+    """The REST catalog of `properties` behind a proxy answering 429 (``Retry-After: 1``) to
+    requests above `per_s` a second, as a managed catalog throttles; with None, as it is."""
+    if per_s is None:
+        yield ThrottledCatalog(properties, lambda: 0)
+        return
+    sys.path.insert(0, str(TESTS))
+    from fault_proxy import fault_proxy
+
+    with fault_proxy(properties["uri"]) as proxy:
+        proxy.limit_rate(per_s, retry_after_s=1.0)
+        yield ThrottledCatalog({**properties, "uri": proxy.url}, lambda: proxy.throttled)
