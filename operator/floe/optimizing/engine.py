@@ -258,6 +258,7 @@ class OptimizingEngine:
             registry.index(table_id, runtime.spec.table if runtime else None, None)
             registry.secret_properties.pop(table_id, None)
             registry.marked_pending.discard(table_id)
+            registry.wanting.discard(table_id)
             registry.wakeups.discard(table_id)
             self._catalogs.forget(table_id)
             if runtime is None:
@@ -302,6 +303,10 @@ class OptimizingEngine:
                 if self.runtimes.get(table_id) is not runtime:
                     continue  # removed meanwhile
                 self._registry.looked_at.add(table_id)
+                if runtime.state in (TableState.PENDING, TableState.PLANNING):
+                    self._registry.wanting.add(table_id)
+                else:
+                    self._registry.wanting.discard(table_id)
                 when = next_visit_s(runtime, now)
                 if table_id in self._registry.marked_pending:
                     when = now  # the next round tells its scheduler it is no longer pending

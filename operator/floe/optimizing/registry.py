@@ -71,6 +71,9 @@ class TableRegistry:
         """Tables a round looked at, or that something touched, since the status flush last
         took them (`OptimizingEngine.take_looked_at`): the only ones whose status can have
         changed, but for their quota occupation."""
+        self.wanting: set[str] = set()
+        """Tables PENDING or PLANNING when a round last looked at them: with the tables that have a
+        process, all that a group's demand for executors counts (`views.group_demands`)."""
         self.marked_pending: set[str] = set()
         """Tables the engine last told their group's scheduler may be planned (`update_pending`)."""
         self._listeners: list[Callable[[EngineEvent], None]] = []

@@ -216,11 +216,15 @@ def group_demands(registry: TableRegistry, keys: Collection[str] | None = None) 
     over the tables."""
     with registry.lock:
         groups = {key: group for key, group in registry.groups.items() if keys is None or key in keys}
-        # Asked every few seconds of groups of thousands of tables: only the tables with a
-        # process are asked the scheduler's figures.
+        # Asked every round of groups of thousands of tables: only the tables with a process and
+        # those a round last saw pending or planning are looked at, not every table.
         in_process = {key: registry.service.group(key).process_tasks() for key in groups}
         demand = dict.fromkeys(groups, 0)
-        for runtime in registry.runtimes.values():
+        wanting = registry.wanting.union(*in_process.values())
+        for table_id in wanting:
+            runtime = registry.runtimes.get(table_id)
+            if runtime is None:
+                continue
             key = registry.table_group_key(runtime)
             group = groups.get(key)
             if group is None:
