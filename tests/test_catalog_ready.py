@@ -373,6 +373,26 @@ def test_a_periodic_flush_looks_at_the_tables_the_engine_looked_at_and_at_all_on
     assert flusher.flush() == 1 and kube.patches[-1][2]["lastResult"] == "changed, and the engine told"
 
 
+def test_a_secret_readable_again_is_shown_at_the_next_flush(
+    engine: OptimizingEngine, catalog: SqlCatalog
+) -> None:
+    """A table the engine has keeps running while its Secret cannot be read; once it is read
+    again, the next flush says so, though nothing in the engine changed."""
+    kube, problems = FakeKube(), CatalogProblems()
+    flusher = TableStatusFlusher(kube, engine, lambda text: text, lambda: 1000.0, problems)  # type: ignore[arg-type]
+    _converged(engine, catalog)
+    assert flusher.flush() == 1
+
+    def ready() -> str:
+        return str({c["type"]: c for c in kube.patches[-1][2]["conditions"]}["CatalogReady"]["status"])
+
+    problems.record("ns/t", CatalogProblem("catalog", SECRET_NOT_FOUND, "catalog Secret 'catalog' not found"))
+    assert flusher.flush() == 1 and ready() == "False"
+    problems.clear("ns/t")
+    assert flusher.flush() == 1 and ready() == "True"
+    assert flusher.flush() == 0
+
+
 def test_a_tables_quota_occupation_is_written_as_it_falls_to_zero(catalog: SqlCatalog) -> None:
     """Occupation changes with time alone, with nothing looking at the table: the tables with
     task time in the window are looked at each flush, and once more when it has left it."""

@@ -78,6 +78,7 @@ class CatalogProblems:
 
     def __init__(self) -> None:
         self._by_table: dict[str, CatalogProblem] = {}
+        self._cleared: set[str] = set()
         self._lock = threading.Lock()
 
     def record(self, table_id: str, problem: CatalogProblem) -> bool:
@@ -90,7 +91,16 @@ class CatalogProblems:
     def clear(self, table_id: str) -> CatalogProblem | None:
         """The table's Secret was read (or the table is gone); returns the problem it had, if any."""
         with self._lock:
-            return self._by_table.pop(table_id, None)
+            problem = self._by_table.pop(table_id, None)
+            if problem is not None:
+                self._cleared.add(table_id)
+            return problem
+
+    def take_cleared(self) -> set[str]:
+        """The tables whose problem was cleared since the last call: their status changes."""
+        with self._lock:
+            cleared, self._cleared = self._cleared, set()
+            return cleared
 
     def get(self, table_id: str) -> CatalogProblem | None:
         """The table's problem now, if any."""
