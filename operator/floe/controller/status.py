@@ -507,9 +507,8 @@ class TableStatusFlusher:
         """The tables this flush looks at: those of `only`; or, periodically, those the engine
         looked at since the last flush, those with quota occupation now or at the last flush,
         those awaiting their catalog Secret or whose Secret was just read again, and those the
-        last flush left; and every table
-        once a `FULL_FLUSH_INTERVAL_S`, or when the redaction learnt a value (texts written
-        before must be masked again)."""
+        last flush left; and every table once a `FULL_FLUSH_INTERVAL_S`, or when the redaction
+        learnt a value (texts written before must be masked again)."""
         runtimes, awaiting = self.engine.runtimes, set(self.problems.tables())
         if only is None:
             looked_at = self.engine.take_looked_at() | self.problems.take_cleared()

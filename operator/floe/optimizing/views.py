@@ -136,7 +136,7 @@ def occupations(registry: TableRegistry, only: Collection[str] | None = None) ->
         result = dict.fromkeys(table_ids, 0.0)
         for key, ids in by_group.items():
             if key in registry.groups:
-                result |= registry.service.group(key).occupations(now, None if only is None else ids)
+                result |= registry.service.group(key).occupations(now, ids)
         return result
 
 
