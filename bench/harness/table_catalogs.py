@@ -6,6 +6,7 @@ the catalog with ``--catalog`` (`CATALOGS`) and gets the pyiceberg properties to
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,7 +37,9 @@ def tables_catalog(kind: str, directory: Path, tables: int, snapshots: int) -> I
     sys.path.insert(0, str(TESTS))
     from rest_s3 import rest_s3_stack
 
-    directory.mkdir(parents=True, exist_ok=True)
+    # Its tables' files are in moto's memory: a database left by an earlier run names none of them.
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
     with rest_s3_stack("127.0.0.1", directory) as stack:
         fill_catalog(stack.client("lake"), tables, snapshots)
         yield stack.properties
