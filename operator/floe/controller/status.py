@@ -458,11 +458,11 @@ class TableStatusFlusher:
         runtimes = self.engine.runtimes
         self._refill()
         writes: list[_Write] = []
-        looked_at: list[str] = []
+        reached: list[str] = []
         for table_id in self._in_turn(candidates):
             if only is None and self.max_writes_per_s is not None and self._tokens < len(writes) + 1:
                 break  # the rest go first at the next flush
-            looked_at.append(table_id)
+            reached.append(table_id)
             runtime, problem = runtimes.get(table_id), self.problems.get(table_id)
             inputs: tuple[Any, ...] | None = None
             if runtime is not None:
@@ -499,7 +499,7 @@ class TableStatusFlusher:
         if writes:
             self._resume_after = writes[-1].table_id
         if only is None:
-            self._again = (set(candidates) - set(looked_at)) | set(failed)
+            self._again = (set(candidates) - set(reached)) | set(failed)
         self.patches += sent
         return sent
 

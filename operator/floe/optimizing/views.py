@@ -129,7 +129,7 @@ def occupations(registry: TableRegistry, only: Collection[str] | None = None) ->
     now = registry.clock()
     with registry.lock:
         runtimes = registry.runtimes
-        table_ids = runtimes.keys() if only is None else [t for t in only if t in runtimes]
+        table_ids = _known(registry, only)
         by_group: dict[str, list[str]] = {}
         for table_id in table_ids:
             by_group.setdefault(registry.table_group_key(runtimes[table_id]), []).append(table_id)
@@ -138,6 +138,12 @@ def occupations(registry: TableRegistry, only: Collection[str] | None = None) ->
             if key in registry.groups:
                 result |= registry.service.group(key).occupations(now, ids)
         return result
+
+
+def _known(registry: TableRegistry, only: Collection[str] | None) -> Collection[str]:
+    """The tables of `only` the engine has, or all of them (hold the lock)."""
+    runtimes = registry.runtimes
+    return runtimes.keys() if only is None else [t for t in only if t in runtimes]
 
 
 def occupied(registry: TableRegistry) -> dict[str, float]:
@@ -160,7 +166,7 @@ def waits(
     now = registry.clock()
     with registry.lock:
         runtimes = registry.runtimes
-        table_ids = runtimes.keys() if only is None else [t for t in only if t in runtimes]
+        table_ids = _known(registry, only)
         queues: dict[str, PlanningQueue] = {}
         result = {}
         for table_id in table_ids:
