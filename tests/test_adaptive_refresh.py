@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -52,14 +53,19 @@ def test_an_unchanged_table_doubles_its_interval_up_to_the_maximum_and_a_change_
     assert state.due(now) and state.interval_s is None
 
 
-def _follow_writer(commits: list[float], until_s: float) -> tuple[list[float], list[float]]:
-    """A table checked by `RefreshState` (10 s to 600 s) while a writer commits at `commits`:
-    each commit's delay until a check saw it, and the times of the checks."""
+def _follow_writer(
+    commits: list[float], until_s: float, notices: bool = False
+) -> tuple[list[float], list[float]]:
+    """A table checked by `RefreshState` (10 s to 600 s) while a writer commits at `commits` (each
+    followed by a change notice with `notices`): each commit's delay until a check saw it, and the
+    times of the checks."""
     cadence = RefreshCadence(min_interval_s=10.0, max_interval_s=600.0)
     state, now, last_seen = RefreshState(), 0.0, 0
     delays: list[float] = []
     checks: list[float] = []
     while now < until_s:
+        if notices and now in commits:
+            state.notice()
         if state.due(now):
             made = sum(1 for c in commits if c <= now)
             delays += [now - c for c in commits[last_seen:made]]
@@ -82,6 +88,56 @@ def test_a_table_written_every_minute_is_checked_about_when_its_commits_come() -
     _, checks = _follow_writer([60.0 * k + 7 for k in range(1, 31)], 3 * 3600)
     last_hour = [c for c in checks if c >= 2 * 3600]
     assert len(last_hour) <= 8, last_hour
+
+
+def test_a_table_written_once_a_day_is_checked_no_more_than_an_idle_one() -> None:
+    """A nightly job's table: after each commit it is looked for at a sixteenth of a day (the
+    maximum, 10 minutes, here), not every minimum interval for the two days its next commit may
+    take; each commit is still seen within the maximum interval."""
+    day = 86400.0
+    delays, checks = _follow_writer([day * k + 7 for k in range(1, 4)], 4 * day)
+    assert max(delays) <= 600 * (1 + JITTER) + 1, delays
+    last_day = [c for c in checks if c >= 3 * day]
+    assert len(last_day) <= day / 600 * 1.2, len(last_day)
+
+
+def test_a_table_whose_commits_come_with_notices_is_checked_at_each_and_polled_as_an_idle_one() -> None:
+    """A writer committing every minute, a change notice after each commit: each commit is seen
+    at the round of its notice, and the polling backs off as if the table were idle (a few checks
+    an hour besides the notices, not one or two a minute)."""
+    commits = [60.0 * k + 7 for k in range(1, 61)]
+    delays, checks = _follow_writer(commits, 3600, notices=True)
+    assert delays == [0.0] * 59  # the last commit's notice comes at the last second
+    second_half = [c for c in checks if c >= 1800]
+    assert len(second_half) <= 30 + 3, second_half
+    # The notices stop, the writer does not: polling still finds its commits, within the maximum.
+    delays, _ = _follow_writer(commits, 3 * 3600, notices=False)
+    assert max(delays) <= 600 * (1 + JITTER) + 1
+
+
+def test_a_tables_first_check_follows_how_long_it_has_gone_unchanged() -> None:
+    """A table last written three days ago is next checked at the maximum interval; one written 30
+    s ago after 30 s; one whose last write is not known (or in the future, a skewed clock) at the
+    minimum. So is a table asked about again after its settings changed."""
+    now = 1_000_000.0
+    for written_s, interval_s in ((now - 3 * 86400, 80.0), (now - 30, 30.0), (None, 10.0), (now + 60, 10.0)):
+        state = RefreshState()
+        state.on_checked(now, CADENCE, "ns/t", changed=False, written_s=written_s)
+        assert state.interval_s == interval_s, written_s
+        state.recheck_now()
+        state.on_checked(now, CADENCE, "ns/t", changed=False, written_s=written_s)
+        assert state.interval_s == interval_s, written_s
+
+
+def test_when_not_every_due_check_can_be_made_a_noticed_or_new_table_goes_first_then_the_latest() -> None:
+    """Due checks by urgency: never made or noticed first, then by how late against the interval:
+    a writer's table 20 s late on a 10 s interval before an idle one 60 s late on 600 s."""
+    new, noticed, writer, idle = RefreshState(), RefreshState(), RefreshState(), RefreshState()
+    for state, interval_s, late_s in ((noticed, 600.0, 0.0), (writer, 10.0, 20.0), (idle, 600.0, 60.0)):
+        state.interval_s, state.next_s = interval_s, 1000.0 - late_s
+    noticed.notice()
+    order = sorted([idle, writer, noticed, new], key=lambda s: -s.urgency(1000.0))
+    assert order[2:] == [writer, idle] and {id(s) for s in order[:2]} == {id(new), id(noticed)}
 
 
 def test_a_check_is_never_later_than_an_interval_trigger_and_the_spread_is_the_same_each_time() -> None:
@@ -175,6 +231,26 @@ def test_an_idle_rest_table_is_asked_less_often_until_a_writer_commits(stack: Re
             waited += 1
             assert waited <= 80 * (1 + JITTER) + 1, "the commit was not seen within the longest interval"
         assert runtime.refresh.interval_s == 10 and engine.table_loads == 2
+    finally:
+        engine.close()
+
+
+def test_a_table_unchanged_for_days_is_checked_at_the_maximum_from_its_first_check(
+    stack: RestS3Stack,
+) -> None:
+    """The engine takes a table's last-updated time from its first load: three days on, the
+    table is next asked after the longest interval, not after the minimum's climb."""
+    table = _written_table(stack, "aged")
+    clock = Clock()
+    clock.now = time.time() + 3 * 86400
+    engine = _engine(clock)
+    try:
+        runtime = engine.apply_table(
+            table_without_maintenance("lake", stack.properties, "aged.orders", refresh={"maxInterval": "80s"})
+        )
+        engine.tick()
+        assert runtime.snapshot_id == table.metadata.current_snapshot_id
+        assert runtime.refresh.interval_s == 80 and engine.table_loads == 1
     finally:
         engine.close()
 
@@ -282,11 +358,16 @@ def test_a_change_notice_has_a_backed_off_table_read_at_the_next_round(stack: Re
     server = TaskServiceServer(engine.service)
     server.start()
     try:
-        runtime = engine.apply_table(table_without_maintenance("lake", stack.properties, "noticed.orders"))
+        # No minor trigger: the appended table stays idle, so its cadence is the polling's alone.
+        minor = {"triggerInterval": "-1", "triggerFileCount": 1000}
+        runtime = engine.apply_table(
+            table_without_maintenance("lake", stack.properties, "noticed.orders", minor=minor)
+        )
         for _ in range(200):  # backed off: checked every 80 s, then 160 s, ...
             engine.tick()
             clock.now += 1.0
-        assert runtime.refresh.interval_s is not None and runtime.refresh.interval_s >= 160
+        backed_off = runtime.refresh.interval_s
+        assert backed_off is not None and backed_off >= 160
         table.append(ROWS)
         engine.tick()
         assert runtime.snapshot_id != table.refresh().metadata.current_snapshot_id  # not due yet
@@ -295,7 +376,8 @@ def test_a_change_notice_has_a_backed_off_table_read_at_the_next_round(stack: Re
         assert (status, body) == (200, {"tables": ["default/noticed-orders"]})
         engine.tick()
         assert runtime.snapshot_id == table.refresh().metadata.current_snapshot_id
-        assert runtime.refresh.interval_s == 10
+        # The notice does not shorten the polling: the next commit brings its own notice.
+        assert runtime.refresh.interval_s is not None and runtime.refresh.interval_s >= backed_off
         # The example a writer's job calls after its commit; with a catalog named, only its tables.
         notify = _example_module().notify_table_changed
         assert notify("noticed.orders", "lake", url=server.url, token="notice-secret") == [

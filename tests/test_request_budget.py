@@ -94,6 +94,26 @@ def test_a_429_pauses_every_call_for_its_retry_after_or_a_doubling_backoff() -> 
     assert budget.stats().throttled == 10
 
 
+def test_429s_halve_the_rate_once_a_second_down_to_a_floor_and_it_grows_back() -> None:
+    budget, clock = _budget(rate=20.0, concurrency=100)
+    budget.answered(429, 0.0)
+    budget.answered(429, 0.0)  # the answers to one burst of calls: slowed once
+    assert budget.stats().rate_now == pytest.approx(10.0)
+    assert "slowed to 10 of 20 requests a second" in (budget.stats().pressure() or "")
+    # Calls go at the lowered rate: its second's worth, then one every 0.1 s.
+    assert [budget.wait_s(Priority.PLAN) for _ in range(10)] == [0.0] * 10
+    assert budget.wait_s(Priority.PLAN) == pytest.approx(0.1, rel=0.01)
+    for _ in range(10):
+        clock.now += 1.0
+        budget.answered(429, 0.0)
+    assert budget.stats().rate_now == pytest.approx(20 / 64, rel=0.2)  # the floor, and a little growth
+    # Each second gives back a 120th of the setting, up to the setting.
+    clock.now += 60.0
+    assert budget.stats().rate_now == pytest.approx(20 / 64 + 10.0, rel=0.05)
+    clock.now += 600.0
+    assert budget.stats().rate_now == 20.0 and budget.stats().pressure() is None
+
+
 def test_retry_after_as_seconds_or_a_date() -> None:
     assert retry_after_s({"Retry-After": "7"}) == 7.0
     later = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
@@ -191,6 +211,7 @@ def test_a_throttling_catalog_loses_nothing_and_shows_its_pressure(
         scrape = generate_latest(engine.service.metrics.registry).decode()
         assert 'floe_catalog_throttled_total{catalog="lake"}' in scrape
         assert 'floe_catalog_refreshes_held_back_total{catalog="lake"}' in scrape
+        assert 'floe_catalog_request_rate{catalog="lake"}' in scrape
     finally:
         engine.close()
 

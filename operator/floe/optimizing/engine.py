@@ -363,12 +363,12 @@ class OptimizingEngine:
 
     def table_changed(self, identifier: str, catalog: str | None = None) -> list[str]:
         """A change notice: the tables of `identifier` (in `catalog`, if given) are refreshed at
-        the next round and checked at the shortest interval again; returns their ids."""
+        the next round, their polling cadence kept (`RefreshState.notice`); returns their ids."""
         with self._lock:
             candidates = [self.runtimes[t] for t in sorted(self._registry.by_identifier.get(identifier, ()))]
             found = [r for r in candidates if catalog is None or r.spec.catalog.name == catalog]
             for runtime in found:
-                runtime.refresh.recheck_now()
+                runtime.refresh.notice()
                 self._registry.touch(runtime.table_id)
         return sorted(r.table_id for r in found)
 

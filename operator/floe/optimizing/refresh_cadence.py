@@ -2,22 +2,31 @@
 
 Each table's checks follow how often it changes:
 
-- a table with work queued, or that just appeared, is checked every ``refresh.minInterval``;
+- a table with work queued is checked every ``refresh.minInterval``;
+- a table seen for the first time (or asked about again after its settings changed) is checked
+  again after as long as it has gone unchanged, within the minimum and maximum: the backing off
+  below reaches the same interval after the same time, so a table nobody wrote to for days is
+  checked at the maximum from the start, not after a climb of seven checks;
 - a table that changes now and then (a writer's commits) is checked again about when its next
   change is due: one typical gap between its changes after the last, less half a minimum interval
   (a check saw the last change up to a minimum interval late, half of one on average); then every
-  minimum interval until the change comes, for up to two gaps. Less a whole minimum interval, a
-  writer committing every minute took two checks a commit; less half, about one and a half, each
-  commit still seen within 10 s at the 95th percentile;
+  sixteenth of a gap (at least the minimum interval) until the change comes, for up to two gaps.
+  Less a whole minimum interval, a writer committing every minute took two checks a commit; less
+  half, about one and a half, each commit still seen within 10 s at the 95th percentile. A
+  sixteenth of a gap, not the minimum: a table written once a day would otherwise be checked
+  every 10 s for two days after each commit;
 - a table that does not change is checked half as often at each check (twice the interval), up
   to ``refresh.maxInterval``.
 
 A check is never later than the moment the table's evaluation changes with time alone (an
-interval trigger firing), and a change notice (`floe.service.change_notices`) has the table
-checked at the next round. Each next check is moved by up to ±10 % of its interval, by a hash of
-the table and the check's number, so tables applied together drift apart instead of being checked
-in bursts; the same table and check always get the same spread, so the rules can be tested with
-a clock.
+interval trigger firing). A change notice (`floe.service.change_notices`) has the table checked
+at the next round, and does not shorten its polling: the change the notice announced counts as
+no change for the cadence, and a table whose changes come with notices is not looked for when its
+next change is due (the next notice says so), so its polling backs off as an idle table's does
+and only stands in for a notice that never came. Each next check is moved by up to ±10 % of its
+interval, by a hash of the table and the check's number, so tables applied together drift apart
+instead of being checked in bursts; the same table and check always get the same spread, so the
+rules can be tested with a clock.
 
 Tables of a catalog that tells every table's metadata file in one call (SQL) are not backed off:
 one call per round answers for all of them, and a table's change is seen at the next round.
@@ -25,6 +34,7 @@ one call per round answers for all of them, and a table's change is seen at the 
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass, field
 
@@ -34,6 +44,8 @@ BACKOFF = 2.0
 """An unchanged table's next interval against its last one."""
 JITTER = 0.1
 """How far a check moves from its interval, as a share of it, either way."""
+DUE_SHARE = 1 / 16
+"""A table whose next change is due is looked for at this share of its typical gap between changes."""
 
 
 @dataclass(frozen=True)
@@ -50,9 +62,13 @@ class RefreshCadence:
         low = spec.min_interval if spec.min_interval is not None else default_min_s
         return cls(low, max(low, spec.max_interval))
 
+    def within(self, interval_s: float) -> float:
+        """`interval_s`, raised to the minimum or lowered to the maximum."""
+        return min(self.max_interval_s, max(self.min_interval_s, interval_s))
+
     def backed_off(self, last_s: float) -> float:
         """The interval after an unchanged check: twice `last_s`, within the minimum and maximum."""
-        return min(self.max_interval_s, max(self.min_interval_s, last_s * BACKOFF))
+        return self.within(last_s * BACKOFF)
 
     def next_check_s(
         self, now_s: float, interval_s: float, table_id: str, check: int, deadline_s: float | None = None
@@ -82,46 +98,77 @@ class RefreshState:
     """When a check last found the table changed (the table's first check is no change)."""
     period_s: float | None = None
     """The table's typical time between changes, as its checks saw them; None before two changes."""
+    noticed: bool = False
+    """A change notice asked for the next check."""
+    follows_notices: bool = False
+    """The last change the checks found came with a notice: the next is awaited from one too."""
 
     def due(self, now_s: float) -> bool:
         """Whether the catalog is to be asked about the table now."""
         return self.next_s is None or now_s >= self.next_s
 
     def recheck_now(self) -> None:
-        """Check at the next round, then at the shortest interval: the table changed, or what
-        it was evaluated with did."""
+        """Check at the next round, then as the first check: what the table was evaluated with
+        changed (its settings, or a maintenance job's commit)."""
         self.next_s = self.interval_s = None
+
+    def notice(self) -> None:
+        """A change notice: check at the next round, the polling cadence kept."""
+        self.next_s = None
+        self.noticed = True
 
     def time_trigger_due(self, now_s: float) -> bool:
         """Whether the last evaluation's decision may have changed with time alone."""
         return self.time_trigger_s is not None and now_s >= self.time_trigger_s
 
     def on_checked(
-        self, now_s: float, cadence: RefreshCadence, table_id: str, changed: bool, busy: bool = False
+        self,
+        now_s: float,
+        cadence: RefreshCadence,
+        table_id: str,
+        changed: bool,
+        busy: bool = False,
+        written_s: float | None = None,
     ) -> None:
         """A check ended; `changed`: it found a new metadata file; `busy`: the table has work
-        queued (or must not back off). Sets the next check by the rules of the module."""
-        first = self.checks == 0
+        queued (or must not back off); `written_s`: when the table's current metadata file was
+        written, if known. Sets the next check by the rules of the module."""
+        first, noticed = self.checks == 0, self.noticed
         self.checks += 1
-        if changed and not first:
+        self.noticed = False
+        changed = changed and not first  # a first check finds the table as it is: no change
+        if changed:
             if self.last_change_s is not None:
                 self.period_s = _typical_gap(self.period_s, now_s - self.last_change_s)
             self.last_change_s = now_s
-        self.interval_s = self._interval(now_s, cadence, changed or first, busy)
+            self.follows_notices = noticed
+        self.interval_s = self._interval(now_s, cadence, changed and not noticed, busy, written_s)
         self.next_s = cadence.next_check_s(now_s, self.interval_s, table_id, self.checks, self.time_trigger_s)
 
-    def _interval(self, now_s: float, cadence: RefreshCadence, changed: bool, busy: bool) -> float:
+    def _interval(
+        self, now_s: float, cadence: RefreshCadence, changed: bool, busy: bool, written_s: float | None
+    ) -> float:
         low = cadence.min_interval_s
-        if busy or self.interval_s is None:
+        if busy:
             return low
         period, last = self.period_s, self.last_change_s
         if changed:
-            if period is None:
-                return low
-            return min(cadence.max_interval_s, max(low, period - low / 2))
-        if period is not None and last is not None and now_s - last < 2 * period:
-            return low  # its next change is due: looked for at every minimum interval
+            return low if period is None else cadence.within(period - low / 2)
+        if self.interval_s is None:
+            # As the backing off would find it by now, unchanged since it was written (a cadence
+            # whose minimum is 0 never backs off).
+            return low if written_s is None or low <= 0 else cadence.within(now_s - written_s)
+        if period is not None and last is not None and now_s - last < 2 * period and not self.follows_notices:
+            return cadence.within(period * DUE_SHARE)  # its next change is due: looked for
         return cadence.backed_off(self.interval_s)
+
+    def urgency(self, now_s: float) -> float:
+        """How much a due check is worth ahead of others when not all can be made: one never made
+        or asked for (a notice, a first check) first, then the later against its interval the more
+        (a writer's table late by one of its short intervals before an idle one late by as long)."""
+        if self.next_s is None or not self.interval_s:  # not checked yet, or every round
+            return math.inf
+        return (now_s - self.next_s) / self.interval_s
 
 
 def _typical_gap(known_s: float | None, gap_s: float) -> float:

@@ -5,7 +5,6 @@ scheduler plans by."""
 
 from __future__ import annotations
 
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -93,7 +92,9 @@ class TableRefresher:
                     cadence = RefreshCadence.of(runtime.spec.refresh, self.refresh_interval_s)
                     changed = checked.get(runtime.table_id, False)
                     busy = runtime.table_id in probed or runtime.state not in QUIET
-                    runtime.refresh.on_checked(now, cadence, runtime.table_id, changed, busy)
+                    runtime.refresh.on_checked(
+                        now, cadence, runtime.table_id, changed, busy, runtime.metadata_written_s
+                    )
             for runtime in visit + also:
                 self.update_pending(runtime, now)
         return also
@@ -113,7 +114,7 @@ class TableRefresher:
                 return False
             table = loaded.table
             runtime.catalog_etag = (table.metadata_location, loaded.etag) if loaded.etag else None
-            runtime.on_loaded(now, str(table.metadata.table_uuid))
+            runtime.on_loaded(now, str(table.metadata.table_uuid), table.metadata.last_updated_ms / 1000)
             changed = table.metadata_location != evaluated
             current = table.metadata.current_snapshot()
             snapshot_id = current.snapshot_id if current else None
@@ -223,11 +224,14 @@ class TableRefresher:
             runtime.pending_reason = reason
 
     def _load_within_budget(self, runtimes: list[TableRuntime]) -> dict[str, bool]:
-        """Refresh `runtimes` through their catalogs, longest unrefreshed first, in batches while
-        the round's budget lasts (one batch at least): thousands of new tables are loaded over
-        several rounds, and status flushes, planning and commits go on between them. Returns
-        whether each table refreshed had changed."""
-        ordered = sorted(runtimes, key=lambda r: -math.inf if r.last_refresh_s is None else r.last_refresh_s)
+        """Refresh `runtimes` through their catalogs, the most urgent first (`RefreshState.urgency`:
+        a noticed or new table, then the latest against its interval), in batches while the round's
+        budget lasts (one batch at least): thousands of new tables are loaded over several rounds,
+        and status flushes, planning and commits go on between them; a catalog whose request budget
+        is spent is asked for its most likely changes first. Returns whether each table refreshed
+        had changed."""
+        now = self._registry.clock()
+        ordered = sorted(runtimes, key=lambda r: -r.refresh.urgency(now))
         started = time.monotonic()
         changed: dict[str, bool] = {}
         spent: set[CatalogKey] = set()

@@ -215,13 +215,20 @@ class _StateCollector(Collector):
             "How long every call to the catalog still waits after its last 429 or 503 (0: not paused).",
             labels=labels,
         )
+        rate = GaugeMetricFamily(
+            "floe_catalog_request_rate",
+            "Requests a second the budget lets through now: the catalog's setting, halved by 429/503 "
+            "answers and growing back.",
+            labels=labels,
+        )
         for name, stats in sorted(self.catalogs().items()):
             requests.add_metric([name], stats.requests)
+            rate.add_metric([name], round(stats.rate_now, 3))
             throttled.add_metric([name], stats.throttled)
             held_back.add_metric([name], stats.refreshes_held_back)
             waiting.add_metric([name], stats.waiting)
             paused.add_metric([name], round(stats.paused_for_s, 3))
-        yield from (requests, throttled, held_back, waiting, paused)
+        yield from (requests, throttled, held_back, waiting, paused, rate)
 
     def _scaling(self) -> Iterator[Metric]:
         if self.scaling is None:

@@ -6,8 +6,12 @@ slot of its ``concurrency``. Callers wait in order of what they do: a commit bef
 load before a maintenance job before a refresh. A refresh does not wait at all: a table that
 finds no token now stays due and is refreshed at a later round, so a slow catalog delays checks
 and never commits. A 429 or 503 answer pauses the whole catalog for its ``Retry-After`` (or, with
-none, a backoff that doubles from 1 s up to a minute, reset by the next answer that is neither),
-as a careful client of someone else's production catalog does.
+none, a backoff that doubles from 1 s up to a minute, reset by the next answer that is neither)
+and halves the rate the budget lets through (at most once a second, down to a 64th of the
+setting), which then grows back by a 120th of the setting each second: a catalog that throttles
+below its budget is asked about as fast as it answers, not paused over and over (at 5 requests a
+second against a budget of 20, one 429 every 15 s or so instead of a few a second), as a careful
+client of someone else's production catalog does.
 
 Settings are the catalog's own properties (`budget_settings`), so they go with the catalog
 wherever it is named: ``floe.requests-per-second`` and ``floe.max-concurrent-requests``.
@@ -16,6 +20,7 @@ wherever it is named: ``floe.requests-per-second`` and ``floe.max-concurrent-req
 from __future__ import annotations
 
 import contextvars
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +38,10 @@ PRESSURE_WINDOW_S = 60.0
 """A refresh held back within this long says the budget holds the catalog's tables back now."""
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 1.0, 60.0
 """A throttled catalog without Retry-After is left alone this long, doubling each time, up to the max."""
+SLOWEST_SHARE = 1 / 64
+"""The lowest rate 429s bring the budget to, as a share of its setting."""
+RECOVERY_PER_S = 1 / 120
+"""How much of its setting the lowered rate gains back each second."""
 
 
 P = ParamSpec("P")
@@ -128,15 +137,22 @@ class BudgetStats:
     """How long the catalog is still left alone after a 429 or 503 (0: not paused)."""
     held_back_ago_s: float | None = None
     """How long ago a refresh was last held back; None: never."""
+    rate: float = DEFAULT_RATE
+    """The requests a second the catalog's setting allows."""
+    rate_now: float = DEFAULT_RATE
+    """The requests a second let through now: the setting, or less after 429s."""
 
     def pressure(self) -> str | None:
-        """In words, how the budget holds calls back now (paused, or refreshes held back within
-        `PRESSURE_WINDOW_S`); None when it does not."""
+        """In words, how the budget holds calls back now (paused, slowed after 429s, or refreshes
+        held back within `PRESSURE_WINDOW_S`); None when it does not."""
         parts = []
         if self.paused_for_s > 0:
             parts.append(
                 f"paused for {self.paused_for_s:.0f}s more after {self.throttled} 429/503 answers in all"
             )
+        if self.rate_now < self.rate:
+            slowed = f"{self.rate_now:.3g} of {self.rate:g}"
+            parts.append(f"slowed to {slowed} requests a second after 429/503 answers")
         if self.held_back_ago_s is not None and self.held_back_ago_s < PRESSURE_WINDOW_S:
             parts.append(
                 f"{self.refreshes_held_back} table refreshes held back so far, "
@@ -154,6 +170,8 @@ class BudgetStats:
             self.in_flight + other.in_flight,
             max(self.paused_for_s, other.paused_for_s),
             min((a for a in (self.held_back_ago_s, other.held_back_ago_s) if a is not None), default=None),
+            self.rate + other.rate,
+            self.rate_now + other.rate_now,
         )
 
 
@@ -165,6 +183,10 @@ class RequestBudget:
         self._clock = clock
         self._tokens = settings.burst
         self._filled_at = clock()
+        self._rate = settings.rate
+        """The rate let through now: the setting, lowered after 429s and growing back."""
+        self._rate_at = self._filled_at
+        self._slowed_at = -math.inf
         self._paused_until = 0.0
         self._backoff_s = 0.0
         self._in_flight = 0
@@ -223,9 +245,13 @@ class RequestBudget:
                 self._backoff_s = 0.0
                 return 0.0
             self._throttled += 1
+            now = self._clock()
+            if now - self._slowed_at >= 1.0:  # the answers to one burst of calls slow it once
+                self._rate = max(self.settings.rate * SLOWEST_SHARE, self._current_rate(now) / 2)
+                self._slowed_at = now
             self._backoff_s = min(MAX_BACKOFF_S, self._backoff_s * 2 if self._backoff_s else FIRST_BACKOFF_S)
             pause = retry_after_s if retry_after_s is not None else self._backoff_s
-            self._paused_until = max(self._paused_until, self._clock() + pause)
+            self._paused_until = max(self._paused_until, now + pause)
             self._changed.notify_all()
             return pause
 
@@ -240,22 +266,33 @@ class RequestBudget:
                 in_flight=self._in_flight,
                 paused_for_s=max(0.0, self._paused_until - self._clock()),
                 held_back_ago_s=None if self._held_back_at is None else self._clock() - self._held_back_at,
+                rate=self.settings.rate,
+                rate_now=self._current_rate(self._clock()),
             )
+
+    def _current_rate(self, now: float) -> float:
+        """The rate let through at `now`: the lowered one grown back since it was last looked at."""
+        if self._rate < self.settings.rate:
+            grown = (now - self._rate_at) * self.settings.rate * RECOVERY_PER_S
+            self._rate = min(self.settings.rate, self._rate + max(0.0, grown))
+        self._rate_at = now
+        return self._rate
 
     def _try_take(self, priority: Priority) -> float:
         now = self._clock()
-        self._tokens = min(self.settings.burst, self._tokens + (now - self._filled_at) * self.settings.rate)
+        rate = self._current_rate(now)
+        self._tokens = min(max(1.0, rate), self._tokens + (now - self._filled_at) * rate)
         self._filled_at = now
         if now < self._paused_until:
             return self._paused_until - now
         # A call waits while one before it in priority waits.
         ahead = sum(n for p, n in self._waiting.items() if p < priority)
         if ahead:
-            return 1.0 / self.settings.rate
+            return 1.0 / rate
         if self._in_flight >= self.settings.concurrency:
-            return 1.0 / self.settings.rate  # woken earlier by `release`
+            return 1.0 / rate  # woken earlier by `release`
         if self._tokens < 1.0:
-            return (1.0 - self._tokens) / self.settings.rate
+            return (1.0 - self._tokens) / rate
         self._tokens -= 1.0
         self._in_flight += 1
         self._requests += 1
