@@ -65,7 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--retention-hours", type=float, default=2.0, help="how long snapshots are kept (bytes held)")
     add("--reads", type=int, default=2, help="reads of each table per round; the fastest counts")
     add("--workload", choices=WORKLOADS, help=argparse.SUPPRESS)
-    add("--report-only", action="store_true", help="report the last run left in --dir")
+    add(
+        "--report-only",
+        action="store_true",
+        help="report the --workloads whose results --dir holds (each may come from another run "
+        "with the same flags), with the last run's settings",
+    )
     add_plots_argument(parser)
     args = parser.parse_args(argv)
     for name in ("base_rows", "base_files", "rows_per_round", "rounds", "rounds_per_hour", "reads"):
@@ -97,6 +102,8 @@ def main() -> None:
         settings = {k: getattr(args, k) for k in [*STEP_FLAGS, "workloads", "policies"]}
         save_conditions(logs / "run.json", settings)
     conditions, settings = load_conditions(logs / "run.json")
+    # The workloads asked for: a large base's workloads may each be run on its own, in turn.
+    settings.pop("workloads", None)
     vars(args).update(settings)
     runs = {w: json.loads((logs / f"{w}.json").read_text()) for w in args.workloads}
     figures = {

@@ -3,6 +3,8 @@ figures over its rounds are what the rounds say."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -45,6 +47,41 @@ def test_report_only_without_a_run_names_what_is_missing(
         cdc.parse_args(["--report-only", "--dir", str(tmp_path), "--workloads", "uniform,skewed"])
     assert exited.value.code == 2
     assert f"--report-only: no results of skewed in {tmp_path / 'logs'}" in capsys.readouterr().err
+
+
+def test_report_only_reports_workloads_run_one_at_a_time(
+    cdc: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A large base's workloads each run on their own: the report takes every workload asked for
+    whose results the directory holds, though the last run's settings name only its own."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    rounds = [{**_round(n, 1000, 500, 1.2), "rows": 1000, "late_s": 0.0} for n in range(1, 5)]
+    for workload in ("uniform", "skewed"):
+        run = {"workload": workload, "hour_rounds": 4, "rounds": {"amoro": rounds, "floe-default": rounds}}
+        (logs / f"{workload}.json").write_text(json.dumps(run))
+    flags = cdc.parse_args(["--policies", "amoro,floe-default", "--workloads", "skewed"])
+    save_conditions = import_bench_script("harness.conditions").save_conditions
+    save_conditions(
+        logs / "run.json", {k: getattr(flags, k) for k in [*cdc.STEP_FLAGS, "workloads", "policies"]}
+    )
+    argv = [
+        "--report-only",
+        "--dir",
+        str(tmp_path),
+        "--workloads",
+        "uniform,skewed",
+        "--plots",
+        str(tmp_path),
+    ]
+    monkeypatch.setattr(sys, "argv", ["cdc_write_amplification.py", *argv])
+    cdc.main()
+    out = capsys.readouterr().out
+    assert "uniform" in out and "skewed" in out
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "cdc_frontier_skewed.png",
+        "cdc_frontier_uniform.png",
+    ]
 
 
 def test_a_step_without_a_result_file_is_refused_before_it_runs(cdc: ModuleType) -> None:
