@@ -10,7 +10,9 @@ live delete files, the bytes its snapshots within ``--retention-hours`` hold, an
 a key-range read by Iceberg's Java reader, each against the same read of the same rows compacted
 (`harness.frontier_reads`). Every table must read the same rows after every round.
 
-Run: ``nice -n 10 .venv/bin/python bench/cdc_write_amplification.py --record``.
+Run: ``nice -n 10 .venv/bin/python bench/cdc_write_amplification.py --record`` (about 45 minutes a
+workload; on a quiet machine, as the reads are timed). The workloads may be run one at a time into
+one ``--dir`` (``--workloads uniform``, ...) and reported together with ``--report-only --record``.
 """
 
 from __future__ import annotations
@@ -47,19 +49,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add = parser.add_argument
     add("--workloads", type=comma_separated(WORKLOADS), default=",".join(WORKLOADS))
     add("--policies", type=comma_separated(list(POLICIES)), default=",".join(POLICIES))
-    # 12 M rows: the compacted copy's full read takes about 1.7 s here, so a round's read ratios
-    # are not the noise of sub-second reads (0.5-0.9 s at 2.4 M rows).
-    add("--base-rows", type=int, default=12_000_000, help="rows before the first round")
-    add("--base-files", type=int, default=20, help="appends of the base rows, each one file")
-    add("--rows-per-round", type=int, default=48_000, help="rows each round writes")
+    # 24 M rows: the compacted copy's full read takes 3-3.5 s here, so a round's read ratios are
+    # not the noise of short reads (1.7 s at 12 M rows, 0.5-0.9 s at 2.4 M); a round's writes grow
+    # with the base, so that a round changes the same share of it.
+    add("--base-rows", type=int, default=24_000_000, help="rows before the first round")
+    add("--base-files", type=int, default=40, help="appends of the base rows, each one file")
+    add("--rows-per-round", type=int, default=96_000, help="rows each round writes")
     add("--rounds", type=int, default=24)
     add("--rounds-per-hour", type=int, default=4, help="rounds in an hour: Amoro's minor interval")
     add("--target-mib", type=float, default=16.0, help="target file size, MiB")
     add(
         "--round-period-s",
         type=float,
-        default=60.0,
-        help="wall time from one round's writes to the next's (longer than a round's work)",
+        default=90.0,
+        help="wall time from one round's writes to the next's (at least a round's work: 85-95 s at "
+        "the default base; a round that starts late is reported)",
     )
     add("--duplicate-ratio", type=float, default=0.1, help="Amoro's major.trigger.duplicate-ratio")
     add("--retention-hours", type=float, default=2.0, help="how long snapshots are kept (bytes held)")

@@ -24,7 +24,7 @@ def cdc() -> ModuleType:
         (["--rounds", "0"], "--rounds must be positive, not 0"),
         (["--reads", "-1"], "--reads must be positive, not -1"),
         (["--round-period-s", "0"], "--round-period-s, --target-mib and --retention-hours must be positive"),
-        (["--base-rows", "1000"], "--base-rows must be at least 10x --rows-per-round (480000)"),
+        (["--base-rows", "1000"], "--base-rows must be at least 10x --rows-per-round (960000)"),
         (["--workloads", "uniform,bursty"], "unknown bursty; choose from uniform, skewed, appends"),
         (["--policies", "amoro,floe-fast"], "unknown floe-fast; choose from amoro, floe-reads"),
     ],
