@@ -173,6 +173,25 @@ def test_rewrites_are_packed_by_the_rows_they_keep_so_outputs_reach_target_size(
     assert sorted(len(t.data_files) for t in plan.tasks) == [2, 2]
 
 
+def test_undersized_files_count_as_the_rewrite_writes_them_so_each_row_is_packed_once() -> None:
+    # A streaming writer's 2 MiB files take 35 bytes a row where the partition's full-size
+    # segments take 26. Four hold a target by their bytes: Amoro packs them into one 6 MiB file,
+    # undersized again, which it packs a second time later. floe counts them at the segments' 26
+    # bytes a row (1.5 MiB each), waits for six, and packs five into one 7.5 MiB file, past
+    # undersized; the sixth waits, alone in its bin.
+    writer = [ContentFile(f"data/w-{i}.parquet", FileKind.DATA, P, 60_000, 2 * MiB, 2) for i in range(6)]
+    four = [*segments(4), *writer[:4]]
+    amoro = evaluate(AMORO, four)
+    assert amoro.optimizing_type == OptimizingType.MAJOR and rewritten(amoro) == {f"w-{i}" for i in range(4)}
+    assert evaluate(FLOE, four).optimizing_type is None
+    plan = plan_optimizing(TableFiles(1, 10, (*segments(4), *writer), ()), FLOE, NOW, NOW, NOW)
+    [task] = plan.tasks
+    rows = sum(f.record_count for f in task.data_files)
+    assert len(task.data_files) == 5 and rows / ROWS_PER_MIB * MiB > FLOE.undersized_size
+    # With no full-size file to tell the bytes a row takes, files count as they are (Amoro's way).
+    assert evaluate(FLOE, writer[:4]).optimizing_type == OptimizingType.MAJOR
+
+
 # -- the knob, and what stays Amoro's --------------------------------------------------------------
 
 

@@ -33,7 +33,7 @@ Where Amoro's rules are silent, floe decides (docs/design/optimizing.md states t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
 from floe.planning.config import OptimizingConfig
@@ -266,13 +266,18 @@ def _major_reasons(
     return reasons
 
 
-def undersized_fill_a_target(undersized: Sequence[ContentFile], target_size: int) -> bool:
+def undersized_fill_a_target(
+    undersized: Sequence[ContentFile],
+    target_size: int,
+    size_of: Callable[[ContentFile], float] = lambda f: float(f.size_bytes),
+) -> bool:
     """Major's undersized trigger: together they hold a target size, and the two smallest fit one
-    file (else packing them would leave each alone in its bin)."""
-    smallest = sorted(f.size_bytes for f in undersized)[:2]
+    file (else packing them would leave each alone in its bin); sizes by `size_of` (Amoro: bytes
+    as they are)."""
+    smallest = sorted(size_of(f) for f in undersized)[:2]
     return (
         len(smallest) == 2
-        and sum(f.size_bytes for f in undersized) >= target_size
+        and sum(size_of(f) for f in undersized) >= target_size
         and sum(smallest) <= target_size
     )
 

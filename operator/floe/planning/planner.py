@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from floe.planning.config import FLOE, OptimizingConfig
 from floe.planning.files import ContentFile, DeleteIndex, TableFiles
-from floe.planning.floe_policy import live_bytes
+from floe.planning.floe_policy import live_bytes, written_bytes_per_row
 from floe.planning.plan import POSITIONS, OptimizingPlan, OptimizingType, PartitionEvaluation, PlannedTask
 from floe.planning.table_evaluation import evaluate_table
 
@@ -119,8 +119,9 @@ def pack_partition(
     """Bin-pack a partition's rewrite and packed files, and its convert files, into tasks,
     first-fit decreasing by size.
 
-    With `by_live_bytes` (floe's policy) a rewritten file counts by its bytes less those of its
-    deleted rows, so that bins come out near target size; Amoro counts whole files.
+    With `by_live_bytes` (floe's policy) a rewritten file counts by its bytes as the rewrite
+    writes them (`as_written`) less those of its deleted rows, so that bins come out near target
+    size; Amoro counts whole files.
 
     Rewrite bins hold at most `bin_size` bytes of data files; a file larger than that gets a
     bin of its own. Delete bytes do not count towards the bin: the output size follows the
@@ -136,7 +137,7 @@ def pack_partition(
     rewritten = evaluation.rewrite_files + evaluation.packed_files
     size_of: Callable[[ContentFile], float] = _file_size
     if by_live_bytes:
-        live = live_bytes(rewritten, delete_index)
+        live = live_bytes(rewritten, delete_index, written_bytes_per_row(evaluation.segments))
         size_of = lambda f: live[f.path]  # noqa: E731
     for data_files in _first_fit(rewritten, bin_size, size_of):
         deletes = delete_index.deletes_for_all(data_files)

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from floe.planning.config import FLOE, OptimizingConfig
 from floe.planning.evaluator import needs_positions, position_deleted_rows, undersized_fill_a_target
 from floe.planning.files import ContentFile, DeleteIndex, FileKind, PartitionKey, TableFiles, pending_deletes
-from floe.planning.floe_policy import FAVORS, deleted_rows, level_of, needs_conversion
+from floe.planning.floe_policy import (
+    FAVORS,
+    as_written,
+    deleted_rows,
+    level_of,
+    needs_conversion,
+    written_bytes_per_row,
+)
 from floe.planning.table_evaluation import keeps_positions, partitions_in_order
 
 INTERVAL_MARGIN_S = 1.0
@@ -122,7 +129,7 @@ def partition_triggers(
         delete_files=len(deletes),
         triggers=(
             *triggers,
-            _undersized_trigger(undersized, config),
+            _undersized_trigger(undersized, segments, config),
             _interval_trigger(
                 "full interval", config.full_trigger_interval_s, now_s, last_full_s, True, off_at=0
             ),
@@ -196,13 +203,20 @@ def _floe_triggers(
     ]
 
 
-def _undersized_trigger(undersized: Sequence[ContentFile], config: OptimizingConfig) -> Trigger:
-    total = sum(f.size_bytes for f in undersized)
+def _undersized_trigger(
+    undersized: Sequence[ContentFile], segments: Sequence[ContentFile], config: OptimizingConfig
+) -> Trigger:
+    """Undersized segments' bytes against a target: under floe's policy as the rewrite writes them."""
+    per_row = written_bytes_per_row(segments) if config.policy == FLOE else None
+
+    def size_of(f: ContentFile) -> float:
+        return as_written(f, per_row)
+
     return Trigger(
-        "undersized segments' bytes",
-        total,
+        "undersized segments' bytes" if per_row is None else "undersized segments' bytes, as rewritten",
+        sum(size_of(f) for f in undersized),
         config.target_size,
-        undersized_fill_a_target(undersized, config.target_size),
+        undersized_fill_a_target(undersized, config.target_size, size_of),
         "bytes",
     )
 
