@@ -102,6 +102,9 @@ class RefreshState:
     """A change notice asked for the next check."""
     follows_notices: bool = False
     """The last change the checks found came with a notice: the next is awaited from one too."""
+    written_s: float | None = None
+    """When the table's metadata file the last full load found was written (its last-updated
+    time): how long the table has gone unchanged, which a first check's interval follows."""
 
     def due(self, now_s: float) -> bool:
         """Whether the catalog is to be asked about the table now."""
@@ -132,7 +135,9 @@ class RefreshState:
     ) -> None:
         """A check ended; `changed`: it found a new metadata file; `busy`: the table has work
         queued (or must not back off); `written_s`: when the table's current metadata file was
-        written, if known. Sets the next check by the rules of the module."""
+        written, if the check loaded it (else `self.written_s`). Sets the next check by the rules
+        of the module."""
+        self.written_s = written_s if written_s is not None else self.written_s
         first, noticed = self.checks == 0, self.noticed
         self.checks += 1
         self.noticed = False
@@ -142,7 +147,7 @@ class RefreshState:
                 self.period_s = _typical_gap(self.period_s, now_s - self.last_change_s)
             self.last_change_s = now_s
             self.follows_notices = noticed
-        self.interval_s = self._interval(now_s, cadence, changed and not noticed, busy, written_s)
+        self.interval_s = self._interval(now_s, cadence, changed and not noticed, busy, self.written_s)
         self.next_s = cadence.next_check_s(now_s, self.interval_s, table_id, self.checks, self.time_trigger_s)
 
     def _interval(

@@ -92,9 +92,7 @@ class TableRefresher:
                     cadence = RefreshCadence.of(runtime.spec.refresh, self.refresh_interval_s)
                     changed = checked.get(runtime.table_id, False)
                     busy = runtime.table_id in probed or runtime.state not in QUIET
-                    runtime.refresh.on_checked(
-                        now, cadence, runtime.table_id, changed, busy, runtime.metadata_written_s
-                    )
+                    runtime.refresh.on_checked(now, cadence, runtime.table_id, changed, busy)
             for runtime in visit + also:
                 self.update_pending(runtime, now)
         return also
@@ -114,7 +112,8 @@ class TableRefresher:
                 return False
             table = loaded.table
             runtime.catalog_etag = (table.metadata_location, loaded.etag) if loaded.etag else None
-            runtime.on_loaded(now, str(table.metadata.table_uuid), table.metadata.last_updated_ms / 1000)
+            runtime.on_loaded(now, str(table.metadata.table_uuid))
+            runtime.refresh.written_s = table.metadata.last_updated_ms / 1000
             changed = table.metadata_location != evaluated
             current = table.metadata.current_snapshot()
             snapshot_id = current.snapshot_id if current else None

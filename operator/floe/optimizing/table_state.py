@@ -90,9 +90,6 @@ class TableRuntime:
     refresh: RefreshState = field(default_factory=RefreshState, repr=False, compare=False)
     table_uuid: str | None = None
     """The table's UUID, as its last load found it: how a set follows a renamed table."""
-    metadata_written_s: float | None = field(default=None, repr=False)
-    """When the table's metadata file the last load found was written (its last-updated time):
-    how long the table has gone unchanged, which its first check's interval follows."""
     last_minor_s: float | None = None
     last_major_s: float | None = None
     last_full_s: float | None = None
@@ -324,13 +321,11 @@ class TableRuntime:
         self.last_error = error
         self._finish(f"failed: {error}")
 
-    def on_loaded(self, now_s: float, table_uuid: str | None = None, written_s: float | None = None) -> None:
-        """A refresh loaded the table (whose UUID is `table_uuid`, whose metadata file was written
-        at `written_s`) through its catalog."""
+    def on_loaded(self, now_s: float, table_uuid: str | None = None) -> None:
+        """A refresh loaded the table (whose UUID is `table_uuid`) through its catalog."""
         self.last_refresh_s = now_s
         self.catalog_error = ""
         self.table_uuid = table_uuid or self.table_uuid
-        self.metadata_written_s = written_s if written_s is not None else self.metadata_written_s
 
     def on_access_error(self, error: str, now_s: float, catalog_failed: bool) -> None:
         """The catalog (``catalog_failed``) or the table could not be read; shown until a refresh succeeds.
