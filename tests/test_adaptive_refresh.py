@@ -121,11 +121,11 @@ def test_a_tables_first_check_follows_how_long_it_has_gone_unchanged() -> None:
     minimum. So is a table asked about again after its settings changed."""
     now = 1_000_000.0
     for written_s, interval_s in ((now - 3 * 86400, 80.0), (now - 30, 30.0), (None, 10.0), (now + 60, 10.0)):
-        state = RefreshState()
-        state.on_checked(now, CADENCE, "ns/t", changed=False, written_s=written_s)
+        state = RefreshState(written_s=written_s)
+        state.on_checked(now, CADENCE, "ns/t", changed=False)
         assert state.interval_s == interval_s, written_s
         state.recheck_now()
-        state.on_checked(now, CADENCE, "ns/t", changed=False, written_s=written_s)
+        state.on_checked(now, CADENCE, "ns/t", changed=False)
         assert state.interval_s == interval_s, written_s
 
 

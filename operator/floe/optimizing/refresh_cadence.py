@@ -131,13 +131,9 @@ class RefreshState:
         table_id: str,
         changed: bool,
         busy: bool = False,
-        written_s: float | None = None,
     ) -> None:
         """A check ended; `changed`: it found a new metadata file; `busy`: the table has work
-        queued (or must not back off); `written_s`: when the table's current metadata file was
-        written, if the check loaded it (else `self.written_s`). Sets the next check by the rules
-        of the module."""
-        self.written_s = written_s if written_s is not None else self.written_s
+        queued (or must not back off). Sets the next check by the rules of the module."""
         first, noticed = self.checks == 0, self.noticed
         self.checks += 1
         self.noticed = False
@@ -147,12 +143,10 @@ class RefreshState:
                 self.period_s = _typical_gap(self.period_s, now_s - self.last_change_s)
             self.last_change_s = now_s
             self.follows_notices = noticed
-        self.interval_s = self._interval(now_s, cadence, changed and not noticed, busy, self.written_s)
+        self.interval_s = self._interval(now_s, cadence, changed and not noticed, busy)
         self.next_s = cadence.next_check_s(now_s, self.interval_s, table_id, self.checks, self.time_trigger_s)
 
-    def _interval(
-        self, now_s: float, cadence: RefreshCadence, changed: bool, busy: bool, written_s: float | None
-    ) -> float:
+    def _interval(self, now_s: float, cadence: RefreshCadence, changed: bool, busy: bool) -> float:
         low = cadence.min_interval_s
         if busy:
             return low
@@ -162,7 +156,8 @@ class RefreshState:
         if self.interval_s is None:
             # As the backing off would find it by now, unchanged since it was written (a cadence
             # whose minimum is 0 never backs off).
-            return low if written_s is None or low <= 0 else cadence.within(now_s - written_s)
+            written = self.written_s
+            return low if written is None or low <= 0 else cadence.within(now_s - written)
         if period is not None and last is not None and now_s - last < 2 * period and not self.follows_notices:
             return cadence.within(period * DUE_SHARE)  # its next change is due: looked for
         return cadence.backed_off(self.interval_s)
