@@ -6,11 +6,14 @@ each in one catalog (``--catalog``: Iceberg's REST catalog server by default, or
 defaults but for maintenance (off: each job loads its table on its own schedule, which this does
 not measure) and the minor triggers (off: a table with two small files would otherwise be due at
 once, one written past 12 files due too, and with no optimizer here stay pending, checked at every
-minimum interval). Time is simulated: a clock that moves one second
-per engine round, so an hour of a catalog's life takes minutes. ``--written`` of the tables (1 % by
-default, chosen at random once) get an append every simulated minute, a real commit to the
-catalog, as streaming writers commit; the rest stay idle. With ``notices`` each commit is followed
-by a change notice, as a writer's post-commit hook sends it.
+minimum interval). Time is simulated: a clock that moves one second per engine round, so an hour
+of a catalog's life takes minutes. ``--written`` of the tables (1 % by default, chosen at random
+once) get an append every simulated minute, a real commit to the catalog, as streaming writers
+commit; the writers have run for 4 minutes when floe starts (their commits before every table's
+first check are not measured); the rest stay idle. With ``notices`` each commit is followed by a
+change notice, as a writer's post-commit hook sends it. The writers stamp their commits with the
+simulated time, and the REST catalog server runs on it too (Debian's libfaketime): it stamps the
+metadata it writes, and refuses a commit stamped more than a minute past its own clock.
 
 Each refresh mode runs in a fresh child process on a catalog made afresh:
 
@@ -41,12 +44,15 @@ import random
 import statistics
 import sys
 import time
+from types import SimpleNamespace
 from typing import Any
+from unittest.mock import patch
 
 from harness.catalog_cadence_report import result
 from harness.cli import benchmark_parser, comma_separated
 from harness.results import RESULTS_DIR, report_result
 from harness.revisions import REPO, run_against
+from harness.simulated_time import SimClock, round_of
 from harness.small_tables import table_name
 from harness.table_catalogs import CATALOGS, tables_catalog, throttled
 
@@ -56,18 +62,10 @@ REFRESH_S = 10.0
 MAX_INTERVAL_S = 600.0
 """floe's default refresh.maxInterval."""
 MAINTENANCE_JOBS = ("snapshotRetention", "orphanFiles", "manifests", "danglingDeletes")
+WRITTEN_BEFORE = 4
+"""How many minutes the writers have committed for when floe starts."""
 DRAIN_S = 300.0
 """How long a throttled run goes on after its last write for every write to be seen."""
-
-
-class SimClock:
-    """Simulated seconds since the epoch: moved by the benchmark, one second per engine round."""
-
-    def __init__(self, start: float) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def measure(
@@ -78,12 +76,14 @@ def measure(
     written: float,
     seed: int,
     writer_properties: dict[str, str] | None = None,
+    clock_file: str | None = None,
 ) -> dict[str, Any]:
     """One mode over a catalog of `tables` tables (this checkout's floe, in this child process);
     the writer commits through `writer_properties` (by default floe's `properties`). A throttled
     run keeps floe's request budget, runs in real time (the catalog's rate is in real seconds),
     and goes on after its last write until every write is seen, for up to `DRAIN_S`."""
     import pyarrow as pa
+    import pyiceberg.table.snapshots
     from pyiceberg.catalog import load_catalog
 
     from floe.api.group import OptimizerGroup
@@ -91,7 +91,7 @@ def measure(
     from floe.optimizing.engine import OptimizingEngine
     from floe.service.task_service import TaskService
 
-    clock = SimClock(time.time())
+    clock = SimClock(time.time(), clock_file)
     engine = OptimizingEngine(TaskService(clock=clock), refresh_interval_s=REFRESH_S, clock=clock)
     engine.apply_group(
         OptimizerGroup.model_validate(
@@ -126,30 +126,52 @@ def measure(
     def calls() -> int:
         return engine.table_loads + engine.not_modified_loads + engine.catalog_probes
 
+    waiting: dict[int, tuple[float, int]] = {}
+    """Per written table: when it was written and the snapshot the write made."""
+    writer_cpu = 0.0
+
+    def write(second: int, counted: bool) -> None:
+        """Every simulated minute, an append to each written table (a change notice after each
+        with `notices`); `counted`: its commit's delay until floe sees it is measured."""
+        nonlocal writer_cpu
+        if second % 60:
+            return
+        cpu = time.process_time()
+        for index in hot:
+            table = writer.load_table(table_name(index))
+            table.append(rows)
+            snapshot = table.current_snapshot()
+            assert snapshot is not None
+            if counted:
+                waiting[index] = (clock.now, snapshot.snapshot_id)
+            if mode == "notices":
+                engine.table_changed(table_name(index))
+        writer_cpu += time.process_time() - cpu
+
+    # The writers' commits are stamped with the simulated time, as a real writer's are with its
+    # clock: floe reads a writer's pace from them.
+    stamping = patch.object(pyiceberg.table.snapshots, "time", SimpleNamespace(time=clock))
+    stamping.start()
     try:
-        while any(r.snapshot_id is None for r in runtimes):  # every table's first check
+        # The writers already run when floe starts, as streaming writers do, and have for a few
+        # minutes: their commits before every table's first check are not measured.
+        for _ in range(WRITTEN_BEFORE):
+            write(0, counted=False)
+            clock.advance(60.0)
+        first_checks = 0
+        while any(r.snapshot_id is None for r in runtimes):
+            write(first_checks, counted=False)
             round_of(engine, clock, throttled)
+            first_checks += 1
         started_s, calls_at_start, cpu_at_start = clock.now, calls(), time.process_time()
+        writer_cpu = 0.0
         steady_from_s = started_s + minutes * 60 * 0.75
         calls_at_steady: int | None = None
-        writer_cpu = 0.0
-        waiting: dict[int, tuple[float, int]] = {}
-        """Per written table: when it was written and the snapshot the write made."""
         seen: list[float] = []
         pressure: dict[str, str] = {}
         """How the group's condition described the catalog's pressure, the first time it did."""
-        for second in range(int(minutes * 60)):
-            if second % 60 == 0:
-                cpu = time.process_time()
-                for index in hot:
-                    table = writer.load_table(table_name(index))
-                    table.append(rows)
-                    snapshot = table.current_snapshot()
-                    assert snapshot is not None
-                    waiting[index] = (clock.now, snapshot.snapshot_id)
-                    if mode == "notices":
-                        engine.table_changed(table_name(index))
-                writer_cpu += time.process_time() - cpu
+        for second in range(first_checks, first_checks + int(minutes * 60)):
+            write(second, counted=True)
             if calls_at_steady is None and clock.now >= steady_from_s:
                 calls_at_steady = calls()
             round_of(engine, clock, throttled)
@@ -167,6 +189,7 @@ def measure(
         intervals = sorted(r.refresh.interval_s or 0.0 for r in runtimes)
         budget = next(iter(engine.catalog_budgets().values()), None)
     finally:
+        stamping.stop()
         engine.close()
     quantiles = statistics.quantiles(seen, n=20) if len(seen) >= 2 else [math.nan] * 19
     return {
@@ -194,18 +217,6 @@ def _seen(waiting: dict[int, tuple[float, int]], runtimes: list[Any], now: float
             seen.append(now - written_s)
             del waiting[index]
     return seen
-
-
-def round_of(engine: Any, clock: SimClock, real_time: bool = False) -> None:
-    """One engine round, then the clock a second on, or as long as the round took if longer: a
-    catalog slower than the rounds it is asked in is not given time it did not have. In
-    `real_time`, the round also waits out the rest of its second."""
-    started = time.perf_counter()
-    engine.tick()
-    took = time.perf_counter() - started
-    if real_time and took < 1.0:
-        time.sleep(1.0 - took)
-    clock.now += max(1.0, took)
 
 
 def main() -> int:
@@ -241,11 +252,22 @@ def main() -> int:
                 mode, args.minutes
             )
             rate = args.throttle_rate if mode == "throttled" else None
+            clock_file = directory.parent / f"{directory.name}.clock" if args.catalog == "rest" else None
             with (
-                tables_catalog(args.catalog, directory, tables, 1) as properties,
+                tables_catalog(args.catalog, directory, tables, 1, clock_file) as properties,
                 throttled(properties, rate) as seen,
             ):
-                figures = (tables, seen.properties, mode, minutes, args.written, args.seed, properties)
+                clocked = str(clock_file) if clock_file else None
+                figures = (
+                    tables,
+                    seen.properties,
+                    mode,
+                    minutes,
+                    args.written,
+                    args.seed,
+                    properties,
+                    clocked,
+                )
                 measured = run_against(REPO, "catalog_cadence", "measure", *figures)
                 measured["catalog_429s"] = seen.answered_429()
             run = {"catalog": args.catalog, "tables": tables, "refresh": mode, "minutes": minutes, **measured}

@@ -207,6 +207,25 @@ class RestCatalogServer:
         return f"http://{_url_host(self.host)}:{self.port}"
 
 
+FAKETIME_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
+"""Debian's libfaketime: a process it is preloaded into reads its clock's offset from a file."""
+
+
+def _faked_clock(offset_file: Path) -> dict[str, str]:
+    """The environment that runs a process on a clock `offset_file` moves (``+<seconds>s``, read
+    at each reading of the clock): a benchmark's simulated time, which its writers stamp commits with."""
+    if not FAKETIME_LIBRARY.exists():
+        raise RuntimeError(f"{FAKETIME_LIBRARY} is missing: `make host-env` installs Debian's libfaketime")
+    offset_file.write_text("+0s\n")  # the real time until the benchmark moves it
+    return {
+        "LD_PRELOAD": str(FAKETIME_LIBRARY),
+        "FAKETIME_TIMESTAMP_FILE": str(offset_file),
+        "FAKETIME_NO_CACHE": "1",
+        # The monotonic clock is moved too: with it left alone, the JVM's timed waits return at
+        # once (their deadlines mix the two clocks) and its threads spin.
+    }
+
+
 def _server_environment(s3_endpoint: str, database: Path, warehouse: str) -> dict[str, str]:
     # CATALOG_X is catalog property x, with `__` for `-` and `_` for `.` (Iceberg's RCKUtils).
     catalog = {
@@ -238,12 +257,14 @@ def rest_catalog_server(
     work_dir: Path,
     port: int | None = None,
     java: str = "java",
+    clock_file: Path | None = None,
 ) -> Iterator[RestCatalogServer]:
     """Run the REST catalog server on ``host``:``port`` (a free port if None).
 
     Its warehouse is ``s3://<bucket>/warehouse`` on the S3 server at ``s3_endpoint`` (the
     bucket must exist); its SQLite database is ``work_dir/rest-catalog.db`` and its log
-    ``work_dir/rest-catalog.log``. Returns once ``GET /v1/config`` answers.
+    ``work_dir/rest-catalog.log``. With `clock_file`, its clock is offset by what that file says
+    (`_faked_clock`). Returns once ``GET /v1/config`` answers.
     """
     lib = Path(_build_output(REST_CATALOG_BUILD))
     port = free_port(host) if port is None else port
@@ -254,7 +275,10 @@ def rest_catalog_server(
         "REST catalog server",
         [java, "-Xmx512m", "-cp", f"{lib}/*", LAUNCHER_CLASS, host, str(port)],
         work_dir / "rest-catalog.log",
-        env=_server_environment(s3_endpoint, database, warehouse),
+        env={
+            **_server_environment(s3_endpoint, database, warehouse),
+            **(_faked_clock(clock_file) if clock_file else {}),
+        },
     )
     try:
         server = RestCatalogServer(host, port, warehouse, s3_endpoint, database, process)
@@ -311,12 +335,17 @@ class RestS3Stack:
 
 
 @contextmanager
-def rest_s3_stack(host: str, work_dir: Path, bucket: str = "warehouse") -> Iterator[RestS3Stack]:
-    """Run moto and a REST catalog on ``host`` (free ports), with ``bucket`` created; logs in ``work_dir``."""
+def rest_s3_stack(
+    host: str, work_dir: Path, bucket: str = "warehouse", clock_file: Path | None = None
+) -> Iterator[RestS3Stack]:
+    """Run moto and a REST catalog on ``host`` (free ports), with ``bucket`` created; logs in
+    ``work_dir``; the catalog's clock offset by `clock_file` where given (`_faked_clock`)."""
     with ExitStack() as stack:
         moto = stack.enter_context(moto_server(host, work_dir))
         create_bucket(moto.endpoint, bucket)
-        catalog = stack.enter_context(rest_catalog_server(host, moto.endpoint, bucket, work_dir))
+        catalog = stack.enter_context(
+            rest_catalog_server(host, moto.endpoint, bucket, work_dir, clock_file=clock_file)
+        )
         yield RestS3Stack(moto, catalog, bucket)
 
 

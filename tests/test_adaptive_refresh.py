@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import time
 import urllib.error
 import urllib.request
@@ -21,17 +22,20 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from rest_s3 import RestS3Stack, rest_s3_stack
+from test_maintenance_dangling import replace_data_files
 from test_metadata_probe import table_without_maintenance
 from test_task_service import Clock
 
 from floe.api.group import OptimizerGroup
 from floe.api.table import RefreshSpec
 from floe.optimizing.engine import OptimizingEngine
-from floe.optimizing.refresh_cadence import JITTER, RefreshCadence, RefreshState
+from floe.optimizing.refresh_cadence import JITTER, PACE_GAPS, CommitPace, RefreshCadence, RefreshState
 from floe.optimizing.table_state import TableState
 from floe.service.http import TaskServiceServer
 from floe.service.task_service import TaskService
-from floe.tables.history import SUMMARY_OPTIMIZING_TYPE
+from floe.tables.history import SUMMARY_OPTIMIZING_TYPE, data_commit_times
+from floe.tables.scan import scan_table
+from floe.tables.writer import write_data_files
 
 ROWS = pa.table({"id": pa.array(range(10), pa.int64())})
 CADENCE = RefreshCadence(min_interval_s=10.0, max_interval_s=80.0)
@@ -54,11 +58,17 @@ def test_an_unchanged_table_doubles_its_interval_up_to_the_maximum_and_a_change_
 
 
 def _follow_writer(
-    commits: list[float], until_s: float, notices: bool = False
+    commits: list[float],
+    until_s: float,
+    notices: bool = False,
+    created_s: float = -3600.0,
+    skew_s: float = 0.0,
 ) -> tuple[list[float], list[float]]:
-    """A table checked by `RefreshState` (10 s to 600 s) while a writer commits at `commits` (each
-    followed by a change notice with `notices`): each commit's delay until a check saw it, and the
-    times of the checks."""
+    """A table made at `created_s`, checked by `RefreshState` (10 s to 600 s) while a writer
+    commits at `commits` (each followed by a change notice with `notices`), the writer's clock
+    `skew_s` ahead: each commit's delay until a check saw it, and the times of the checks. A check
+    that loads the table (its first, or one that finds it changed) reads its snapshot log's pace,
+    as the refresher does."""
     cadence = RefreshCadence(min_interval_s=10.0, max_interval_s=600.0)
     state, now, last_seen = RefreshState(), 0.0, 0
     delays: list[float] = []
@@ -69,6 +79,10 @@ def _follow_writer(
         if state.due(now):
             made = sum(1 for c in commits if c <= now)
             delays += [now - c for c in commits[last_seen:made]]
+            if made > last_seen or not checks:
+                logged = [created_s, *commits[:made]]
+                state.pace = CommitPace.of([t + skew_s for t in logged[-PACE_GAPS - 1 :]])
+                state.written_s = logged[-1] + skew_s
             state.on_checked(now, cadence, "ns/t", changed=made > last_seen)
             checks.append(now)
             last_seen = made
@@ -76,18 +90,44 @@ def _follow_writer(
     return delays, checks
 
 
-def test_a_table_written_every_minute_is_checked_about_when_its_commits_come() -> None:
-    """A writer committing every 60 s (a streaming job's checkpoints): once its pace is known,
-    each commit is seen within half a minimum interval and one more (the first check comes half
-    an interval early), with one or two checks a minute, not six."""
-    delays, checks = _follow_writer([60.0 * k + 7 for k in range(1, 61)], 3600)
-    settled = delays[10:]
-    assert max(settled) <= 5 + 10 * (1 + JITTER) + 1, settled
-    assert len([c for c in checks if c >= 1800]) <= 2 * 30, len(checks)
+def test_a_table_written_every_minute_is_checked_when_its_commits_come() -> None:
+    """A writer committing every 60 s (a streaming job's checkpoints), from 3 minutes after the
+    table was made: the first commits are found by the backing off, and then the snapshot log
+    tells the pace: each commit is seen half a minimum interval after it is made (or at the
+    minimum interval after the check that found the last), with one check a commit, not six. A
+    writer's clock a few seconds off moves that by as much, not more."""
+    commits = [60.0 * k + 7 for k in range(3, 63)]
+    for skew_s in (0.0, -2.0, 2.0):
+        delays, checks = _follow_writer(commits, 3800, created_s=7, skew_s=skew_s)
+        assert max(delays[3:]) <= 5 + abs(skew_s) + 1, (skew_s, delays)
+        second_half = [c for c in checks if c >= 1800]
+        assert len(second_half) <= len([c for c in commits if c >= 1800]) + 2, (skew_s, second_half)
     # The writer stops: the table goes back to being checked less and less often.
     _, checks = _follow_writer([60.0 * k + 7 for k in range(1, 31)], 3 * 3600)
     last_hour = [c for c in checks if c >= 2 * 3600]
     assert len(last_hour) <= 8, last_hour
+
+
+def test_a_writer_whose_gaps_vary_is_looked_for_from_the_soonest_it_commits() -> None:
+    """Gaps of 48 to 72 s between commits: each commit is checked for from the shortest recent gap
+    on, every minimum interval, so none is seen later than the gaps vary by and one interval more;
+    about one and a half checks a commit."""
+    rng = random.Random(3)
+    commits = [0.0]
+    while commits[-1] < 3600:
+        commits.append(commits[-1] + rng.uniform(48, 72))
+    delays, checks = _follow_writer(commits, 3600, created_s=-60)
+    assert max(delays[4:]) <= 24 + 10 * (1 + JITTER) + 1, delays
+    assert len(checks) <= 2 * len(commits), (len(checks), len(commits))
+
+
+def test_the_pace_of_a_tables_commits_is_the_lower_median_of_its_last_three_gaps() -> None:
+    assert CommitPace.of([]) == CommitPace()
+    assert CommitPace.of([5.0]) == CommitPace(5.0)
+    assert CommitPace.of([0.0, 100.0, 160.0, 220.0, 400.0]) == CommitPace(400.0, 60.0, 60.0)
+    # A pause does not set the pace; commits of one instant (or out of order) make no gap.
+    assert CommitPace.of([0.0, 60.0, 120.0, 3600.0]) == CommitPace(3600.0, 60.0, 60.0)
+    assert CommitPace.of([10.0, 10.0, 5.0]) == CommitPace(5.0)
 
 
 def test_a_table_written_once_a_day_is_checked_no_more_than_an_idle_one() -> None:
@@ -167,6 +207,23 @@ def test_the_cadence_takes_the_operators_interval_where_the_table_sets_none() ->
     ) == (RefreshCadence(30.0, 30.0))
     with pytest.raises(ValueError, match="must be positive"):
         RefreshSpec.model_validate({"maxInterval": "0s"})
+
+
+def test_a_tables_pace_is_read_from_its_writers_commits_not_its_rewrites(tmp_path: Path) -> None:
+    """Three appends, then a rewrite of every file (floe's commit, ``replace``): the commit times
+    the cadence reads are the appends', oldest first, and no more than asked for."""
+    catalog = SqlCatalog("paced", uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=tmp_path.as_uri())
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", ROWS.schema)
+    for _ in range(3):
+        table.append(ROWS)
+    appends = [s.timestamp_ms / 1000 for s in table.metadata.snapshots]
+    data = {f.path for f in scan_table(table).files.data_files}
+    replace_data_files(table, data, tuple(write_data_files(table, table.scan().to_arrow())))
+    table = catalog.load_table("db.t")
+    assert len(table.metadata.snapshots) == 4
+    assert data_commit_times(table.metadata, 4) == appends
+    assert data_commit_times(table.metadata, 2) == appends[1:]
 
 
 # -- the engine ---------------------------------------------------------------------------

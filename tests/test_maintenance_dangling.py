@@ -49,10 +49,10 @@ def _compact_leaving_deletes(
         }
     )
     data, _ = _files(table, region)
-    _replace_data(table, {f.path for f in data}, tuple(write_data_files(table, new_rows)))
+    replace_data_files(table, {f.path for f in data}, tuple(write_data_files(table, new_rows)))
 
 
-def _replace_data(table: Table, removed: set[str], added: tuple[DataFile, ...]) -> None:
+def replace_data_files(table: Table, removed: set[str], added: tuple[DataFile, ...]) -> None:
     """Commit a replace of data files that removes no delete file."""
     start = scan_table(table).files
     assert start.snapshot_id is not None
@@ -129,7 +129,7 @@ def test_a_position_delete_naming_a_live_file_among_others_is_kept(
     )
     commit_row_delta(table, delete_files=[spread])
     # Drop one of the two named files; the delete still applies to the other.
-    _replace_data(table, {eu_data[0].path}, ())
+    replace_data_files(table, {eu_data[0].path}, ())
     assert len(_files(table, "eu")[1]) == 1
     before = read(reference, sql_catalog)
 

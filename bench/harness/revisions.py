@@ -43,14 +43,15 @@ def run_against(source: Path, script: str, function: str, *args: Any) -> Any:
     """``bench/<script>.py``'s ``function(*args)`` in a fresh interpreter importing floe from
     ``source/operator`` (`REPO` for this checkout); its result, which must be JSON.
 
-    The arguments go as JSON too, so they must be JSON-able.
+    The arguments go as JSON too, so they must be JSON-able. The child's stderr is this one's:
+    a failure shows its traceback.
     """
     code = (
         "import json, sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; "
         f"import {script} as s; print(json.dumps(s.{function}(*json.loads(sys.argv[3]))))"
     )
     command = [sys.executable, "-c", code, str(source / "operator"), str(BENCH_DIR), json.dumps(list(args))]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

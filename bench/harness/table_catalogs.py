@@ -26,10 +26,13 @@ CATALOGS = {
 
 
 @contextmanager
-def tables_catalog(kind: str, directory: Path, tables: int, snapshots: int) -> Iterator[dict[str, str]]:
+def tables_catalog(
+    kind: str, directory: Path, tables: int, snapshots: int, clock_file: Path | None = None
+) -> Iterator[dict[str, str]]:
     """The pyiceberg properties of a catalog of `tables` small tables, for the time it is used:
     the SQL catalog (one snapshot per table) is made once and kept; the REST one (its S3 is in
-    memory) is made each run, with `snapshots` snapshots per table."""
+    memory) is made each run, with `snapshots` snapshots per table, its server's clock offset by
+    `clock_file` where given (``rest_s3``'s ``_faked_clock``)."""
     if kind == "sql":
         make_catalog(directory, tables)
         yield catalog_properties(directory)
@@ -40,7 +43,7 @@ def tables_catalog(kind: str, directory: Path, tables: int, snapshots: int) -> I
     # Its tables' files are in moto's memory: a database left by an earlier run names none of them.
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
-    with rest_s3_stack("127.0.0.1", directory) as stack:
+    with rest_s3_stack("127.0.0.1", directory, clock_file=clock_file) as stack:
         fill_catalog(stack.client("lake"), tables, snapshots)
         yield stack.properties
 

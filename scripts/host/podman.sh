@@ -2,7 +2,8 @@
 # Sets up this (Debian) host for the local container builds and the kind cluster of scripts/kind/:
 #   - apt packages: podman, runc, debootstrap (scripts/images/debian-base.sh), gcc + libc6-dev (the
 #     static pause binary of scripts/kind/build.sh), chromium + chromium-driver (the headless browser
-#     tests/test_ui_browser.py drives the web UI with); `apt-get update` runs only when one is missing;
+#     tests/test_ui_browser.py drives the web UI with), libfaketime (the REST catalog server's
+#     simulated clock in bench/catalog_cadence.py); `apt-get update` runs only when one is missing;
 #   - /etc/containers/containers.conf: podman's OCI runtime is runc (crun refuses the hybrid cgroup v1
 #     layout of these hosts) and containers get finite nofile/nproc limits (the host's limits are
 #     not raisable without CAP_SYS_RESOURCE):
@@ -18,7 +19,7 @@
 #        podman.sh --check  exit 0 if nothing is missing, else 1 (changes nothing)
 set -euo pipefail
 
-PACKAGES=(podman runc debootstrap gcc libc6-dev chromium chromium-driver)
+PACKAGES=(podman runc debootstrap gcc libc6-dev chromium chromium-driver libfaketime)
 CONF=/etc/containers/containers.conf
 # section|key|value (TOML, value verbatim)
 SETTINGS=(

@@ -90,8 +90,8 @@ class RefreshStatus(WireModel):
 
     interval_seconds: int = Field(
         ge=0,
-        description="the interval its last check set: the shortest with work queued or while a change is "
-        "due, about the table's typical gap between changes after one, doubling while the table stays "
+        description="the interval its last check set: the shortest with work queued, the time to its "
+        "writers' next commit (by its snapshot log) while one is expected, doubling while the table stays "
         "unchanged, up to refresh.maxInterval",
     )
 

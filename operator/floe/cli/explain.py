@@ -167,7 +167,8 @@ def _summary(facts: TableFacts) -> RenderableType:
     out.add_row(
         "checked",
         f"every {lowest} with work queued; where the catalog is asked table by table (REST, Glue, Hive), "
-        "again about when its next change is due, and twice as long after each unchanged check past "
+        "again when its writers' next commit is due (by its snapshot log), and twice as long after each "
+        "unchanged check past "
         f"that, up to {refresh.max_interval:g}s{now}",
     )
     return out

@@ -12,7 +12,7 @@ from floe.api.table_properties import InvalidTableProperty
 from floe.maintenance.settled import settled_jobs
 from floe.optimizing.catalog_access import CatalogAccess, CatalogKey
 from floe.optimizing.evaluation import Evaluation
-from floe.optimizing.refresh_cadence import RefreshCadence
+from floe.optimizing.refresh_cadence import PACE_GAPS, CommitPace, RefreshCadence
 from floe.optimizing.registry import TableRegistry
 from floe.optimizing.table_state import INVALID_TABLE_PROPERTY, UNSUPPORTED, TableRuntime, TableState
 from floe.planning.files import TableFiles
@@ -21,7 +21,7 @@ from floe.planning.planner import plan_optimizing
 from floe.planning.triggers import time_trigger_s
 from floe.rewrite.parquet_options import check_write_properties
 from floe.tables.catalog import CatalogConfigError, CatalogUnreachable, TableAccessError
-from floe.tables.history import optimizing_history
+from floe.tables.history import data_commit_times, optimizing_history
 from floe.tables.request_budget import BudgetExhausted, Priority, calls_for
 from floe.tables.support import UnsupportedTableError, scan_supported
 
@@ -114,6 +114,7 @@ class TableRefresher:
             runtime.catalog_etag = (table.metadata_location, loaded.etag) if loaded.etag else None
             runtime.on_loaded(now, str(table.metadata.table_uuid))
             runtime.refresh.written_s = table.metadata.last_updated_ms / 1000
+            runtime.refresh.pace = CommitPace.of(data_commit_times(table.metadata, PACE_GAPS + 1))
             changed = table.metadata_location != evaluated
             current = table.metadata.current_snapshot()
             snapshot_id = current.snapshot_id if current else None

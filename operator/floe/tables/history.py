@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Operation
 
 SUMMARY_OPTIMIZING_TYPE = "floe.optimizing-type"
 """Snapshot summary key of floe's commits: minor, major or full."""
@@ -47,3 +48,16 @@ def optimizing_history(metadata: TableMetadata) -> OptimizingHistory:
         parent = snapshot.parent_snapshot_id
         snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
     return OptimizingHistory(found.get("minor"), found.get("major"), found.get("full"))
+
+
+def data_commit_times(metadata: TableMetadata, count: int) -> list[float]:
+    """Epoch seconds of the latest `count` commits on main that changed the table's rows, oldest
+    first: a rewrite (``replace``, floe's or anyone's) is no writer's commit."""
+    times: list[float] = []
+    snapshot = metadata.snapshot_by_name("main")
+    while snapshot is not None and len(times) < count:
+        if snapshot.summary is None or snapshot.summary.operation != Operation.REPLACE:
+            times.append(snapshot.timestamp_ms / 1000.0)
+        parent = snapshot.parent_snapshot_id
+        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+    return times[::-1]
