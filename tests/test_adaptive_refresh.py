@@ -46,6 +46,8 @@ def test_an_unchanged_table_doubles_its_interval_up_to_the_maximum_and_a_change_
     intervals = []
     now = 0.0
     for changed in (True, False, False, False, False, False, True, False):
+        if changed:  # a writer's commit, in the log the check loads
+            state.pace = CommitPace(now - 1.0)
         state.on_checked(now, CADENCE, "ns/t", changed=changed)
         assert state.interval_s is not None and state.next_s is not None
         intervals.append(state.interval_s)
@@ -78,12 +80,13 @@ def _follow_writer(
             state.notice()
         if state.due(now):
             made = sum(1 for c in commits if c <= now)
+            changed = made > last_seen
             delays += [now - c for c in commits[last_seen:made]]
-            if made > last_seen or not checks:
+            if changed or not checks:
                 logged = [created_s, *commits[:made]]
                 state.pace = CommitPace.of([t + skew_s for t in logged[-PACE_GAPS - 1 :]])
                 state.written_s = logged[-1] + skew_s
-            state.on_checked(now, cadence, "ns/t", changed=made > last_seen)
+            state.on_checked(now, cadence, "ns/t", changed=changed)
             checks.append(now)
             last_seen = made
         now += 1.0
@@ -106,6 +109,17 @@ def test_a_table_written_every_minute_is_checked_when_its_commits_come() -> None
     _, checks = _follow_writer([60.0 * k + 7 for k in range(1, 31)], 3 * 3600)
     last_hour = [c for c in checks if c >= 2 * 3600]
     assert len(last_hour) <= 8, last_hour
+
+
+def test_a_change_that_commits_no_data_leaves_the_next_commit_where_it_was_due() -> None:
+    """A writer commits every 60 s, the last at 1000, seen at 1005; floe's rewrite (or a
+    maintenance job) commits at 1020 and a check finds it at 1025: the next check is still aimed
+    at 1060, half a minimum interval after, not at a commit made after 1005."""
+    state = RefreshState()
+    state.pace = CommitPace.of([880.0, 940.0, 1000.0])
+    state.on_checked(1005.0, CADENCE, "ns/t", changed=False)
+    state.on_checked(1025.0, CADENCE, "ns/t", changed=True)  # the same log: no commit of data
+    assert state.last_change_s == 1000.0 and state.next_s == 1065.0, state
 
 
 def test_a_writer_whose_gaps_vary_is_looked_for_from_the_soonest_it_commits() -> None:

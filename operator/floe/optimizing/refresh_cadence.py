@@ -12,15 +12,16 @@ Each table's checks follow how often it changes:
   load read it) plus the shortest of the last three gaps between its commits (a writer whose pace
   varies is looked for at the soonest it commits). Its log tells a writer's pace and phase from
   the table's first check on; the times its checks found changes at tell them only after several
-  changes, and late (each change is found up to an interval after it was made): in a simulation
-  of a writer committing every minute from the first check of a table written 3 minutes before, 95 %
-  of the commits were seen within 29 s by those times, within 5 s by the log (19 s when each gap varies
-  by up to 20 %). A commit's logged time is the writer's clock, so it is taken no earlier than
-  the check before the one that found it, and no later than that check. Such a check is not
-  spread: the writers' own times spread them. Until the commit comes the table is looked for
-  every sixteenth of its typical gap (the lower median of the three; at least the minimum
-  interval), for up to two typical gaps after the last commit: a sixteenth, not the minimum, since
-  a table written once a day would otherwise be checked every 10 s for two days after each commit;
+  changes, and late (each change is found up to an interval after it was made): in a simulation of
+  a writer committing every minute from the first check of a table written 3 minutes before, 95 %
+  of the commits were seen within 29 s by those times, within 5 s by the log (19 s when each gap
+  varies by up to 20 %). A commit's logged time is the writer's clock, so it is taken no earlier
+  than the check before the one that found it, and no later than that check; a change that adds no
+  commit of data to the log (a rewrite, a maintenance job's commit) leaves it. Such a check is not
+  spread: the writers' own times spread them. Until the commit comes the table is looked for every
+  sixteenth of its typical gap (the lower median of the three; at least the minimum interval), for
+  up to two typical gaps after the last commit: a sixteenth, not the minimum, since a table
+  written once a day would otherwise be checked every 10 s for two days after each commit;
 - a table that changed and whose pace is not known (fewer than two commits of data in its log)
   is checked again at the minimum interval, and backs off from there;
 - a table that does not change is checked half as often at each check (twice the interval), up
@@ -141,6 +142,8 @@ class RefreshState:
     checks: int = field(default=0, repr=False)
     checked_s: float | None = None
     """When the last check was made."""
+    logged_s: float | None = None
+    """The time of the latest commit of data the last check's snapshot log showed."""
     last_change_s: float | None = None
     """When the table's last commit was made, in this clock: its log's time, within the checks
     that found it."""
@@ -186,17 +189,23 @@ class RefreshState:
         self.checks += 1
         self.noticed = False
         changed = changed and not first  # a first check finds the table as it is: no change
-        if first or changed:
-            self.last_change_s = self._committed_s(now_s, changed)
-        if changed:
+        logged = self.pace.last_s
+        # A change with no new commit of data (a rewrite, a maintenance job's) moves nothing.
+        committed = changed and logged != self.logged_s
+        if first:
+            self.last_change_s = None if logged is None else min(logged, now_s)
+        elif committed:
+            # The writer's clock may be off: its time is taken within the checks around it.
+            earliest = self.checked_s if self.checked_s is not None else now_s
+            self.last_change_s = now_s if logged is None else min(now_s, max(earliest, logged))
             self.follows_notices = noticed
-        self.checked_s = now_s
+        self.logged_s, self.checked_s = logged, now_s
         due_s = None if busy else self._next_commit_s(now_s)
         aimed = due_s is not None and due_s > now_s
         if due_s is not None and aimed:
             self.interval_s = cadence.within(due_s + cadence.min_interval_s / 2 - now_s)
         else:
-            self.interval_s = self._interval(now_s, cadence, changed and not noticed, busy, due_s)
+            self.interval_s = self._interval(now_s, cadence, committed and not noticed, busy, due_s)
         self.next_s = cadence.next_check_s(
             now_s, self.interval_s, table_id, self.checks, self.time_trigger_s, spread_out=not aimed
         )
@@ -209,15 +218,6 @@ class RefreshState:
         if gap is None or soonest is None or last is None or self.follows_notices or now_s - last >= 2 * gap:
             return None
         return last + soonest
-
-    def _committed_s(self, now_s: float, changed: bool) -> float | None:
-        """When the commit a check at `now_s` found was made: its logged time, no later than now
-        and, for a change, no earlier than the check before (the writer's clock may be off)."""
-        logged = self.pace.last_s
-        if not changed:
-            return None if logged is None else min(logged, now_s)
-        earliest = self.checked_s if self.checked_s is not None else now_s
-        return now_s if logged is None else min(now_s, max(earliest, logged))
 
     def _interval(
         self, now_s: float, cadence: RefreshCadence, changed: bool, busy: bool, due_s: float | None
