@@ -48,7 +48,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest.mock import patch
 
-from harness.catalog_cadence_report import result
+from harness.catalog_cadence_report import WRITTEN_BEFORE, result
 from harness.cli import benchmark_parser, comma_separated
 from harness.results import RESULTS_DIR, report_result
 from harness.revisions import REPO, run_against
@@ -62,8 +62,6 @@ REFRESH_S = 10.0
 MAX_INTERVAL_S = 600.0
 """floe's default refresh.maxInterval."""
 MAINTENANCE_JOBS = ("snapshotRetention", "orphanFiles", "manifests", "danglingDeletes")
-WRITTEN_BEFORE = 4
-"""How many minutes the writers have committed for when floe starts."""
 DRAIN_S = 300.0
 """How long a throttled run goes on after its last write for every write to be seen."""
 
