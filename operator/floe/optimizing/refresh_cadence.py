@@ -200,33 +200,31 @@ class RefreshState:
             self.last_change_s = now_s if logged is None else min(now_s, max(earliest, logged))
             self.follows_notices = noticed
         self.logged_s, self.checked_s = logged, now_s
-        due_s = None if busy else self._next_commit_s(now_s)
-        aimed = due_s is not None and due_s > now_s
-        if due_s is not None and aimed:
-            self.interval_s = cadence.within(due_s + cadence.min_interval_s / 2 - now_s)
-        else:
-            self.interval_s = self._interval(now_s, cadence, committed and not noticed, busy, due_s)
+        expected = None if busy else self._next_commit(now_s)
+        aimed = expected is not None and expected[0] > now_s
+        if expected is None:
+            self.interval_s = self._interval(now_s, cadence, committed and not noticed, busy)
+        elif aimed:
+            self.interval_s = cadence.within(expected[0] + cadence.min_interval_s / 2 - now_s)
+        else:  # due and not come yet: looked for
+            self.interval_s = cadence.within(expected[1] * DUE_SHARE)
         self.next_s = cadence.next_check_s(
             now_s, self.interval_s, table_id, self.checks, self.time_trigger_s, spread_out=not aimed
         )
 
-    def _next_commit_s(self, now_s: float) -> float | None:
-        """When the table's next commit is due, while it is looked for: its last commit plus its
-        typical gap, up to two gaps after the last; None when its pace is not known, its changes
-        come with notices, or two gaps have passed."""
+    def _next_commit(self, now_s: float) -> tuple[float, float] | None:
+        """While the table's next commit is looked for, when it is due (its last commit plus its
+        shortest gap) and the typical gap; None when its pace is not known, its changes come with
+        notices, or two typical gaps have passed since the last."""
         gap, soonest, last = self.pace.gap_s, self.pace.shortest_gap_s, self.last_change_s
         if gap is None or soonest is None or last is None or self.follows_notices or now_s - last >= 2 * gap:
             return None
-        return last + soonest
+        return last + soonest, gap
 
-    def _interval(
-        self, now_s: float, cadence: RefreshCadence, changed: bool, busy: bool, due_s: float | None
-    ) -> float:
+    def _interval(self, now_s: float, cadence: RefreshCadence, changed: bool, busy: bool) -> float:
         low = cadence.min_interval_s
         if busy:
             return low
-        if due_s is not None and self.pace.gap_s is not None:
-            return cadence.within(self.pace.gap_s * DUE_SHARE)  # due and not come yet: looked for
         if changed:
             return low
         if self.interval_s is None:

@@ -7,10 +7,11 @@ a database of its own.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.snapshots import Operation, ancestors_of
 
 SUMMARY_OPTIMIZING_TYPE = "floe.optimizing-type"
 """Snapshot summary key of floe's commits: minor, major or full."""
@@ -38,26 +39,23 @@ def optimizing_history(metadata: TableMetadata) -> OptimizingHistory:
     stay elapsed until they are done too.
     """
     found: dict[str, float] = {}
-    snapshot = metadata.snapshot_by_name("main")
-    while snapshot is not None and len(found) < 3:
+    for snapshot in ancestors_of(metadata.snapshot_by_name("main"), metadata):
         summary = snapshot.summary
         kind = summary[SUMMARY_OPTIMIZING_TYPE] if summary else None
         deferred = int(summary[SUMMARY_DEFERRED_PARTITIONS] or 0) if summary else 0
         if kind in ("minor", "major", "full") and deferred == 0:
             found.setdefault(kind, snapshot.timestamp_ms / 1000.0)
-        parent = snapshot.parent_snapshot_id
-        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+        if len(found) == 3:
+            break
     return OptimizingHistory(found.get("minor"), found.get("major"), found.get("full"))
 
 
 def data_commit_times(metadata: TableMetadata, count: int) -> list[float]:
     """Epoch seconds of the latest `count` commits on main that changed the table's rows, oldest
     first: a rewrite (``replace``, floe's or anyone's) is no writer's commit."""
-    times: list[float] = []
-    snapshot = metadata.snapshot_by_name("main")
-    while snapshot is not None and len(times) < count:
-        if snapshot.summary is None or snapshot.summary.operation != Operation.REPLACE:
-            times.append(snapshot.timestamp_ms / 1000.0)
-        parent = snapshot.parent_snapshot_id
-        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
-    return times[::-1]
+    writes = (
+        s.timestamp_ms / 1000.0
+        for s in ancestors_of(metadata.snapshot_by_name("main"), metadata)
+        if s.summary is None or s.summary.operation != Operation.REPLACE
+    )
+    return list(itertools.islice(writes, count))[::-1]
