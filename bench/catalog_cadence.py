@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import statistics
 import sys
 import time
@@ -48,9 +49,9 @@ from types import SimpleNamespace
 from typing import Any
 from unittest.mock import patch
 
-from harness.catalog_cadence_report import WRITTEN_BEFORE, result
+from harness.catalog_cadence_report import RUNS_FILE, WRITTEN_BEFORE, recorded_runs, result
 from harness.cli import benchmark_parser, comma_separated
-from harness.results import RESULTS_DIR, report_result
+from harness.results import provenance, report_result
 from harness.revisions import REPO, run_against
 from harness.simulated_time import SimClock, round_of
 from harness.small_tables import table_name
@@ -242,10 +243,12 @@ def main() -> int:
     if "throttled" in args.modes and (args.catalog != "rest" or args.throttle_rate <= 0):
         parser.error("the throttled run needs --catalog rest and a positive --throttle-rate")
     runs: list[dict[str, Any]] = []
+    made = provenance()
     for tables in (int(t) for t in args.tables.split(",")):
         for mode in args.modes:
             # A catalog made afresh per run: the appends of one run would be the next's history.
             directory = args.dir / f"{args.catalog}-{tables}-{mode}"
+            shutil.rmtree(directory, ignore_errors=True)
             minutes = {"fixed": args.fixed_minutes, "throttled": args.throttled_minutes}.get(
                 mode, args.minutes
             )
@@ -268,14 +271,23 @@ def main() -> int:
                 )
                 measured = run_against(REPO, "catalog_cadence", "measure", *figures)
                 measured["catalog_429s"] = seen.answered_429()
-            run = {"catalog": args.catalog, "tables": tables, "refresh": mode, "minutes": minutes, **measured}
+            run = {
+                "catalog": args.catalog,
+                "tables": tables,
+                "refresh": mode,
+                "minutes": minutes,
+                "written": args.written,
+                "throttle_rate": args.throttle_rate,
+                **measured,
+                "trigger_to_task_p95_s": measured["seen_p95_s"],
+                **made,
+            }
             runs.append(run)
             print(json.dumps(run), file=sys.stderr)
-    report_result(result(runs, args), args.record)
     if args.record:
-        keys = ("catalog", "tables", "refresh", "cpu_ms_per_table_hour", "catalog_requests_per_s")
-        entries = [{**{k: run[k] for k in keys}, "trigger_to_task_p95_s": run["seen_p95_s"]} for run in runs]
-        (RESULTS_DIR / "catalog_cadence_runs.json").write_text(json.dumps(entries, indent=2) + "\n")
+        runs = recorded_runs(runs)
+        RUNS_FILE.write_text(json.dumps(runs, indent=2) + "\n")
+    report_result(result(runs), args.record)
     return 0
 
 

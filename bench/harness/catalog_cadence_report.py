@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
-import argparse
+import json
+from pathlib import Path
 from typing import Any
 
-from harness.results import BenchResult, Figures, Target, new_result
+from harness.results import RESULTS_DIR, BenchResult, Figures, Target, new_result
 from harness.table_catalogs import CATALOGS
+
+RUNS_FILE = RESULTS_DIR / "catalog_cadence_runs.json"
+"""Every recorded run's figures, one entry per catalog, table count and refresh mode."""
+MODE_ORDER = ("fixed", "adaptive", "notices", "throttled")
 
 WRITTEN_BEFORE = 4
 """How many minutes the benchmark's writers have committed for when floe starts."""
@@ -35,7 +40,21 @@ COLUMNS = (
 )
 
 
-def result(runs: list[dict[str, Any]], args: argparse.Namespace) -> BenchResult:
+def recorded_runs(runs: list[dict[str, Any]], path: Path = RUNS_FILE) -> list[dict[str, Any]]:
+    """The runs recorded in `path` with `runs` in place of those of the same catalog, table count
+    and mode: each table count and catalog takes its own command (10,000 REST tables take hours),
+    and the record keeps them all."""
+
+    def key(run: dict[str, Any]) -> tuple[str, int, str]:
+        return run["catalog"], run["tables"], run["refresh"]
+
+    earlier = json.loads(path.read_text()) if path.exists() else []
+    merged = {key(run): run for run in earlier}
+    merged.update({key(run): run for run in runs})
+    return sorted(merged.values(), key=lambda r: (r["catalog"], r["tables"], MODE_ORDER.index(r["refresh"])))
+
+
+def result(runs: list[dict[str, Any]]) -> BenchResult:
     """Every run's figures, the adaptive, notice and throttled modes against the targets."""
     rows = [
         [
@@ -60,26 +79,31 @@ def result(runs: list[dict[str, Any]], args: argparse.Namespace) -> BenchResult:
         for what, key, goal, modes in TARGETS
         if run["refresh"] in modes
     ]
+    catalogs = sorted({run["catalog"] for run in runs})
+    written = sorted({run["written"] for run in runs})
     notes = [
-        f"{CATALOGS[args.catalog]}; one file per table, the same {args.written:.0%} of the tables "
+        "; ".join(f"{catalog}: {CATALOGS[catalog]}" for catalog in catalogs)
+        + f". One file per table, the same {' or '.join(f'{w:.0%}' for w in written)} of the tables "
         f"appended to every simulated minute by writers that have run for {WRITTEN_BEFORE} minutes when floe "
-        "starts, stamping their commits with the simulated time, as does the catalog server (the rest idle), "
-        f"{args.minutes:g} simulated minutes (fixed "
-        f"refresh: {args.fixed_minutes:g}, the same from its first minute on) from the first check of every "
-        "table, on a clock moved one second per engine round (or as long as the round took); maintenance "
-        "and the minor triggers off (no optimizer runs here: a written table would stay pending); the "
-        "request budget raised out of the way. Steady state: the last "
+        "starts, stamping their commits with the simulated time, as does a REST catalog's server (the rest "
+        "idle), measured for the run's simulated minutes (fixed refresh, the same from its first minute on, "
+        "for fewer) from the first check of every table, on a clock moved one second per engine round (or "
+        "as long as the round took); maintenance and the minor triggers off (no optimizer runs here: a "
+        "written table would stay pending); the request budget raised out of the way. Steady state: the last "
         "quarter of the run. CPU: the engine's process, the writer's appends left out.",
         "Commit-to-check is the part of trigger-to-task latency a refresh adds: a table seen with work "
         "is planned at the next round its group has a thread. Not measured: kopf, the API server and "
         "status writes around the engine (the `operator_scale` benchmark measures those), maintenance.",
+        "Each catalog and table count is recorded by its own command: "
+        + "; ".join(sorted({f"`{run['command']}` ({run['date']}, {run['commit']})" for run in runs}))
+        + ".",
     ]
     for run in runs:
         if run["refresh"] == "throttled":
             notes.append(
                 f"Throttled ({run['tables']:,} tables): adaptive refresh with floe's own request budget, "
                 f"in real time for {run['minutes']:g} minutes, the catalog behind a proxy that answers 429 "
-                f"(Retry-After: 1) above {args.throttle_rate:g} requests a second; then rounds without "
+                f"(Retry-After: 1) above {run['throttle_rate']:g} requests a second; then rounds without "
                 f"writes until every write was seen ({run['drain_s']:.0f} s). floe got "
                 f"{run['throttled_answers']:,} 429s and held {run['refreshes_held_back']:,} refreshes back; "
                 f'its group\'s CatalogsWithinBudget condition said: "{run["pressure"] or "nothing"}".'

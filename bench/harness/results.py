@@ -88,15 +88,22 @@ def new_result(
         benchmark=benchmark,
         title=title,
         question=question,
-        command=" ".join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
-        date=date.today().isoformat(),
-        commit=_commit(),
+        **provenance(),
         machine=machine_description(),
         load=load_average(),
         targets=targets or [],
         figures=figures or [],
         notes=notes or [],
     )
+
+
+def provenance() -> dict[str, str]:
+    """Where a figure comes from: its ``command`` (``sys.argv``), ``date`` and ``commit``."""
+    return {
+        "command": " ".join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
+        "date": date.today().isoformat(),
+        "commit": _commit(),
+    }
 
 
 def machine_description() -> str:

@@ -23,6 +23,8 @@ CATALOGS = {
     "rest": "One REST catalog (Iceberg 1.11's server, JDBC on SQLite, tables on moto's S3, on loopback)",
 }
 """The catalogs, by ``--catalog`` value: how a results section describes each."""
+REST_FILL_WORKERS = 4
+"""Threads that make a REST catalog's tables: its server, S3 and the client each work in turn."""
 
 
 @contextmanager
@@ -44,7 +46,7 @@ def tables_catalog(
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     with rest_s3_stack("127.0.0.1", directory, clock_file=clock_file) as stack:
-        fill_catalog(stack.client("lake"), tables, snapshots)
+        fill_catalog(stack.client("lake"), tables, snapshots, workers=REST_FILL_WORKERS)
         yield stack.properties
 
 
