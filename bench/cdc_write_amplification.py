@@ -209,6 +209,8 @@ def run_workload(args: argparse.Namespace) -> dict[str, Any]:
             for policy in args.policies:
                 rounds[policy][-1].update(measured[policy])
                 print(args.workload, policy, rounds[policy][-1], flush=True)
+    # Only the figures are kept: a workload's tables take about 18 GB at the default base.
+    shutil.rmtree(scratch, ignore_errors=True)
     return {"workload": args.workload, "hour_rounds": hour_rounds, "rounds": rounds}
 
 

@@ -97,22 +97,27 @@ def save_frontier(path: Path, title: str, points: Sequence[FrontierPoint]) -> Pa
     """Draw ``points`` (the reference in the reference style, floe's joined in order) into the PNG
     ``path``; return ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure = Figure(figsize=(7, 5))
+    figure = Figure(figsize=(7, 6))
     axis = figure.subplots()
     floe = sorted((p for p in points if not p.reference), key=lambda p: p.read_mean)
     if floe:
         axis.plot([p.read_mean for p in floe], [p.write for p in floe], color=FLOE_STYLE["color"], alpha=0.4)
+    floe_markers = iter("o^vDPX*")
     for p in points:
         color = (REFERENCE_STYLE if p.reference else FLOE_STYLE)["color"]
+        # A legend, not labels at the points: floe's settings often land on (nearly) the same spot.
         axis.errorbar(
             [p.read_mean],
             [p.write],
             xerr=[[0.0], [max(0.0, p.read_p95 - p.read_mean)]],
-            fmt="s" if p.reference else "o",
+            fmt="s" if p.reference else next(floe_markers, "o"),
             color=color,
+            alpha=0.8,
             capsize=3,
+            label=f"{p.label}: WA {p.write:.2f}, reads {p.read_mean:.2f} (p95 {p.read_p95:.2f})",
         )
-        axis.annotate(p.label, (p.read_mean, p.write), textcoords="offset points", xytext=(6, 6))
+    # Below the axes: inside, it hides points wherever they fall.
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize="small", ncol=2)
     axis.set_xlabel("read amplification: mean, bar to p95 (full read / compacted rows' read)")
     axis.set_ylabel("write amplification (bytes written / bytes ingested)")
     axis.set_ylim(bottom=0)
