@@ -129,39 +129,42 @@ def measure(
     """Per written table: when it was written and the snapshot the write made."""
     writer_cpu = 0.0
 
-    def write(second: int, counted: bool) -> None:
-        """Every simulated minute, an append to each written table (a change notice after each
-        with `notices`); `counted`: its commit's delay until floe sees it is measured."""
-        nonlocal writer_cpu
-        if second % 60:
-            return
+    stamp_s = clock.now
+    """The simulated time of the writers' commit being made."""
+
+    def write(counted: bool) -> None:
+        """At every simulated minute, an append to each written table (a change notice after each
+        with `notices`), stamped with that minute however far a slow engine round moved the clock
+        past it (writers keep their own pace); `counted`: its commit's delay until floe sees it is
+        measured."""
+        nonlocal writer_cpu, stamp_s
         cpu = time.process_time()
-        for index in hot:
-            table = writer.load_table(table_name(index))
-            table.append(rows)
-            snapshot = table.current_snapshot()
-            assert snapshot is not None
-            if counted:
-                waiting[index] = (clock.now, snapshot.snapshot_id)
-            if mode == "notices":
-                engine.table_changed(table_name(index))
+        while stamp_s <= clock.now:
+            for index in hot:
+                table = writer.load_table(table_name(index))
+                table.append(rows)
+                snapshot = table.current_snapshot()
+                assert snapshot is not None
+                if counted:
+                    waiting[index] = (stamp_s, snapshot.snapshot_id)
+                if mode == "notices":
+                    engine.table_changed(table_name(index))
+            stamp_s += 60.0
         writer_cpu += time.process_time() - cpu
 
     # The writers' commits are stamped with the simulated time, as a real writer's are with its
     # clock: floe reads a writer's pace from them.
-    stamping = patch.object(pyiceberg.table.snapshots, "time", SimpleNamespace(time=clock))
+    stamping = patch.object(pyiceberg.table.snapshots, "time", SimpleNamespace(time=lambda: stamp_s))
     stamping.start()
     try:
         # The writers already run when floe starts, as streaming writers do, and have for a few
         # minutes: their commits before every table's first check are not measured.
         for _ in range(WRITTEN_BEFORE):
-            write(0, counted=False)
+            write(counted=False)
             clock.advance(60.0)
-        first_checks = 0
         while any(r.snapshot_id is None for r in runtimes):
-            write(first_checks, counted=False)
+            write(counted=False)
             round_of(engine, clock, throttled)
-            first_checks += 1
         started_s, calls_at_start, cpu_at_start = clock.now, calls(), time.process_time()
         writer_cpu = 0.0
         steady_from_s = started_s + minutes * 60 * 0.75
@@ -169,8 +172,8 @@ def measure(
         seen: list[float] = []
         pressure: dict[str, str] = {}
         """How the group's condition described the catalog's pressure, the first time it did."""
-        for second in range(first_checks, first_checks + int(minutes * 60)):
-            write(second, counted=True)
+        while clock.now < started_s + minutes * 60:
+            write(counted=True)
             if calls_at_steady is None and clock.now >= steady_from_s:
                 calls_at_steady = calls()
             round_of(engine, clock, throttled)
