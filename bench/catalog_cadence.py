@@ -49,7 +49,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest.mock import patch
 
-from harness.catalog_cadence_report import RUNS_FILE, WRITTEN_BEFORE, recorded_runs, result
+from harness.catalog_cadence_report import MODES, RUNS_FILE, WRITTEN_BEFORE, recorded_runs, result
 from harness.cli import benchmark_parser, comma_separated
 from harness.results import provenance, report_result
 from harness.revisions import REPO, run_against
@@ -57,7 +57,6 @@ from harness.simulated_time import SimClock, round_of
 from harness.small_tables import table_name
 from harness.table_catalogs import CATALOGS, tables_catalog, throttled
 
-MODES = ("fixed", "adaptive", "notices", "throttled")
 REFRESH_S = 10.0
 """The operator's default refresh interval: the shortest check interval."""
 MAX_INTERVAL_S = 600.0

@@ -12,7 +12,8 @@ from harness.table_catalogs import CATALOGS
 
 RUNS_FILE = RESULTS_DIR / "catalog_cadence_runs.json"
 """Every recorded run's figures, one entry per catalog, table count and refresh mode."""
-MODE_ORDER = ("fixed", "adaptive", "notices", "throttled")
+MODES = ("fixed", "adaptive", "notices", "throttled")
+"""The refresh modes measured, in the order the record lists them."""
 
 WRITTEN_BEFORE = 4
 """How many minutes the benchmark's writers have committed for when floe starts."""
@@ -51,7 +52,7 @@ def recorded_runs(runs: list[dict[str, Any]], path: Path = RUNS_FILE) -> list[di
     earlier = json.loads(path.read_text()) if path.exists() else []
     merged = {key(run): run for run in earlier}
     merged.update({key(run): run for run in runs})
-    return sorted(merged.values(), key=lambda r: (r["catalog"], r["tables"], MODE_ORDER.index(r["refresh"])))
+    return sorted(merged.values(), key=lambda r: (r["catalog"], r["tables"], MODES.index(r["refresh"])))
 
 
 def result(runs: list[dict[str, Any]]) -> BenchResult:
