@@ -55,6 +55,20 @@ def recorded_runs(runs: list[dict[str, Any]], path: Path = RUNS_FILE) -> list[di
     return sorted(merged.values(), key=lambda r: (r["catalog"], r["tables"], MODES.index(r["refresh"])))
 
 
+def _worst(runs: list[dict[str, Any]], what: str, key: str, goal: float, modes: tuple[str, ...]) -> Target:
+    """The target `what` against the worst of the runs of `modes`: one line per target, however
+    many catalogs and table counts are recorded (each run's figures are in its table)."""
+    measured = [run for run in runs if run["refresh"] in modes]
+    worst = max(measured, key=lambda run: run[key])
+    at = f"{worst['tables']:,} {worst['catalog']} tables"
+    return Target(
+        f"{'/'.join(modes)}, {what}: worst of {len(measured)} (at {at})",
+        f"<= {goal:g}",
+        f"{worst[key]:.1f}",
+        worst[key] <= goal,
+    )
+
+
 def result(runs: list[dict[str, Any]]) -> BenchResult:
     """Every run's figures, the adaptive, notice and throttled modes against the targets."""
     rows = [
@@ -69,17 +83,7 @@ def result(runs: list[dict[str, Any]]) -> BenchResult:
         ]
         for run in runs
     ]
-    targets = [
-        Target(
-            f"{run['refresh']} at {run['tables']:,} {run['catalog']} tables, {what}",
-            f"<= {goal:g}",
-            f"{run[key]:.1f}",
-            run[key] <= goal,
-        )
-        for run in runs
-        for what, key, goal, modes in TARGETS
-        if run["refresh"] in modes
-    ]
+    targets = [_worst(runs, *target) for target in TARGETS if any(r["refresh"] in target[3] for r in runs)]
     catalogs = sorted({run["catalog"] for run in runs})
     written = sorted({run["written"] for run in runs})
     notes = [

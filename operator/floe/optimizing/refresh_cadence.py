@@ -223,8 +223,9 @@ class RefreshState:
             self.interval_s = cadence.within(expected[0] + cadence.min_interval_s / 2 - now_s)
         else:  # due and not come yet: looked for
             self.interval_s = cadence.within(expected[1] * DUE_SHARE)
-        # The first check at the maximum falls anywhere within it: tables that reach it together
-        # (applied together, of an age) would otherwise stay checked together, in waves that
+        # The check after the first, and the first at the maximum, fall anywhere within their
+        # interval: tables applied together, of an age, would otherwise come back together (an
+        # interval taken from their age) and stay checked together at the maximum, in waves that
         # ±10 % spreads out only slowly.
         reached_max = self.interval_s == cadence.max_interval_s != previous_s
         spread_by: Spread = "none" if aimed else "within" if reached_max or first else "around"
