@@ -55,10 +55,11 @@ def recorded_runs(runs: list[dict[str, Any]], path: Path = RUNS_FILE) -> list[di
     return sorted(merged.values(), key=lambda r: (r["catalog"], r["tables"], MODES.index(r["refresh"])))
 
 
-def _worst(runs: list[dict[str, Any]], what: str, key: str, goal: float, modes: tuple[str, ...]) -> Target:
-    """The target `what` against the worst of the runs of `modes`: one line per target, however
-    many catalogs and table counts are recorded (each run's figures are in its table)."""
-    measured = [run for run in runs if run["refresh"] in modes]
+def _worst(
+    measured: list[dict[str, Any]], what: str, key: str, goal: float, modes: tuple[str, ...]
+) -> Target:
+    """The target `what` against the worst of the `measured` runs (those of `modes`): one line per
+    target, however many catalogs and table counts are recorded (each run's figures are in its table)."""
     worst = max(measured, key=lambda run: run[key])
     at = f"{worst['tables']:,} {worst['catalog']} tables"
     return Target(
@@ -83,7 +84,10 @@ def result(runs: list[dict[str, Any]]) -> BenchResult:
         ]
         for run in runs
     ]
-    targets = [_worst(runs, *target) for target in TARGETS if any(r["refresh"] in target[3] for r in runs)]
+    targets = []
+    for what, key, goal, modes in TARGETS:
+        if measured := [run for run in runs if run["refresh"] in modes]:
+            targets.append(_worst(measured, what, key, goal, modes))
     catalogs = sorted({run["catalog"] for run in runs})
     written = sorted({run["written"] for run in runs})
     notes = [

@@ -131,13 +131,13 @@ class RefreshCadence:
         number of the `check` (``around`` the interval, anywhere ``within`` it but not sooner than
         the minimum, or ``none``), and no later than `deadline_s` (when its evaluation changes with
         time alone) where that is still ahead."""
-        share, low = spread(table_id, check), self.min_interval_s
-        if spread_by == "within" and interval_s > low:
-            at = now_s + low + (interval_s - low) * share
-        elif spread_by == "none":
+        low = self.min_interval_s
+        if spread_by == "none":
             at = now_s + interval_s
+        elif spread_by == "within" and interval_s > low:
+            at = now_s + low + (interval_s - low) * spread(table_id, check)
         else:  # around, or within an interval with no room below it
-            at = now_s + interval_s * (1.0 + JITTER * (2.0 * share - 1.0))
+            at = now_s + interval_s * (1.0 + JITTER * (2.0 * spread(table_id, check) - 1.0))
         if deadline_s is not None and now_s < deadline_s < at:
             return deadline_s
         return at
