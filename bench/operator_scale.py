@@ -19,7 +19,10 @@ optimizer in this process running the tasks on Spark (`harness.first_tasks`). Me
 - triggered: ``--triggers`` tables, one every ``--trigger-every`` s, each given one append: the
   time from that commit to the table's first task (p50 / p95), and the status changes the
   operator wrote for it until 15 s after its process committed;
-- the operator's peak RSS over the whole run. The targets are `harness.operator_scale_report.TARGETS`.
+- the operator's peak RSS over the whole run. The targets are `harness.operator_scale_report.TARGETS`,
+  each against the worst run recorded: ``--record`` also writes every run's figures to
+  ``bench/results/operator_scale_runs.json``, where a run replaces only the one of its table count
+  and shape, so each can be measured by its own command.
 Run: ``.venv/bin/python bench/operator_scale.py [--tables 1000,10000]`` (about 11 minutes for
 1,000 tables, 5 of them deleting the namespace at the end, and 20 for 10,000).
 """
@@ -42,9 +45,9 @@ from harness.control_plane import K8sCluster, control_plane, pid_of
 from harness.cpu import minute_cpu_shares, process_cpu_seconds
 from harness.first_tasks import bench_optimizer
 from harness.operator_process import operator_process
-from harness.operator_scale_report import AFTER_COMMIT_S, result
+from harness.operator_scale_report import AFTER_COMMIT_S, RUNS_FILE, recorded_runs, result
 from harness.percentiles import percentile
-from harness.results import report_result
+from harness.results import provenance, report_result
 from harness.small_tables import catalog_properties, make_catalog, table_name
 from harness.table_set import GROUP, SHAPES, group_manifest, table_manifests, table_set_manifests
 from harness.table_watch import TableWatch
@@ -77,7 +80,14 @@ def measure(
     apiserver, etcd = pid_of(cluster, "kube-apiserver"), pid_of(cluster, "etcd")
     watch = TableWatch(namespace)
     watch.start()
-    out: dict[str, Any] = {"tables": tables, "shape": shape}
+    out: dict[str, Any] = {
+        "tables": tables,
+        "shape": shape,
+        "settle_seconds": args.settle_seconds,
+        "idle_seconds": args.idle_seconds,
+        "triggers": args.triggers,
+        "trigger_every": args.trigger_every,
+    }
     with operator_process(cluster, namespace, work) as operator, WriteSampler(api) as sampler:
         optimizer, first_tasks = bench_optimizer(spark, operator.port, f"{namespace}/{GROUP}", operator.token)
         # -- converging
@@ -216,17 +226,21 @@ def main() -> int:
         parser.error(f"--shapes: unknown {', '.join(unknown)}; known: {', '.join(SHAPES)}")
     from floe_optimizer.runner import start_spark
 
+    made = provenance()
     with control_plane(args.dir) as cluster:
         spark = start_spark("local[2]", 2)
         try:
-            results = [
-                measure(cluster, spark, int(t), shape, args)
+            runs = [
+                measure(cluster, spark, int(t), shape, args) | made
                 for t in args.tables.split(",")
                 for shape in shapes
             ]
         finally:
             spark.stop()
-    report_result(result(results, args), args.record)
+    if args.record:
+        runs = recorded_runs(runs)
+        RUNS_FILE.write_text(json.dumps(runs, indent=2) + "\n")
+    report_result(result(runs), args.record)
     return 0
 
 

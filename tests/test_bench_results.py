@@ -224,3 +224,45 @@ def test_a_broken_record_stops_the_report_naming_the_file(
     assert report.main([], root=tmp_path) == 1
     assert "bench/results/autoscaling.json" in capsys.readouterr().err
     assert not (tmp_path / report.RESULTS_MD).exists()
+
+
+@pytest.fixture(scope="module")
+def recorded_runs() -> ModuleType:
+    import_bench_script("report")
+    import harness.recorded_runs
+
+    return harness.recorded_runs
+
+
+def test_a_recorded_run_replaces_only_the_run_of_its_key(recorded_runs: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "runs.json"
+    earlier = [
+        {"tables": 1000, "shape": "set", "cpu": 9.0},
+        {"tables": 10000, "shape": "set", "cpu": 15.0},
+        {"tables": 1000, "shape": "tables", "cpu": 40.0},
+    ]
+    path.write_text(json.dumps(earlier))
+    runs = recorded_runs.merged_runs(
+        [{"tables": 1000, "shape": "tables", "cpu": 12.0}],
+        path,
+        key=lambda run: (run["tables"], run["shape"]),
+        order=lambda run: (run["tables"], run["shape"]),
+    )
+    assert [(r["tables"], r["shape"], r["cpu"]) for r in runs] == [
+        (1000, "set", 9.0),
+        (1000, "tables", 12.0),
+        (10000, "set", 15.0),
+    ]
+    assert recorded_runs.merged_runs([], tmp_path / "none.json", key=len, order=len) == []
+
+
+def test_a_target_over_runs_is_judged_on_the_worst_and_names_it(recorded_runs: ModuleType) -> None:
+    runs = [{"tables": 1000, "cpu": 12.0}, {"tables": 10000, "cpu": 19.5}, {"tables": 100, "cpu": 3.0}]
+    target = recorded_runs.worst_target(runs, "cpu ms", "cpu", 18.0, lambda run: f"{run['tables']:,} tables")
+    assert (target.what, target.goal, target.measured, target.met) == (
+        "cpu ms: worst of 3 (at 10,000 tables)",
+        "<= 18",
+        "19.5",
+        False,
+    )
+    assert recorded_runs.worst_target(runs[:1], "cpu ms", "cpu", 18.0, str).met

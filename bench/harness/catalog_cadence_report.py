@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from harness.results import RESULTS_DIR, BenchResult, Figures, Target, new_result
+from harness.recorded_runs import merged_runs, provenance_note, worst_target
+from harness.results import RESULTS_DIR, BenchResult, Figures, new_result
 from harness.table_catalogs import CATALOGS
 
 RUNS_FILE = RESULTS_DIR / "catalog_cadence_runs.json"
@@ -45,29 +45,16 @@ def recorded_runs(runs: list[dict[str, Any]], path: Path = RUNS_FILE) -> list[di
     """The runs recorded in `path` with `runs` in place of those of the same catalog, table count
     and mode: each table count and catalog takes its own command (10,000 REST tables take hours),
     and the record keeps them all."""
-
-    def key(run: dict[str, Any]) -> tuple[str, int, str]:
-        return run["catalog"], run["tables"], run["refresh"]
-
-    earlier = json.loads(path.read_text()) if path.exists() else []
-    merged = {key(run): run for run in earlier}
-    merged.update({key(run): run for run in runs})
-    return sorted(merged.values(), key=lambda r: (r["catalog"], r["tables"], MODES.index(r["refresh"])))
-
-
-def _worst(
-    measured: list[dict[str, Any]], what: str, key: str, goal: float, modes: tuple[str, ...]
-) -> Target:
-    """The target `what` against the worst of the `measured` runs (those of `modes`): one line per
-    target, however many catalogs and table counts are recorded (each run's figures are in its table)."""
-    worst = max(measured, key=lambda run: run[key])
-    at = f"{worst['tables']:,} {worst['catalog']} tables"
-    return Target(
-        f"{'/'.join(modes)}, {what}: worst of {len(measured)} (at {at})",
-        f"<= {goal:g}",
-        f"{worst[key]:.1f}",
-        worst[key] <= goal,
+    return merged_runs(
+        runs,
+        path,
+        key=lambda run: (run["catalog"], run["tables"], run["refresh"]),
+        order=lambda run: (run["catalog"], run["tables"], MODES.index(run["refresh"])),
     )
+
+
+def _at(run: dict[str, Any]) -> str:
+    return f"{run['tables']:,} {run['catalog']} tables"
 
 
 def result(runs: list[dict[str, Any]]) -> BenchResult:
@@ -87,7 +74,7 @@ def result(runs: list[dict[str, Any]]) -> BenchResult:
     targets = []
     for what, key, goal, modes in TARGETS:
         if measured := [run for run in runs if run["refresh"] in modes]:
-            targets.append(_worst(measured, what, key, goal, modes))
+            targets.append(worst_target(measured, f"{'/'.join(modes)}, {what}", key, goal, _at))
     catalogs = sorted({run["catalog"] for run in runs})
     written = sorted({run["written"] for run in runs})
     notes = [
@@ -103,9 +90,7 @@ def result(runs: list[dict[str, Any]]) -> BenchResult:
         "Commit-to-check is the part of trigger-to-task latency a refresh adds: a table seen with work "
         "is planned at the next round its group has a thread. Not measured: kopf, the API server and "
         "status writes around the engine (the `operator_scale` benchmark measures those), maintenance.",
-        "Each catalog and table count is recorded by its own command: "
-        + "; ".join(sorted({f"`{run['command']}` ({run['date']}, {run['commit']})" for run in runs}))
-        + ".",
+        provenance_note(runs, "catalog and table count"),
     ]
     for run in runs:
         if run["refresh"] == "throttled":

@@ -202,13 +202,18 @@ def _check(result: BenchResult) -> None:
     strings("notes", result.notes)
 
 
-FIGURE_FILES = frozenset({"cdc.json", "catalog_cadence_runs.json"})
-"""JSON in the results directory that is not a record: a benchmark's figures in a shape of their own."""
+FIGURE_FILES = frozenset({"cdc.json"})
+"""JSON in the results directory that is not a record: a benchmark's figures in a shape of their own,
+as are a benchmark's recorded runs, ``<benchmark>_runs.json`` (`harness.recorded_runs`)."""
 
 
 def read_results(directory: Path = RESULTS_DIR) -> list[BenchResult]:
-    """Every record in ``directory``, in the order of their file names (`FIGURE_FILES` aside)."""
-    return [read_result(path) for path in sorted(directory.glob("*.json")) if path.name not in FIGURE_FILES]
+    """Every record in ``directory``, in the order of their file names (figures aside)."""
+    return [
+        read_result(path)
+        for path in sorted(directory.glob("*.json"))
+        if path.name not in FIGURE_FILES and not path.name.endswith("_runs.json")
+    ]
 
 
 LONG_TABLE_ROWS = 12
