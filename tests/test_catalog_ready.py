@@ -39,7 +39,7 @@ from floe.controller.status import (
 from floe.kit.redaction import Redactor
 from floe.maintenance.job import MaintenanceJob
 from floe.optimizing.engine import OptimizingEngine
-from floe.optimizing.table_state import TableRuntime
+from floe.optimizing.table_state import TableRuntime, TableState
 from floe.service.task_service import TaskService
 
 SECRET_VALUE = "p4ssw0rd-never-shown"
@@ -371,6 +371,38 @@ def test_a_periodic_flush_looks_at_the_tables_the_engine_looked_at_and_at_all_on
     runtime.last_result = "changed, and the engine told"
     assert engine.table_changed("db.t") == ["ns/t"]  # a change notice touches the table
     assert flusher.flush() == 1 and kube.patches[-1][2]["lastResult"] == "changed, and the engine told"
+
+
+def test_a_flush_asks_what_a_table_waits_for_only_when_that_may_have_changed(
+    engine: OptimizingEngine, catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle catalog's probe has the engine look at every table every few seconds: a table that is
+    not pending and is made of what it was made of waits for what it waited for, so the flush does
+    not ask again; a pending table's wait (its place in its group's queue) is asked every time."""
+    kube = FakeKube()
+    flusher = TableStatusFlusher(kube, engine, lambda text: text, lambda: 1000.0)  # type: ignore[arg-type]
+    runtime = _converged(engine, catalog)
+    asked: list[list[str]] = []
+    waits = engine.waits
+
+    def counted(occupations: Any, only: Any = None) -> Any:
+        asked.append(sorted(only or []))
+        return waits(occupations, only)
+
+    monkeypatch.setattr(engine, "waits", counted)
+    assert flusher.flush() == 1 and asked == [["ns/t"]]
+    assert kube.patches[-1][2]["waiting"]["reason"] == "NothingDue"
+    flusher.look_at(["ns/t"])
+    assert flusher.flush() == 0 and asked[-1] == []
+    runtime.state, runtime.pending_reason = TableState.PENDING, "minor optimizing is due"
+    for _ in range(2):
+        flusher.look_at(["ns/t"])
+        assert flusher.flush() <= 1 and asked[-1] == ["ns/t"]
+        assert kube.patches[-1][2]["waiting"]["reason"] == "GroupMissing"
+    runtime.state, runtime.refusal = TableState.IDLE, "a format floe does not write"
+    flusher.look_at(["ns/t"])
+    assert flusher.flush() == 1 and asked[-1] == ["ns/t"]
+    assert kube.patches[-1][2]["waiting"]["reason"] == "Refused"
 
 
 def test_a_secret_readable_again_is_shown_at_the_next_flush(

@@ -208,16 +208,19 @@ def _status_inputs(
     problem: CatalogProblem | None,
     settings: Mapping[str, Any] | None,
     redactions: int | None,
-    waiting: Waiting | None,
 ) -> tuple[Any, ...]:
-    """Everything `table_status` makes a table's status from, compared before computing it.
+    """Everything `table_status` makes a table's status from but what it waits for (which the
+    flush appends), compared before computing it.
 
     Objects the engine replaces rather than changes (the spec, each maintenance run, the
     settings) are held as they are: a tuple compares its items by identity first, so an
     unchanged one costs nothing. The number of credential values the redaction knows is in it
-    too: a value learnt later must be masked in texts written before."""
+    too: a value learnt later must be masked in texts written before. It holds all that
+    `why_waiting` reads of a table that is not pending, so that wait need not be asked again
+    while they are the same."""
     return (
         runtime.state,
+        runtime.evaluated_snapshot_id,
         runtime.snapshot_id,
         runtime.table_uuid,
         round(occupation, 4),
@@ -239,7 +242,6 @@ def _status_inputs(
         problem,
         settings,
         redactions,
-        waiting,
         runtime.health,
         runtime.refresh.interval_s,
     )
@@ -454,8 +456,23 @@ class TableStatusFlusher:
         redactions = len(self.redact) if isinstance(self.redact, Sized) else None
         candidates = self._candidates(only, redactions)
         occupations = self.engine.occupations(candidates)
-        waits = self.engine.waits(occupations, candidates)
         runtimes = self.engine.runtimes
+        made_of = {
+            table_id: _status_inputs(
+                runtime,
+                occupations.get(table_id, 0.0),
+                self.problems.get(table_id),
+                self.settings.get(table_id),
+                redactions,
+            )
+            for table_id in candidates
+            if (runtime := runtimes.get(table_id)) is not None
+        }
+        # What a table that is not pending waits for follows from the rest of its inputs: while
+        # they are what its status was last made of, neither its wait nor its status is made again
+        # (an idle catalog's probe has the engine look at every table every few seconds).
+        asked = [t for t, inputs in made_of.items() if not self._unchanged_while_not_pending(t, inputs)]
+        waits = self.engine.waits(occupations, asked)
         self._refill()
         writes: list[_Write] = []
         reached: list[str] = []
@@ -468,7 +485,12 @@ class TableStatusFlusher:
             if runtime is not None:
                 settings, occupation = self.settings.get(table_id), occupations.get(table_id, 0.0)
                 waiting = waits.get(table_id)
-                inputs = _status_inputs(runtime, occupation, problem, settings, redactions, waiting)
+                if waiting is None and table_id in made_of:
+                    continue  # not pending, and made of what it was made of last
+                made = made_of.get(table_id) or _status_inputs(
+                    runtime, occupation, problem, settings, redactions
+                )
+                inputs = (*made, waiting)
                 if self._inputs.get(table_id) == inputs:
                     continue
                 status = table_status(runtime, occupation, self.redact, problem, settings, waiting)
@@ -537,6 +559,11 @@ class TableStatusFlusher:
     def close(self) -> None:
         """Stop the patch senders (after the last flush)."""
         self._senders.shutdown(wait=True)
+
+    def _unchanged_while_not_pending(self, table_id: str, made_of: tuple[Any, ...]) -> bool:
+        """Whether the table is not pending and its status was last made of `made_of` (and a wait)."""
+        last = self._inputs.get(table_id)
+        return made_of[0] != TableState.PENDING and last is not None and last[:-1] == made_of
 
     def _remember(self, table_id: str, inputs: tuple[Any, ...] | None) -> None:
         if inputs is None:
