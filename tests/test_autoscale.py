@@ -18,7 +18,7 @@ from test_engine import _table
 
 from floe.api.group import AutoscalingSpec, OptimizerGroup, OptimizerGroupSpec
 from floe.api.models import OptimizedTable
-from floe.controller.scaling import GroupScaling, ScaleFigures, ScaleSample
+from floe.controller.scaling import GroupScaling, ScaleFigures, ScaleSample, core_seconds_due
 from floe.optimizing.engine import OptimizingEngine
 from floe.optimizing.registry import EngineEvent
 from floe.optimizing.table_state import TableState
@@ -210,3 +210,16 @@ def test_executor_time_counts_held_cores_against_a_static_group_at_the_peak() ->
     assert (
         scaling.record("ns/a", ScaleFigures(2, 2, 0), now_s=150.0, cores=2, static_executors=2).held_s == 1280
     )
+
+
+def test_executor_core_seconds_alone_are_written_once_a_minute_of_peak_cores() -> None:
+    """A static group's core-seconds grow every 5 s round: alone they patch the status when a
+    counter leaves zero or has grown by a minute of the group's peak cores (here 2 x 2), not
+    every round; the first status has them at once."""
+    written = {"held": 400, "static": 800}
+    assert core_seconds_due({}, {"held": 0, "static": 0}, 4)
+    assert not core_seconds_due(written, {"held": 420, "static": 820}, 4)
+    assert not core_seconds_due(written, {"held": 400, "static": 1039}, 4)
+    assert core_seconds_due(written, {"held": 400, "static": 1040}, 4)
+    assert core_seconds_due({"held": 0, "static": 800}, {"held": 20, "static": 820}, 4)
+    assert not core_seconds_due({"held": 0, "static": 0}, {"held": 0, "static": 0}, 4)

@@ -41,7 +41,7 @@ from floe.controller.objects import (
     spark_config_map,
 )
 from floe.controller.pod_health import PodProblem, pod_problems
-from floe.controller.scaling import ScaleFigures
+from floe.controller.scaling import ScaleFigures, core_seconds_due
 from floe.controller.spark_conf import GROUP_LABEL, ROLE_LABEL, executor_selector
 from floe.controller.status import condition, with_transition_times
 from floe.protocol.errors import UnknownGroup
@@ -345,6 +345,7 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
     if controller.history is not None:
         conditions.append(_history_condition(controller, body, service_group))
     conditions.append(_catalog_budget_condition(controller.engine.catalog_pressure(name, namespace)))
+    core_seconds = {"held": round(meter.held_s), "static": round(meter.static_s)}
     new = {
         "desiredExecutors": desired,
         "readyExecutors": ready,
@@ -354,15 +355,18 @@ def group_status(body: kopf.Body, status: kopf.Status, memo: kopf.Memo, patch: k
         "tables": tables,
         "runningTasks": running,
         "pendingTasks": pending,
-        "executorCoreSeconds": {"held": round(meter.held_s), "static": round(meter.static_s)},
+        "executorCoreSeconds": core_seconds,
         "conditions": with_transition_times(conditions, status.get("conditions"), controller.engine.clock),
     }
     last_scale = controller.scaling.last_scale(service_group)
     if last_scale is not None:
         new["lastScale"] = last_scale
-    for key, value in new.items():
-        if status.get(key) != value:
-            patch.status[key] = value
+    changed = {key: value for key, value in new.items() if status.get(key) != value}
+    if list(changed) == ["executorCoreSeconds"] and not core_seconds_due(
+        held, core_seconds, group.spec.executor_cores * _peak(group.spec)
+    ):
+        changed = {}
+    patch.status.update(changed)
     # An autoscaled group on its way up from zero is not a problem (its pods' problems are Events).
     scaling_up = group.spec.autoscaling is not None and desired > ready
     if pending_tables and ready == 0 and not scaling_up:

@@ -10,8 +10,9 @@ file only at the kubelet's next sync, up to about a minute later.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from floe.api.group import OptimizerGroupSpec
 from floe.controller.objects import GroupRef
@@ -170,3 +171,18 @@ class GroupScaling:
         for group, f in sorted(figures.items()):
             held_s, static_s = held.get(group, (0.0, 0.0))
             yield ScaleSample(group, f.desired, f.ready, f.demand, held_s, static_s)
+
+
+def core_seconds_due(written: Mapping[str, Any], counted: Mapping[str, int], peak_cores: int) -> bool:
+    """Whether a status that changed in nothing else is patched for its executor core-seconds:
+    when a counter leaves zero or has grown by a minute of the group's peak cores. A static
+    group's count grows every round: written every 5 s, it would have the API server store and
+    every watcher receive the group 720 times an hour for that alone (an operator that restarts
+    goes on from the last written, at most a minute behind)."""
+    if not written:
+        return True
+    step = 60 * max(peak_cores, 1)
+    return any(
+        (not written.get(key) and counted[key]) or counted[key] - int(written.get(key, 0)) >= step
+        for key in counted
+    )
