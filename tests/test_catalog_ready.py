@@ -395,9 +395,9 @@ def test_a_flush_asks_what_a_table_waits_for_only_when_that_may_have_changed(
     flusher.look_at(["ns/t"])
     assert flusher.flush() == 0 and asked[-1] == []
     runtime.state, runtime.pending_reason = TableState.PENDING, "minor optimizing is due"
-    for _ in range(2):
+    for patches in (1, 0):  # the wait is asked again; written once, as it is the same
         flusher.look_at(["ns/t"])
-        assert flusher.flush() <= 1 and asked[-1] == ["ns/t"]
+        assert flusher.flush() == patches and asked[-1] == ["ns/t"]
         assert kube.patches[-1][2]["waiting"]["reason"] == "GroupMissing"
     runtime.state, runtime.refusal = TableState.IDLE, "a format floe does not write"
     flusher.look_at(["ns/t"])

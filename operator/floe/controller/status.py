@@ -471,7 +471,11 @@ class TableStatusFlusher:
         # What a table that is not pending waits for follows from the rest of its inputs: while
         # they are what its status was last made of, neither its wait nor its status is made again
         # (an idle catalog's probe has the engine look at every table every few seconds).
-        asked = [t for t, inputs in made_of.items() if not self._unchanged_while_not_pending(t, inputs)]
+        asked = [
+            t
+            for t, inputs in made_of.items()
+            if runtimes[t].state == TableState.PENDING or not self._last_made_of(t, inputs)
+        ]
         waits = self.engine.waits(occupations, asked)
         self._refill()
         writes: list[_Write] = []
@@ -560,10 +564,10 @@ class TableStatusFlusher:
         """Stop the patch senders (after the last flush)."""
         self._senders.shutdown(wait=True)
 
-    def _unchanged_while_not_pending(self, table_id: str, made_of: tuple[Any, ...]) -> bool:
-        """Whether the table is not pending and its status was last made of `made_of` (and a wait)."""
+    def _last_made_of(self, table_id: str, made_of: tuple[Any, ...]) -> bool:
+        """Whether the table's status was last made of `made_of` and a wait (which comes last)."""
         last = self._inputs.get(table_id)
-        return made_of[0] != TableState.PENDING and last is not None and last[:-1] == made_of
+        return last is not None and last[:-1] == made_of
 
     def _remember(self, table_id: str, inputs: tuple[Any, ...] | None) -> None:
         if inputs is None:
