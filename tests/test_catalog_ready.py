@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 from kubernetes.client.exceptions import ApiException
 from pyiceberg.catalog.sql import SqlCatalog
+from test_metadata_probe import rename_sqlite_table
 
 from floe.api.group import OptimizerGroup
 from floe.api.models import OptimizedTable
@@ -216,16 +217,21 @@ def test_a_disabled_table_never_contacts_its_catalog(engine: OptimizingEngine, c
 
 
 def test_recovering_on_the_same_snapshot_clears_the_error(
-    engine: OptimizingEngine, catalog: SqlCatalog
+    engine: OptimizingEngine, catalog: SqlCatalog, tmp_path: Path
 ) -> None:
-    """A refresh that fails once and then reads the same snapshot again is healthy again (the last
-    evaluation is forgotten on failure, so the table is evaluated again)."""
+    """A catalog that fails and then answers with the same snapshot leaves the table healthy again
+    (the last evaluation is forgotten on failure, so the table is evaluated again)."""
     runtime = engine.apply_table(_table(catalog))
     engine.tick()
     assert runtime.evaluated_snapshot_id is not None and runtime.last_error == ""
-    runtime.on_access_error("catalog 'ready' is unreachable: timeout", time.time(), catalog_failed=True)
+    rename_sqlite_table(tmp_path / "catalog.db", "iceberg_tables", "away")
+    engine.tick()  # the sweep's probe fails: its table is checked on its own from the next round
+    engine.tick()
+    assert runtime.catalog_error and runtime.evaluated_snapshot_id is None
+    rename_sqlite_table(tmp_path / "catalog.db", "away", "iceberg_tables")
     engine.tick()
     assert runtime.last_error == "" and runtime.catalog_error == ""
+    assert runtime.evaluated_snapshot_id == catalog.load_table("db.t").metadata.current_snapshot_id
 
 
 # --------------------------------------------------------------------------------------------------

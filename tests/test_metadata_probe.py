@@ -1,8 +1,12 @@
 """An idle table costs one row of one catalog query per refresh, not a load: the engine asks a SQL
-catalog where all its tables' metadata is at once, and loads only the tables whose metadata moved."""
+catalog where all its tables' metadata is at once, and loads only the tables whose metadata moved.
+Such a catalog is swept: one probe per refresh interval, and only the tables whose file moved are
+looked at; its idle tables cost no visit."""
 
 from __future__ import annotations
 
+import math
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +19,11 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from floe.api.group import OptimizerGroup
 from floe.api.models import OptimizedTable
+from floe.api.table import CatalogRef
+from floe.optimizing.catalog_sweeps import CatalogSweep
 from floe.optimizing.engine import OptimizingEngine
 from floe.optimizing.table_state import TableState
+from floe.optimizing.wakeups import next_visit_s
 from floe.protocol.wire import RegisterRequest
 from floe.service.task_service import TaskService
 from floe.tables.metadata_probe import metadata_locations
@@ -162,29 +169,36 @@ def test_a_round_loads_what_fits_in_its_budget_and_the_next_rounds_the_rest(cata
 
 
 def test_a_round_looks_only_at_the_tables_whose_time_has_come_or_that_changed(catalog: SqlCatalog) -> None:
-    for index in range(3):
-        catalog.create_table(f"sales.t{index}", ROWS.schema).append(ROWS)
+    """A swept catalog's idle tables are not looked at: its probe, every refresh interval, finds
+    the one a writer moved, which alone is loaded."""
+    tables = [catalog.create_table(f"sales.t{index}", ROWS.schema) for index in range(3)]
+    for table in tables:
+        table.append(ROWS)
     now = [1_000_000.0]
-    engine = OptimizingEngine(TaskService(clock=time.time), clock=lambda: now[0], refresh_interval_s=30.0)
+    engine = OptimizingEngine(TaskService(clock=time.time), clock=lambda: now[0], refresh_interval_s=20.0)
     try:
         engine.apply_group(_group())
         runtimes = [engine.apply_table(_table(catalog, f"sales.t{index}")) for index in range(3)]
         engine.tick()
-        assert all(r.snapshot_id is not None for r in runtimes) and engine.visits == 3
-        for _ in range(5):
+        assert all(r.snapshot_id is not None for r in runtimes)
+        assert (engine.visits, engine.table_loads, engine.catalog_probes) == (3, 3, 1)
+        for _ in range(3):
             now[0] += 5
             engine.tick()
-        assert engine.visits == 3  # idle and no refresh due (30 s, less a tenth at most): none looked at
-        now[0] += 8
+        assert (engine.visits, engine.catalog_probes) == (3, 1)  # no sweep due: nothing looked at
+        tables[2].overwrite(ROWS)  # one file still: nothing to optimize, the table stays idle
+        now[0] += 6
         engine.tick()
-        assert (engine.visits, engine.table_loads) == (6, 3)  # every refresh due: one probe
+        # The sweep: one probe, and only the moved table loaded; the others are not even visited.
+        assert (engine.visits, engine.table_loads, engine.catalog_probes) == (3, 4, 2)
+        assert runtimes[2].snapshot_id == tables[2].refresh().metadata.current_snapshot_id
         # A changed manifest is looked at in the next round, alone, and read with its new settings.
         engine.apply_table(_table(catalog, "sales.t1", fragmentRatio=4))
         engine.tick()
-        assert (engine.visits, engine.table_loads) == (7, 4)
-        now[0] += 33
+        assert (engine.visits, engine.table_loads) == (4, 5)
+        now[0] += 20
         engine.tick()
-        assert (engine.visits, engine.table_loads) == (10, 4)
+        assert (engine.visits, engine.table_loads, engine.catalog_probes) == (4, 5, 4)
     finally:
         engine.close()
 
@@ -216,5 +230,112 @@ def test_a_table_refreshed_then_planned_is_loaded_once(catalog: SqlCatalog) -> N
         engine.tick()
         # Its evaluation is older than a refresh interval: planning loads the table again.
         assert returns.process_id is not None and engine.table_loads == 3
+    finally:
+        engine.close()
+
+
+def test_a_sweep_finds_the_identifiers_whose_file_moved_appeared_or_went() -> None:
+    sweep = CatalogSweep(CatalogRef(name="lake"))
+    assert sweep.due(0.0) and sweep.next_s == -math.inf  # never probed: at once
+    assert sweep.swept(100.0, {"a": "a1", "b": "b1"}) == {"a", "b"}
+    assert sweep.next_s == math.inf  # no table joined: it asks for no probe of its own
+    sweep.join("ns/a", 30.0)
+    sweep.join("ns/b", 10.0)
+    assert (sweep.interval_s, sweep.next_s) == (10.0, 110.0)
+    assert not sweep.due(109.0) and sweep.due(110.0)
+    assert sweep.swept(110.0, {"a": "a1", "b": "b2", "c": "c1"}) == {"b", "c"}
+    # b's tables could not be brought to b2: the next probe finds it again, however quiet.
+    sweep.forget("b")
+    assert sweep.swept(120.0, {"a": "a1", "b": "b2", "c": "c1"}) == {"b"}
+    assert sweep.swept(130.0, {"b": "b2", "c": "c1"}) == {"a"}  # dropped from the catalog
+    assert sweep.swept(140.0, {"b": "b2", "c": "c1"}) == set()
+
+
+def _swept_engine(now: list[float]) -> OptimizingEngine:
+    engine = OptimizingEngine(TaskService(clock=time.time), clock=lambda: now[0], refresh_interval_s=10.0)
+    engine.apply_group(_group())
+    return engine
+
+
+def test_a_swept_idle_table_has_no_visit_of_its_own_and_is_not_looked_at(catalog: SqlCatalog) -> None:
+    for index in range(4):
+        catalog.create_table(f"sales.t{index}", ROWS.schema).append(ROWS)
+    now = [1_000_000.0]
+    engine = _swept_engine(now)
+    try:
+        runtimes = [engine.apply_table(_table(catalog, f"sales.t{index}")) for index in range(4)]
+        engine.tick()
+        engine.take_looked_at()
+        sweep = runtimes[0].refresh.sweep
+        assert sweep is not None and all(r.refresh.sweep is sweep for r in runtimes)
+        assert sweep.members == {r.table_id for r in runtimes}
+        # Nothing brings an idle swept table back by itself (no interval trigger, no job on).
+        assert all(next_visit_s(r, now[0]) == math.inf for r in runtimes)
+        for _ in range(5):
+            now[0] += 10
+            engine.tick()
+        assert (engine.visits, engine.catalog_probes, engine.table_loads) == (4, 6, 4)
+        assert engine.take_looked_at() == set()  # the status flush compares none of them
+        # Its detail says when the catalog was last and is next asked.
+        detail = engine.table_detail(runtimes[0].table_id)
+        assert detail is not None and (detail.last_refresh_s, detail.next_refresh_s) == (now[0], now[0] + 10)
+    finally:
+        engine.close()
+
+
+def test_a_catalog_that_stops_answering_has_its_tables_checked_on_their_own_until_it_answers(
+    catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    catalog.create_table("sales.orders", ROWS.schema).append(ROWS)
+    now = [1_000_000.0]
+    engine = _swept_engine(now)
+    try:
+        runtime = engine.apply_table(_table(catalog, "sales.orders"))
+        engine.tick()
+        assert runtime.refresh.sweep is not None and not runtime.last_error
+        database = tmp_path / "catalog.db"
+        rename_sqlite_table(database, "iceberg_tables", "away")  # every call to the catalog fails now
+        now[0] += 10
+        engine.tick()  # the sweep's probe fails: the sweep ends and its table is checked at once
+        assert runtime.refresh.sweep is None and runtime.refresh.next_s is None
+        engine.tick()
+        assert runtime.last_error and runtime.catalog_error
+        # Back: the table's own check, backed off to 20 s (±10 %) from the failed one, finds it,
+        # and the catalog is swept again.
+        rename_sqlite_table(database, "away", "iceberg_tables")
+        assert runtime.refresh.interval_s == 20
+        now[0] += 23
+        engine.tick()
+        assert not runtime.last_error and runtime.refresh.sweep is not None
+    finally:
+        engine.close()
+
+
+def rename_sqlite_table(database: Path, old: str, new: str) -> None:
+    """Rename a table of a SQLite database: renaming a SQL catalog's own table breaks every call to it."""
+    with sqlite3.connect(database) as connection:
+        connection.execute(f"ALTER TABLE {old} RENAME TO {new}")
+
+
+def test_a_removed_table_leaves_its_sweep_and_an_empty_sweep_probes_no_more(catalog: SqlCatalog) -> None:
+    for identifier in ("sales.a", "sales.b"):
+        catalog.create_table(identifier, ROWS.schema).append(ROWS)
+    now = [1_000_000.0]
+    engine = _swept_engine(now)
+    try:
+        a, b = (engine.apply_table(_table(catalog, f"sales.{name}")) for name in ("a", "b"))
+        engine.tick()
+        sweep = a.refresh.sweep
+        assert sweep is not None and sweep.members == {a.table_id, b.table_id}
+        engine.remove_table(a.table_id)
+        assert sweep.members == {b.table_id}
+        now[0] += 10
+        engine.tick()
+        assert engine.catalog_probes == 2
+        engine.remove_table(b.table_id)
+        for _ in range(3):
+            now[0] += 10
+            engine.tick()
+        assert engine.catalog_probes == 3  # the round after the last left, then none
     finally:
         engine.close()

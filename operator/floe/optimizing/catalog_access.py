@@ -5,7 +5,7 @@ metadata location, and the counts of each kind of call."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Literal
 
 from pyiceberg.catalog import Catalog
@@ -108,13 +108,13 @@ class CatalogAccess:
         self._count("load" if loaded.table is not None else "not-modified")
         return loaded
 
-    def metadata_locations(self, runtimes: Sequence[TableRuntime]) -> dict[CatalogKey, dict[str, str]]:
-        """The metadata locations of every table of each catalog of `runtimes` that can tell them
-        all in one call (`metadata_locations`). A table whose metadata file is the one its last
-        evaluation read needs no load (`TableRuntime.unchanged_at`); the others are loaded. A
-        catalog that fails here fails again in the loads, which report it."""
+    def probe(self, refs: Mapping[CatalogKey, CatalogRef]) -> dict[CatalogKey, dict[str, str]]:
+        """The metadata locations of every table of each catalog of `refs` that can tell them all
+        in one call (`metadata_locations`), by catalog key. A table whose metadata file is the one
+        its last evaluation read needs no load (`TableRuntime.unchanged_at`); the others are
+        loaded. A catalog that fails here fails again in the loads, which report it."""
         found: dict[CatalogKey, dict[str, str]] = {}
-        for key, ref in {self.key_of(r): r.spec.catalog for r in runtimes}.items():
+        for key, ref in refs.items():
             try:
                 locations = metadata_locations(self.catalog(ref))
             except Exception:  # the loads that follow report the catalog's error

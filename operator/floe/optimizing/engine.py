@@ -263,6 +263,7 @@ class OptimizingEngine:
             self._catalogs.forget(table_id)
             if runtime is None:
                 return
+            self._refresher.forget(runtime)
             group = self._processes.forget(runtime.process_id) or self.table_group_key(runtime)
             if group in self.groups:
                 self.service.group(group).remove_table(table_id)

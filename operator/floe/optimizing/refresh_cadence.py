@@ -44,8 +44,10 @@ and backed off to the 10-minute maximum, their checks came back in minutes of up
 against 16.5 on average; spread this way, at most 23. The hash is a BLAKE2 digest: a CRC of the
 name spread tables named in sequence unevenly (up to 35 a second over a minute, an hour on).
 
-Tables of a catalog that tells every table's metadata file in one call (SQL) are not backed off:
-one call per round answers for all of them, and a table's change is seen at the next round.
+Tables of a catalog that tells every table's metadata file in one call (SQL) are not checked one
+by one: the catalog is swept (`floe.optimizing.catalog_sweeps`), every minimum interval, and a
+table's change is seen at the next sweep. Such a table is checked on its own only when its
+interval trigger fires, a notice comes or its evaluation was dropped.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from floe.api.table import RefreshSpec
+from floe.optimizing.catalog_sweeps import CatalogSweep
 
 Spread = Literal["around", "within", "none"]
 """How a next check is moved off its interval (`RefreshCadence.next_check_s`)."""
@@ -171,10 +174,30 @@ class RefreshState:
     written_s: float | None = None
     """When the table's metadata file the last full load found was written (its last-updated
     time): how long the table has gone unchanged, which a first check's interval follows."""
+    sweep: CatalogSweep | None = None
+    """The sweep of its catalog that checks the table, when one does: it has no checks of its own
+    then, but those its interval trigger, a notice or a new spec ask for."""
 
     def due(self, now_s: float) -> bool:
-        """Whether the catalog is to be asked about the table now."""
-        return self.next_s is None or now_s >= self.next_s
+        """Whether the catalog is to be asked about the table now (its sweep's aside)."""
+        if self.next_s is None:
+            return True
+        return self.time_trigger_due(now_s) if self.sweep is not None else now_s >= self.next_s
+
+    def own_check_s(self) -> float:
+        """When the table is to be checked on its own: its next check, or with a sweep, when its
+        interval trigger fires (inf: never by itself); -inf: at the next round."""
+        if self.next_s is None:
+            return -math.inf
+        if self.sweep is not None:
+            return math.inf if self.time_trigger_s is None else self.time_trigger_s
+        return self.next_s
+
+    def next_check_at(self) -> float | None:
+        """When the table is checked next (None: at the next round), its sweep's probe if it has one."""
+        if self.sweep is not None and self.next_s is not None:
+            return min(self.sweep.next_s, self.time_trigger_s or math.inf)
+        return self.next_s
 
     def recheck_now(self) -> None:
         """Check at the next round, then as the first check: what the table was evaluated with
@@ -185,6 +208,11 @@ class RefreshState:
         """A change notice: check at the next round, the polling cadence kept."""
         self.next_s = None
         self.noticed = True
+
+    def check_soon(self) -> None:
+        """Check at the next round, the cadence kept: its sweep found it moved, but the round
+        could not load it, or its sweep ended."""
+        self.next_s = None
 
     def time_trigger_due(self, now_s: float) -> bool:
         """Whether the last evaluation's decision may have changed with time alone."""
@@ -197,9 +225,11 @@ class RefreshState:
         table_id: str,
         changed: bool,
         busy: bool = False,
+        sweep: CatalogSweep | None = None,
     ) -> None:
         """A check ended; `changed`: it found a new metadata file; `busy`: the table has work
-        queued (or must not back off). Sets the next check by the rules of the module."""
+        queued (or must not back off); `sweep`: its catalog's sweep checks it from now on. Sets
+        the next check by the rules of the module."""
         first, noticed, previous_s = self.checks == 0, self.noticed, self.interval_s
         self.checks += 1
         self.noticed = False
@@ -215,6 +245,12 @@ class RefreshState:
             self.last_change_s = now_s if logged is None else min(now_s, max(earliest, logged))
             self.follows_notices = noticed
         self.logged_s, self.checked_s = logged, now_s
+        self.sweep = sweep
+        if sweep is not None:
+            # Checked with its catalog: at the minimum interval, never backed off or spread.
+            self.interval_s = cadence.min_interval_s
+            self.next_s = now_s + self.interval_s
+            return
         expected = None if busy else self._next_commit(now_s)
         aimed = expected is not None and expected[0] > now_s
         if expected is None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from floe.api.table import CatalogRef
 from floe.api.table_properties import InvalidTableProperty
 from floe.maintenance.settled import settled_jobs
 from floe.optimizing.catalog_access import CatalogAccess, CatalogKey
+from floe.optimizing.catalog_sweeps import CatalogSweep
 from floe.optimizing.evaluation import Evaluation
 from floe.optimizing.refresh_cadence import PACE_GAPS, CommitPace, RefreshCadence
 from floe.optimizing.registry import TableRegistry
@@ -47,40 +49,42 @@ class TableRefresher:
         """How long a round goes on loading due tables; the rest are loaded in the next rounds."""
         self._batch = 4 * io_threads
         self._pool = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="floe-refresh")
+        self._sweeps: dict[CatalogKey, CatalogSweep] = {}
+        """The catalogs swept in one call, by key; only the engine's loop makes and ends them."""
 
     def close(self) -> None:
         """Stop the refresh threads."""
         self._pool.shutdown(wait=True)
 
     def refresh_due(self, visit: list[TableRuntime]) -> list[TableRuntime]:
-        """Refresh the tables of `visit` that are due, and with them every table of a catalog
-        probed for them; returns those others, whose next visit changes too."""
+        """Refresh the tables of `visit` that are due, and sweep each catalog probed for them or
+        whose sweep is due (`CatalogSweep`): its tables whose metadata file moved are refreshed
+        too. Returns those others, whose next visit changes too."""
         registry = self._registry
         now = registry.clock()
         due = [r for r in visit if not r.busy and r.state != TableState.DISABLED and r.refresh.due(now)]
-        locations = self._catalogs.metadata_locations(due)
-        unchanged: set[str] = set()
-        probed: set[str] = set()
-        """Tables of a catalog that one probe answers for: they need no backing off."""
-        also: list[TableRuntime] = []
-        if locations:
-            # A probe answers for every table of its catalog: they are all refreshed with the due
-            # ones, so that the catalog's tables stay due together and one probe serves a round.
-            with registry.lock:
-                eligible = [
-                    r for r in registry.runtimes.values() if not r.busy and r.state != TableState.DISABLED
-                ]
-            keys = {r.table_id: self._catalogs.key_of(r) for r in eligible}
-            visited = {r.table_id for r in visit}
-            also = [r for r in eligible if r.table_id not in visited and keys[r.table_id] in locations]
-            due += also
-            unchanged = {
-                r.table_id
-                for r in due
-                if r.unchanged_at(locations.get(keys[r.table_id], {}).get(r.spec.table))
-                and not r.refresh.time_trigger_due(now)
-            }
-            probed = {r.table_id for r in due if keys[r.table_id] in locations}
+        keys = {r.table_id: self._catalogs.key_of(r) for r in due}
+        refs = {keys[r.table_id]: r.spec.catalog for r in due}
+        for key, swept in self._sweeps.items():
+            if swept.due(now):
+                refs.setdefault(key, swept.ref)
+        locations = self._catalogs.probe(refs)
+        with registry.lock:
+            self._end_sweeps([key for key in refs if key not in locations])
+            due_ids = {r.table_id for r in due}
+            moved = [r for r in self._sweep(locations, refs, keys, now) if r.table_id not in due_ids]
+        visited = {r.table_id for r in visit}
+        also = [r for r in moved if r.table_id not in visited]
+        due += moved
+
+        def probed_location(runtime: TableRuntime) -> str | None:
+            return locations.get(keys[runtime.table_id], {}).get(runtime.spec.table)
+
+        unchanged = {
+            r.table_id
+            for r in due
+            if r.unchanged_at(probed_location(r)) and not r.refresh.time_trigger_due(now)
+        }
         with registry.lock:
             for runtime in due:
                 if runtime.table_id in unchanged:
@@ -88,14 +92,84 @@ class TableRefresher:
         checked = self._load_within_budget([r for r in due if r.table_id not in unchanged])
         with registry.lock:
             for runtime in due:
-                if runtime.table_id in unchanged or runtime.table_id in checked:
-                    cadence = RefreshCadence.of(runtime.spec.refresh, self.refresh_interval_s)
-                    changed = checked.get(runtime.table_id, False)
-                    busy = runtime.table_id in probed or runtime.state not in QUIET
-                    runtime.refresh.on_checked(now, cadence, runtime.table_id, changed, busy)
+                key = keys[runtime.table_id]
+                sweep = self._sweeps.get(key) if key in locations else None
+                if runtime.table_id not in unchanged and runtime.table_id not in checked:
+                    if sweep is not None:  # held back: the next round, or the next sweep, loads it
+                        sweep.forget(runtime.spec.table)
+                        runtime.refresh.check_soon()
+                    continue
+                # A table brought up to its probed file is checked by the sweep from now on.
+                if sweep is not None and not runtime.unchanged_at(probed_location(runtime)):
+                    sweep.forget(runtime.spec.table)
+                    sweep = None
+                cadence = RefreshCadence.of(runtime.spec.refresh, self.refresh_interval_s)
+                self._follow(runtime, sweep, cadence)
+                changed = checked.get(runtime.table_id, False)
+                busy = key in locations or runtime.state not in QUIET
+                runtime.refresh.on_checked(now, cadence, runtime.table_id, changed, busy, sweep)
             for runtime in visit + also:
                 self.update_pending(runtime, now)
+            for key in [k for k, swept in self._sweeps.items() if not swept.members]:
+                del self._sweeps[key]
         return also
+
+    def forget(self, runtime: TableRuntime) -> None:
+        """A removed table leaves its sweep (hold the lock)."""
+        if runtime.refresh.sweep is not None:
+            runtime.refresh.sweep.members.discard(runtime.table_id)
+
+    def _sweep(
+        self,
+        locations: dict[CatalogKey, dict[str, str]],
+        refs: dict[CatalogKey, CatalogRef],
+        keys: dict[str, CatalogKey],
+        now: float,
+    ) -> list[TableRuntime]:
+        """Each probed catalog is swept (its `CatalogSweep` made if new, opened as `refs` says):
+        the tables of its identifiers that moved, their catalog keys put in `keys` (hold the lock)."""
+        registry = self._registry
+        moved: list[TableRuntime] = []
+        for key, found in locations.items():
+            sweep = self._sweeps.get(key)
+            if sweep is None:
+                sweep = self._sweeps[key] = CatalogSweep(refs[key])
+            for identifier in sweep.swept(now, found):
+                for table_id in registry.by_identifier.get(identifier, ()):
+                    runtime = registry.runtimes.get(table_id)
+                    if runtime is None or runtime.state == TableState.DISABLED:
+                        continue
+                    if self._catalogs.key_of(runtime) != key:
+                        continue
+                    if runtime.busy:  # refreshed once its process ends: the next sweep finds it
+                        sweep.forget(identifier)
+                        continue
+                    keys[table_id] = key
+                    moved.append(runtime)
+        return moved
+
+    def _end_sweeps(self, failed: list[CatalogKey]) -> None:
+        """The catalogs of `failed` did not answer a probe: their swept tables are checked on their
+        own again, from the next round (hold the lock)."""
+        for key in failed:
+            sweep = self._sweeps.pop(key, None)
+            if sweep is None:
+                continue
+            for table_id in sweep.members:
+                runtime = self._registry.runtimes.get(table_id)
+                if runtime is not None and runtime.refresh.sweep is sweep:
+                    runtime.refresh.sweep = None
+                    runtime.refresh.check_soon()
+                    self._registry.touch(table_id)
+
+    @staticmethod
+    def _follow(runtime: TableRuntime, sweep: CatalogSweep | None, cadence: RefreshCadence) -> None:
+        """The table's checks are `sweep`'s from now on (None: its own)."""
+        old = runtime.refresh.sweep
+        if old is not None and old is not sweep:
+            old.members.discard(runtime.table_id)
+        if sweep is not None:
+            sweep.join(runtime.table_id, cadence.min_interval_s)
 
     def _refresh(self, runtime: TableRuntime) -> bool | None:
         """Load the table if it changed, and evaluate what is new; returns whether it had a new

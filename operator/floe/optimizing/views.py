@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from floe.api.history import RunRecord
 from floe.maintenance.job import MaintenanceJob
 from floe.optimizing.registry import TableRegistry
-from floe.optimizing.table_state import MaintenanceRun, TableState
+from floe.optimizing.table_state import MaintenanceRun, TableRuntime, TableState
 from floe.optimizing.waiting import GroupFacts, Waiting, why_waiting
 from floe.planning.health import TableHealth
 from floe.scheduling.autoscale import table_demand
@@ -115,8 +115,8 @@ def table_detail(registry: TableRegistry, table_id: str) -> TableDetail | None:
             runs=tuple(r.runs),
             health=r.health,
             pending_since_s=r.pending_since_s,
-            last_refresh_s=r.last_refresh_s,
-            next_refresh_s=r.refresh.next_s,
+            last_refresh_s=_last_refresh_s(r),
+            next_refresh_s=r.refresh.next_check_at(),
             refresh_interval_s=r.refresh.interval_s,
             last_plan_s=r.last_plan_s,
             refusal=r.refusal,
@@ -244,3 +244,11 @@ def group_demands(registry: TableRegistry, keys: Collection[str] | None = None) 
                 tasks = 0
             demand[key] += table_demand(tasks, runtime.spec.quota, group.spec.max_threads)
         return demand
+
+
+def _last_refresh_s(runtime: TableRuntime) -> float | None:
+    """When the table was last checked: by itself, or by its catalog's last sweep since."""
+    sweep, own = runtime.refresh.sweep, runtime.last_refresh_s
+    if sweep is None or sweep.last_s is None or own is None:
+        return own
+    return max(own, sweep.last_s)

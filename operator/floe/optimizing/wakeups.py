@@ -68,7 +68,8 @@ def next_visit_s(runtime: TableRuntime, now_s: float) -> float:
     """When the engine must look at the table again if nothing happens to it meanwhile: its
     next refresh (none while a process runs: its end is such a happening), its next
     maintenance job (none while one runs), or the next round while it is PENDING (whether
-    it may be planned changes with the time and its group). inf: only a happening can make
+    it may be planned changes with the time and its group). A table its catalog's sweep checks
+    has no refresh of its own to wait for but its interval trigger. inf: only a happening can make
     anything due (disabled; busy with a job running)."""
     if runtime.state == TableState.DISABLED:
         return math.inf
@@ -76,7 +77,7 @@ def next_visit_s(runtime: TableRuntime, now_s: float) -> float:
         return now_s
     refresh = math.inf
     if not runtime.busy:
-        refresh = -math.inf if runtime.refresh.next_s is None else runtime.refresh.next_s
+        refresh = runtime.refresh.own_check_s()
     maintenance = math.inf
     # The engine maintains only a table it has read: the refresh that first reads it is a visit.
     if (
