@@ -214,6 +214,12 @@ class RefreshState:
         could not load it, or its sweep ended."""
         self.next_s = None
 
+    def leave_sweep(self, table_id: str) -> None:
+        """The table (`table_id`) is checked on its own from now on, no longer by its sweep."""
+        if self.sweep is not None:
+            self.sweep.members.discard(table_id)
+            self.sweep = None
+
     def time_trigger_due(self, now_s: float) -> bool:
         """Whether the last evaluation's decision may have changed with time alone."""
         return self.time_trigger_s is not None and now_s >= self.time_trigger_s
@@ -245,9 +251,12 @@ class RefreshState:
             self.last_change_s = now_s if logged is None else min(now_s, max(earliest, logged))
             self.follows_notices = noticed
         self.logged_s, self.checked_s = logged, now_s
-        self.sweep = sweep
+        if self.sweep is not sweep:
+            self.leave_sweep(table_id)
         if sweep is not None:
             # Checked with its catalog: at the minimum interval, never backed off or spread.
+            self.sweep = sweep
+            sweep.join(table_id, cadence.min_interval_s)
             self.interval_s = cadence.min_interval_s
             self.next_s = now_s + self.interval_s
             return

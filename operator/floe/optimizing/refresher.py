@@ -93,7 +93,7 @@ class TableRefresher:
         with registry.lock:
             for runtime in due:
                 key = keys[runtime.table_id]
-                sweep = self._sweeps.get(key) if key in locations else None
+                sweep = self._sweeps.get(key)  # every probed catalog has one; a failed one, none
                 if runtime.table_id not in unchanged and runtime.table_id not in checked:
                     if sweep is not None:  # held back: the next round, or the next sweep, loads it
                         sweep.forget(runtime.spec.table)
@@ -104,7 +104,6 @@ class TableRefresher:
                     sweep.forget(runtime.spec.table)
                     sweep = None
                 cadence = RefreshCadence.of(runtime.spec.refresh, self.refresh_interval_s)
-                self._follow(runtime, sweep, cadence)
                 changed = checked.get(runtime.table_id, False)
                 busy = key in locations or runtime.state not in QUIET
                 runtime.refresh.on_checked(now, cadence, runtime.table_id, changed, busy, sweep)
@@ -116,8 +115,7 @@ class TableRefresher:
 
     def forget(self, runtime: TableRuntime) -> None:
         """A removed table leaves its sweep (hold the lock)."""
-        if runtime.refresh.sweep is not None:
-            runtime.refresh.sweep.members.discard(runtime.table_id)
+        runtime.refresh.leave_sweep(runtime.table_id)
 
     def _sweep(
         self,
@@ -155,21 +153,12 @@ class TableRefresher:
             sweep = self._sweeps.pop(key, None)
             if sweep is None:
                 continue
-            for table_id in sweep.members:
+            for table_id in list(sweep.members):
                 runtime = self._registry.runtimes.get(table_id)
                 if runtime is not None and runtime.refresh.sweep is sweep:
-                    runtime.refresh.sweep = None
+                    runtime.refresh.leave_sweep(table_id)
                     runtime.refresh.check_soon()
                     self._registry.touch(table_id)
-
-    @staticmethod
-    def _follow(runtime: TableRuntime, sweep: CatalogSweep | None, cadence: RefreshCadence) -> None:
-        """The table's checks are `sweep`'s from now on (None: its own)."""
-        old = runtime.refresh.sweep
-        if old is not None and old is not sweep:
-            old.members.discard(runtime.table_id)
-        if sweep is not None:
-            sweep.join(runtime.table_id, cadence.min_interval_s)
 
     def _refresh(self, runtime: TableRuntime) -> bool | None:
         """Load the table if it changed, and evaluate what is new; returns whether it had a new
