@@ -31,7 +31,7 @@ from floe.controller.secrets import (
     read_catalog_properties,
 )
 from floe.controller.status import (
-    FULL_FLUSH_INTERVAL_S,
+    BACKSTOP_FLUSH_PERIOD_S,
     PATCH_CONCURRENCY,
     TableStatusFlusher,
     catalog_condition,
@@ -363,17 +363,25 @@ def test_a_periodic_flush_looks_at_the_tables_the_engine_looked_at_and_at_all_on
     engine: OptimizingEngine, catalog: SqlCatalog
 ) -> None:
     """At 10,000 idle tables a flush every 5 s must not compare every table: it looks at those the
-    engine's rounds looked at or something touched, and at every table once a minute, a backstop
-    for a change nothing told the engine of."""
+    engine's rounds looked at or something touched, and at each table once a minute, a backstop
+    for a change nothing told the engine of (from the second minute: the first flush looked at
+    every table)."""
     kube, clock = FakeKube(), [1000.0]
     flusher = TableStatusFlusher(kube, engine, lambda text: text, lambda: clock[0])  # type: ignore[arg-type]
     runtime = _converged(engine, catalog)
     assert flusher.flush() == 1 and flusher.flush() == 0
     runtime.last_result = "changed behind the engine's back"
-    clock[0] += FULL_FLUSH_INTERVAL_S - 1
+    clock[0] += BACKSTOP_FLUSH_PERIOD_S
+    assert flusher.flush() == 0  # the first minute's pass ends empty, the pass of every table starts
+    clock[0] += BACKSTOP_FLUSH_PERIOD_S - 1
     assert flusher.flush() == 0
     clock[0] += 1
     assert flusher.flush() == 1 and kube.patches[-1][2]["lastResult"] == "changed behind the engine's back"
+    runtime.last_result = "changed again behind its back"
+    clock[0] += BACKSTOP_FLUSH_PERIOD_S - 1
+    assert flusher.flush() == 0
+    clock[0] += 1
+    assert flusher.flush() == 1 and kube.patches[-1][2]["lastResult"] == "changed again behind its back"
     runtime.last_result = "changed, and the engine told"
     assert engine.table_changed("db.t") == ["ns/t"]  # a change notice touches the table
     assert flusher.flush() == 1 and kube.patches[-1][2]["lastResult"] == "changed, and the engine told"

@@ -22,7 +22,7 @@ from floe.api.models import OptimizedTable
 from floe.api.table import CatalogRef
 from floe.optimizing.catalog_sweeps import CatalogSweep
 from floe.optimizing.engine import OptimizingEngine
-from floe.optimizing.table_state import TableState
+from floe.optimizing.table_state import TableRuntime, TableState
 from floe.optimizing.wakeups import next_visit_s
 from floe.protocol.wire import RegisterRequest
 from floe.service.task_service import TaskService
@@ -257,15 +257,23 @@ def _swept_engine(now: list[float]) -> OptimizingEngine:
     return engine
 
 
-def test_a_swept_idle_table_has_no_visit_of_its_own_and_is_not_looked_at(catalog: SqlCatalog) -> None:
-    for index in range(4):
+def _idle_swept_tables(
+    catalog: SqlCatalog, now: list[float], count: int
+) -> tuple[OptimizingEngine, list[TableRuntime]]:
+    """An engine with `count` tables of one catalog, read by its first round and swept since."""
+    for index in range(count):
         catalog.create_table(f"sales.t{index}", ROWS.schema).append(ROWS)
-    now = [1_000_000.0]
     engine = _swept_engine(now)
+    runtimes = [engine.apply_table(_table(catalog, f"sales.t{index}")) for index in range(count)]
+    engine.tick()
+    engine.take_looked_at()
+    return engine, runtimes
+
+
+def test_a_swept_idle_table_has_no_visit_of_its_own_and_is_not_looked_at(catalog: SqlCatalog) -> None:
+    now = [1_000_000.0]
+    engine, runtimes = _idle_swept_tables(catalog, now, 4)
     try:
-        runtimes = [engine.apply_table(_table(catalog, f"sales.t{index}")) for index in range(4)]
-        engine.tick()
-        engine.take_looked_at()
         sweep = runtimes[0].refresh.sweep
         assert sweep is not None and all(r.refresh.sweep is sweep for r in runtimes)
         assert sweep.members == {r.table_id for r in runtimes}
@@ -279,6 +287,28 @@ def test_a_swept_idle_table_has_no_visit_of_its_own_and_is_not_looked_at(catalog
         # Its detail says when the catalog was last and is next asked.
         detail = engine.table_detail(runtimes[0].table_id)
         assert detail is not None and (detail.last_refresh_s, detail.next_refresh_s) == (now[0], now[0] + 10)
+    finally:
+        engine.close()
+
+
+def test_the_backstop_visits_each_idle_table_once_a_minute_a_share_each_round(catalog: SqlCatalog) -> None:
+    """Idle swept tables ask for no visit; a backstop for a touch the engine missed still looks at
+    each once a minute from the second minute on, one table a round here, never all in one."""
+    now = [1_000_000.0]
+    engine, runtimes = _idle_swept_tables(catalog, now, 4)
+    try:
+        rounds: list[set[str]] = []
+        for _ in range(18):  # three minutes, a round every 10 s
+            now[0] += 10
+            before = engine.visits
+            engine.tick()
+            looked_at = engine.take_looked_at()
+            assert engine.visits - before == len(looked_at) <= 1
+            rounds.append(looked_at)
+        assert set().union(*rounds[:6]) == set()  # the first minute: all were just read
+        every_table = {r.table_id for r in runtimes}
+        assert set().union(*rounds[6:12]) == every_table == set().union(*rounds[12:18])
+        assert engine.catalog_probes == 19 and engine.table_loads == 4  # the backstop loads nothing
     finally:
         engine.close()
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import bisect
 import datetime
 import logging
-import math
 import threading
 from collections.abc import Callable, Collection, Mapping, Sized
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +38,7 @@ from floe.api.meta import MAX_REASON_LENGTH, clip, rfc3339
 from floe.api.models import TABLE_PLURAL
 from floe.controller.kube import Kube
 from floe.controller.secrets import CatalogProblem, CatalogProblems
+from floe.kit.rotation import Rotation
 from floe.maintenance.job import MaintenanceJob
 from floe.optimizing.engine import OptimizingEngine
 from floe.optimizing.table_state import MaintenanceRun, TableRuntime, TableState
@@ -63,9 +63,9 @@ PATCH_CONCURRENCY = 4
 burst of a few hundred takes a second rather than several."""
 EVENT_DRAIN_S = 2.0
 """How long a flush waits for the Events queued before it (`TableStatusFlusher.drain_events`)."""
-FULL_FLUSH_INTERVAL_S = 60.0
-"""How often a periodic flush looks at every table, not only those the engine looked at: a
-backstop, as the engine's own visit of every table a minute is."""
+BACKSTOP_FLUSH_PERIOD_S = 60.0
+"""How often the periodic flushes look at each table, not only at those the engine looked at: a
+backstop, as the engine's own visit of every table a minute is, a share of the tables each flush."""
 
 
 @dataclass
@@ -375,7 +375,7 @@ class TableStatusFlusher:
     It writes the tables the engine knows, and the tables waiting for their catalog Secret
     (`CatalogProblems`), which the engine does not know yet. A periodic flush looks only at
     the tables whose status can have changed (`_candidates`), so at 10,000 idle tables it costs
-    next to nothing; once a minute it looks at every table. With `max_writes_per_s`, the
+    next to nothing; and at each table once a minute, a share of them each flush. With `max_writes_per_s`, the
     periodic flushes send at most that many patches a second on average (a token bucket
     holding `burst_s` seconds of them): when thousands of tables change at once (the operator
     starting, a group's defaults edited) the API server is not flooded, and the tables left
@@ -418,7 +418,8 @@ class TableStatusFlusher:
         self._filled_at = now()
         self._resume_after = ""
         """The last table a rate-limited flush wrote: the next one starts after it."""
-        self._next_full_s = -math.inf
+        self._backstop = Rotation(BACKSTOP_FLUSH_PERIOD_S)
+        self._looked_at_all = False
         self._redactions: int | None = None
         self._again: set[str] = set()
         """Tables a periodic flush did not get to (the rate limit) or could not write: the next
@@ -533,19 +534,20 @@ class TableStatusFlusher:
         """The tables this flush looks at: those of `only`; or, periodically, those the engine
         looked at since the last flush, those with quota occupation now or at the last flush,
         those awaiting their catalog Secret or whose Secret was just read again, and those the
-        last flush left; and every table once a `FULL_FLUSH_INTERVAL_S`, or when the redaction
+        last flush left; the backstop's share of every table (each once a
+        `BACKSTOP_FLUSH_PERIOD_S`); and every table at the first flush, or when the redaction
         learnt a value (texts written before must be masked again)."""
         runtimes, awaiting = self.engine.runtimes, set(self.problems.tables())
         if only is None:
             looked_at = self.engine.take_looked_at() | self.problems.take_cleared()
             occupied = set(self.engine.occupied())
-            now = self.now()
-            if now >= self._next_full_s or redactions != self._redactions:
-                self._next_full_s = now + FULL_FLUSH_INTERVAL_S
+            turn = self._backstop.take(self.now(), runtimes.keys)
+            if not self._looked_at_all or redactions != self._redactions:
+                self._looked_at_all = True
                 self._redactions = redactions
                 self._occupied = occupied
                 return set(runtimes) | awaiting
-            only = looked_at | occupied | self._occupied | self._again | awaiting
+            only = looked_at | occupied | self._occupied | self._again | awaiting | set(turn)
             self._occupied = occupied
         return {t for t in only if t in runtimes or t in awaiting}
 

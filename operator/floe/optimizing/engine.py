@@ -6,10 +6,10 @@ picks, and retries the delayed commits now due. A process commits as soon as its
 task's result is accepted, on the commit thread; a round first waits for those commits.
 A round looks only at the tables whose time has come (`TableWakeups`: a refresh, a
 maintenance job, a pending plan) and at those a process's end, a job's end or a changed
-manifest touched; once a minute it looks at every table, a backstop that bounds what a
-missed touch could delay. Optimizers reach the same TaskService over HTTP and run the
-tasks. The engine is what `floe run` drives in a loop, and what the Kubernetes controller
-drives from resource events.
+manifest touched; and, a backstop that bounds what a missed touch could delay, every table
+once a minute, a share of them each round (`Rotation`). Optimizers reach the same TaskService
+over HTTP and run the tasks. The engine is what `floe run` drives in a loop, and what the
+Kubernetes controller drives from resource events.
 
 Groups are keyed in the TaskService by `OptimizingEngine.group_key`: by name alone
 embedded (``floe run``, where every manifest is in one namespace), and by
@@ -21,7 +21,6 @@ its own namespace. Optimizers register with that key.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -31,6 +30,7 @@ from floe.api.group import OptimizerGroup
 from floe.api.history import RunRecord
 from floe.api.models import OptimizedTable
 from floe.api.table import OptimizedTableSpec
+from floe.kit.rotation import Rotation
 from floe.maintenance.job import MaintenanceJob
 from floe.optimizing import views
 from floe.optimizing.catalog_access import CatalogAccess
@@ -49,8 +49,9 @@ from floe.tables.request_budget import BudgetStats
 
 log = logging.getLogger(__name__)
 
-FULL_VISIT_INTERVAL_S = 60.0
-"""How often a round looks at every table, whether or not its time has come."""
+BACKSTOP_VISIT_PERIOD_S = 60.0
+"""How often the rounds look at each table, whether or not its time has come: a share of the
+tables each round, never all in one."""
 
 
 class OptimizingEngine:
@@ -96,7 +97,7 @@ class OptimizingEngine:
         self.groups = self._registry.groups
         """Groups by `group_key`."""
         self._lock = self._registry.lock
-        self._next_full_visit_s = -math.inf
+        self._backstop = Rotation(BACKSTOP_VISIT_PERIOD_S)
         self.visits = 0
         """Tables the rounds looked at so far (tests check that an idle round looks at none)."""
         service.metrics.watch_tables(self.table_views)
@@ -285,13 +286,14 @@ class OptimizingEngine:
         self._schedule_visits(visit)
 
     def _tables_to_visit(self) -> list[TableRuntime]:
-        """The tables whose time has come, or every table once a `FULL_VISIT_INTERVAL_S`."""
+        """The tables whose time has come, and the backstop's share of every table (once a
+        `BACKSTOP_VISIT_PERIOD_S`)."""
         now = self.clock()
         with self._lock:
             due = self._registry.wakeups.pop_due(now)
-            if now >= self._next_full_visit_s:
-                self._next_full_visit_s = now + FULL_VISIT_INTERVAL_S
-                due = list(self.runtimes)
+            if backstop := self._backstop.take(now, self.runtimes.keys):
+                woken = set(due)
+                due += [table_id for table_id in backstop if table_id not in woken]
             self.visits += len(due)
             return [r for table_id in due if (r := self.runtimes.get(table_id)) is not None]
 
