@@ -195,7 +195,8 @@ for binary in "${BINARIES[@]}"; do
     [[ -x "$WORK_DIR/bin/$binary" ]] || die "$binary was not built"
 done
 "$WORK_DIR/bin/kube-apiserver" --version >&2
-"$WORK_DIR/bin/etcd" --version | head -n1 >&2
+# sed reads to the end: `head` would leave etcd writing into a closed pipe (SIGPIPE, exit 141)
+"$WORK_DIR/bin/etcd" --version | sed -n 1p >&2
 "$WORK_DIR/bin/kwok" --version >&2
 
 {
