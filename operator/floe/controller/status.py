@@ -541,6 +541,7 @@ class TableStatusFlusher:
         if only is None:
             looked_at = self.engine.take_looked_at() | self.problems.take_cleared()
             occupied = set(self.engine.occupied())
+            # Taken before a full look too, which covers the turn: the first flush starts the pass.
             turn = self._backstop.take(self.now(), runtimes.keys)
             if not self._looked_at_all or redactions != self._redactions:
                 self._looked_at_all = True

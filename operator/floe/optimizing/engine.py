@@ -99,7 +99,8 @@ class OptimizingEngine:
         self._lock = self._registry.lock
         self._backstop = Rotation(BACKSTOP_VISIT_PERIOD_S)
         self.visits = 0
-        """Tables the rounds looked at so far (tests check that an idle round looks at none)."""
+        """Tables the rounds looked at so far (tests check that an idle round looks at none but the
+        backstop's share)."""
         service.metrics.watch_tables(self.table_views)
         service.metrics.watch_catalogs(self._catalogs.budgets)
         service.notices.listen(self.table_changed)
