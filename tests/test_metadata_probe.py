@@ -248,6 +248,17 @@ def test_a_sweep_finds_the_identifiers_whose_file_moved_appeared_or_went() -> No
     sweep.forget("b")
     assert sweep.swept(120.0, {"a": "a1", "b": "b2", "c": "c1"}) == {"b"}
     assert sweep.swept(130.0, {"b": "b2", "c": "c1"}) == {"a"}  # dropped from the catalog
+    # The table that wanted 10 s leaves (or joins again wanting more): the probes slow to 30 s.
+    sweep.join("ns/c", 10.0)
+    sweep.leave("ns/b")
+    assert sweep.interval_s == 10.0  # c still wants 10 s
+    sweep.join("ns/c", 60.0)
+    assert (sweep.interval_s, sweep.next_s) == (30.0, 160.0)
+    sweep.leave("ns/a")
+    sweep.leave("ns/a")  # leaving twice changes nothing
+    assert sweep.interval_s == 60.0
+    sweep.leave("ns/c")
+    assert sweep.interval_s == math.inf and not sweep.members
     assert sweep.swept(140.0, {"b": "b2", "c": "c1"}) == set()
 
 
@@ -276,7 +287,7 @@ def test_a_swept_idle_table_has_no_visit_of_its_own_and_is_not_looked_at(catalog
     try:
         sweep = runtimes[0].refresh.sweep
         assert sweep is not None and all(r.refresh.sweep is sweep for r in runtimes)
-        assert sweep.members == {r.table_id for r in runtimes}
+        assert set(sweep.members) == {r.table_id for r in runtimes}
         # Nothing brings an idle swept table back by itself (no interval trigger, no job on).
         assert all(next_visit_s(r, now[0]) == math.inf for r in runtimes)
         for _ in range(5):
@@ -356,9 +367,9 @@ def test_a_removed_table_leaves_its_sweep_and_an_empty_sweep_probes_no_more(cata
         a, b = (engine.apply_table(_table(catalog, f"sales.{name}")) for name in ("a", "b"))
         engine.tick()
         sweep = a.refresh.sweep
-        assert sweep is not None and sweep.members == {a.table_id, b.table_id}
+        assert sweep is not None and set(sweep.members) == {a.table_id, b.table_id}
         engine.remove_table(a.table_id)
-        assert sweep.members == {b.table_id}
+        assert set(sweep.members) == {b.table_id}
         now[0] += 10
         engine.tick()
         assert engine.catalog_probes == 2
@@ -366,6 +377,7 @@ def test_a_removed_table_leaves_its_sweep_and_an_empty_sweep_probes_no_more(cata
         for _ in range(3):
             now[0] += 10
             engine.tick()
-        assert engine.catalog_probes == 3  # the round after the last left, then none
+        # No member wants a probe: none after the last left.
+        assert engine.catalog_probes == 2 and sweep.interval_s == math.inf
     finally:
         engine.close()

@@ -12,6 +12,7 @@ change notice, a new spec.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from floe.api.table import CatalogRef
@@ -23,16 +24,23 @@ class CatalogSweep:
 
     ref: CatalogRef
     """How the catalog is opened: the reference of the first table that joined the sweep."""
-    interval_s: float = math.inf
-    """How often it is probed: the shortest minimum refresh interval of the tables that joined
-    since it was made (inf: none has)."""
     last_s: float | None = None
     """When it was last probed."""
     known: dict[str, str] = field(default_factory=dict)
     """Per identifier, the metadata file the engine last brought its tables up to (or that no
     table of the engine names): an identifier whose probed file differs is refreshed."""
-    members: set[str] = field(default_factory=set)
-    """The table ids whose checks this sweep makes (`RefreshState.sweep`)."""
+    members: dict[str, float] = field(default_factory=dict)
+    """The table ids whose checks this sweep makes (`RefreshState.sweep`), each with the minimum
+    refresh interval it wants."""
+    _wanted: Counter[float] = field(default_factory=Counter)
+    """How many members want each interval: the shortest is found among the few distinct ones,
+    not by walking every member each round."""
+
+    @property
+    def interval_s(self) -> float:
+        """How often it is probed: the shortest minimum refresh interval of its members (inf:
+        none left), so it grows back when the table that wanted it shortest leaves."""
+        return min(self._wanted, default=math.inf)
 
     @property
     def next_s(self) -> float:
@@ -45,8 +53,17 @@ class CatalogSweep:
 
     def join(self, table_id: str, min_interval_s: float) -> None:
         """The table's checks are this sweep's from now; it wants them every `min_interval_s` at least."""
-        self.members.add(table_id)
-        self.interval_s = min(self.interval_s, min_interval_s)
+        self.leave(table_id)
+        self.members[table_id] = min_interval_s
+        self._wanted[min_interval_s] += 1
+
+    def leave(self, table_id: str) -> None:
+        """The table's checks are no longer this sweep's (it was not a member: nothing changes)."""
+        wanted = self.members.pop(table_id, None)
+        if wanted is not None:
+            self._wanted[wanted] -= 1
+            if not self._wanted[wanted]:
+                del self._wanted[wanted]
 
     def swept(self, now_s: float, locations: dict[str, str]) -> set[str]:
         """A probe at `now_s` found `locations` (identifier: metadata file): the identifiers whose

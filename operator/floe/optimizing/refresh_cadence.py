@@ -217,7 +217,7 @@ class RefreshState:
     def leave_sweep(self, table_id: str) -> None:
         """The table (`table_id`) is checked on its own from now on, no longer by its sweep."""
         if self.sweep is not None:
-            self.sweep.members.discard(table_id)
+            self.sweep.leave(table_id)
             self.sweep = None
 
     def time_trigger_due(self, now_s: float) -> bool:
