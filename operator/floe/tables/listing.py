@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from pyarrow.fs import FileInfo, FileSelector, FileType
 from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.typedef import Properties
 
 
 def fs_path(io: PyArrowFileIO, location: str) -> str:
     """`location` in the FileSystem's form, the form its listing returns."""
-    _, _, path = PyArrowFileIO.parse_location(location, io.properties)
+    return location_path(location, io.properties)
+
+
+def location_path(location: str, properties: Properties) -> str:
+    """`location` in the form the FileSystem of a FileIO with `properties` lists it."""
+    _, _, path = PyArrowFileIO.parse_location(location, properties)
     return path.rstrip("/")
 
 

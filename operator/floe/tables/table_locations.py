@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 WRITE_PATH_PROPERTIES = (
@@ -43,6 +44,7 @@ def table_locations(location: str, properties: Mapping[str, str]) -> TableLocati
     return TableLocations(location, paths)
 
 
+@lru_cache(maxsize=1 << 16)  # every cleanup compares its roots with every other table's locations
 def path_parts(path: str) -> tuple[str, ...]:
     """A FileSystem path as its parts; an absolute path starts with the part "/"."""
     parts: list[str] = ["/"] if path.startswith("/") else []
