@@ -186,6 +186,32 @@ def test_the_catalog_index_finds_a_table_created_after_it_was_built(
     assert set(later.locations) == {"db.b", "db.c"} and index.reads == 4  # b; c is unchanged
 
 
+def test_a_changed_table_is_read_again_once_the_file_last_seen_as_its_own_is_older_than_the_age(
+    sql_catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    a = _table(sql_catalog, "a")
+    b = _table(sql_catalog, "b")
+    index = CatalogLocations(sql_catalog)
+    uuid, read_s = str(a.metadata.table_uuid), time.time()
+    assert set(index.others("db.a", uuid, read_s, HOUR).locations) == {"db.b"} and index.reads == 1
+    # Checks long after the read still find b's file current: it is current as of the last one.
+    seen_s = read_s + 5 * HOUR
+    index.others("db.a", uuid, seen_s, HOUR)
+    # b moves its data path into a's location, after that check: files written there are younger.
+    b.transaction().set_properties({"write.data.path": f"{a.location()}/data/b"}).commit_transaction()
+    for now_s in (seen_s + 1, seen_s + HOUR - 1):
+        assert index.others("db.a", uuid, now_s, HOUR).locations["db.b"].write_paths == ()
+    assert index.reads == 1
+    renewed = index.others("db.a", uuid, seen_s + HOUR + 1, HOUR)
+    assert renewed.locations["db.b"].write_paths == (f"{a.location()}/data/b",) and index.reads == 2
+    # Read again, the new file is b's: later checks read nothing more.
+    index.others("db.a", uuid, seen_s + 3 * HOUR, HOUR)
+    assert index.reads == 2
+    # A table dropped is forgotten at the next check.
+    sql_catalog.drop_table("db.b")
+    assert index.others("db.a", uuid, seen_s + 3 * HOUR, HOUR).locations == {}
+
+
 def test_where_the_catalog_tells_no_metadata_files_only_reads_older_than_the_age_are_renewed(
     sql_catalog: SqlCatalog,
 ) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
@@ -14,12 +16,12 @@ from floe.maintenance.job import (
     require_gc_enabled,
 )
 from floe.maintenance.orphan_roots import check_roots, listed_roots
-from floe.tables.catalog_locations import OtherTables
+from floe.tables.catalog_locations import LocationSnapshot, OtherTables
 from floe.tables.listing import fs_path
 from floe.tables.table_locations import (
+    LocationIndex,
     Overlap,
     TableLocations,
-    find_overlap,
     nest_roots,
     path_parts,
     relation,
@@ -73,11 +75,59 @@ def test_a_table_writes_to_its_location_and_the_write_paths_its_properties_set()
 def test_the_first_overlap_with_another_table_is_named() -> None:
     roots = {fs("s3://b/wh/a"): "s3://b/wh/a"}
     apart = {"db.c": {fs("s3://b/wh/c"): "s3://b/wh/c", fs("s3://b/wh/ab"): "s3://b/wh/ab"}}
-    assert find_overlap(roots, apart) is None
+    assert LocationIndex(apart).first_overlap(roots) is None
     nested = {**apart, "db.b": {fs("s3a://b/wh/a/b/"): "s3a://b/wh/a/b/"}}
-    assert find_overlap(roots, nested) == Overlap("s3://b/wh/a", "contains", "db.b", "s3a://b/wh/a/b/")
+    assert LocationIndex(nested).first_overlap(roots) == Overlap(
+        "s3://b/wh/a", "contains", "db.b", "s3a://b/wh/a/b/"
+    )
     outer = {"db.w": {fs("s3://b/wh"): "s3://b/wh"}}
-    assert find_overlap(roots, outer) == Overlap("s3://b/wh/a", "lies inside", "db.w", "s3://b/wh")
+    assert LocationIndex(outer).first_overlap(roots) == Overlap(
+        "s3://b/wh/a", "lies inside", "db.w", "s3://b/wh"
+    )
+
+
+def _first_pairwise(roots: dict[str, str], others: dict[str, dict[str, str]]) -> Overlap | None:
+    """The definition the index answers: every root against every location, in order."""
+    for table in sorted(others):
+        for path, location in others[table].items():
+            for root_path, root in roots.items():
+                found = relation(root_path, path)
+                if found is not None:
+                    return Overlap(root, found, table, location)
+    return None
+
+
+def _random_locations(chooser: random.Random, most: int) -> dict[str, str]:
+    """1 to `most` locations by FileSystem path, of up to 4 parts drawn from a few names and ``..``."""
+    names = ["wh", "db", "a", "b", "data", ".."]
+    paths = ["/".join(chooser.choice(names) for _ in range(chooser.randint(0, 4))) for _ in range(most)]
+    return {path: f"s3://b/{path}" for path in paths[: chooser.randint(1, most)]}
+
+
+def test_the_index_names_the_overlap_comparing_every_pair_would() -> None:
+    chooser = random.Random(7)
+    for _ in range(300):
+        tables = [f"db.t{chooser.randint(0, 9)}" for _ in range(chooser.randint(0, 6))]
+        others = {table: _random_locations(chooser, 3) for table in tables}
+        roots = _random_locations(chooser, 3)
+        excluded = {table for table in others if chooser.random() < 0.2}
+        kept = {table: paths for table, paths in others.items() if table not in excluded}
+        assert LocationIndex(others).first_overlap(roots, excluded) == _first_pairwise(roots, kept)
+
+
+def test_the_checked_table_is_left_out_by_its_name_and_by_its_name_in_another_case_with_its_uuid() -> None:
+    snapshot = LocationSnapshot(
+        {"db.a": OWN, "DB.A": OWN, "Db.a": OWN, "db.b": TableLocations("s3://b/wh/b")},
+        {"db.a": "u1", "DB.A": "u1", "Db.a": "u2", "db.b": "u3"},
+    )
+    # Db.a has another UUID: a second table registered at the same place, refused.
+    assert snapshot.selves("db.a", "u1") == {"db.a", "DB.A"}
+    others = OtherTables(snapshot, snapshot.selves("db.a", "u1"))
+    assert set(others.locations) == {"Db.a", "db.b"}
+    with pytest.raises(MaintenanceRefused, match=r"a location of table Db\.a"):
+        check_roots("db.a", listed_roots("db.a", OWN, [], fs), others, fs)
+    # The index is built once per FileSystem form and shared by the checks.
+    assert snapshot.index(fs) is snapshot.index(fs)
 
 
 def test_nested_roots_are_listed_once() -> None:
@@ -114,7 +164,7 @@ def test_a_named_location_the_table_does_not_write_to_is_refused(named: str) -> 
 
 def test_a_root_shared_with_another_table_is_refused() -> None:
     roots = listed_roots("db.a", OWN, ["s3://b/shared/data"], fs)
-    others = OtherTables({"db.b": TableLocations("s3://b/wh/b", ("s3a://b/shared/data",))})
+    others = OtherTables(LocationSnapshot({"db.b": TableLocations("s3://b/wh/b", ("s3a://b/shared/data",))}))
     with pytest.raises(
         MaintenanceRefused, match="s3://b/shared/data, which is s3a://b/shared/data"
     ) as refused:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
@@ -32,7 +31,7 @@ from floe.maintenance.job import (
 )
 from floe.tables.catalog_locations import CatalogLocations, OtherTables
 from floe.tables.listing import location_path
-from floe.tables.table_locations import TableLocations, find_overlap, nest_roots, relation, table_locations
+from floe.tables.table_locations import TableLocations, nest_roots, relation, table_locations
 
 
 @dataclass(frozen=True)
@@ -60,8 +59,7 @@ def orphan_roots(
     and for a root another table uses."""
     name = ".".join(table.name())
     metadata = table.metadata
-    properties = tuple(sorted((key, str(value)) for key, value in io.properties.items()))
-    fs: Callable[[str], str] = lambda location: _location_path(location, properties)  # noqa: E731
+    fs = _FileSystemPaths(tuple(sorted((key, str(value)) for key, value in io.properties.items())))
     roots = listed_roots(name, table_locations(metadata.location, metadata.properties), locations, fs)
     index = catalog_locations if catalog_locations is not None else CatalogLocations(table.catalog)
     others = index.others(name, str(metadata.table_uuid), now_s, older_than_s)
@@ -70,11 +68,15 @@ def orphan_roots(
     return OrphanRoots(roots, note)
 
 
-@lru_cache(maxsize=1 << 16)
-def _location_path(location: str, properties: tuple[tuple[str, str], ...]) -> str:
-    """`location_path`, remembered: every cleanup converts the location of every other table of
-    its catalog, and at 10,000 tables parsing them all again was nearly half of a cleanup's CPU."""
-    return location_path(location, dict(properties))
+@dataclass(frozen=True)
+class _FileSystemPaths:
+    """`location_path` for a FileIO with `properties`; equal for equal properties, so the checks
+    of one catalog share the index of its tables' locations (`LocationSnapshot.index`)."""
+
+    properties: tuple[tuple[str, str], ...]
+
+    def __call__(self, location: str) -> str:
+        return location_path(location, dict(self.properties))
 
 
 def listed_roots(
@@ -102,11 +104,7 @@ def listed_roots(
 def check_roots(table: str, roots: dict[str, str], others: OtherTables, fs: Callable[[str], str]) -> None:
     """Raise `MaintenanceRefused` (`LOCATION_SHARED`) when a root of `roots` is, lies inside or
     contains a location of one of `others`; `fs` gives a location's FileSystem path."""
-    theirs = {
-        other: {fs(location): location for location in locations.all()}
-        for other, locations in others.locations.items()
-    }
-    overlap = find_overlap(roots, theirs)
+    overlap = others.tables.index(fs).first_overlap(roots, others.excluded)
     if overlap is not None:
         raise MaintenanceRefused(
             table,

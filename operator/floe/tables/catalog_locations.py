@@ -18,6 +18,10 @@ more than the cleanups, so one `CatalogLocations` per catalog keeps each table's
   whose metadata file changed, by the rule above: at most once per ``olderThan``, however often
   the table commits.
 
+What a check finds is shared (`LocationSnapshot`) until a table's locations change, with the
+index of them each FileSystem form asked for (`floe.tables.table_locations.LocationIndex`): at
+10,000 tables, comparing every root with every table on each cleanup was most of its CPU.
+
 A table's locations come from its metadata: in a SQL catalog its metadata file is read as plain
 JSON (``location``, ``properties``), which no schema pyiceberg cannot parse stops; elsewhere the
 table is loaded. A catalog that cannot be listed, or a table that cannot be read, is reported
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,20 +44,58 @@ from pyiceberg.serializers import Compressor
 from floe.tables.catalog import short_error
 from floe.tables.metadata_probe import metadata_locations
 from floe.tables.selection import list_table_identifiers
-from floe.tables.table_locations import TableLocations, table_locations
+from floe.tables.table_locations import LocationIndex, TableLocations, table_locations
 
 _READERS = 8
 """Tables read at once: a catalog's first check reads them all."""
+
+
+class LocationSnapshot:
+    """The locations of every table of a catalog as a check found them, and their indexes; kept
+    (never changed) until a table's locations change."""
+
+    def __init__(self, tables: Mapping[str, TableLocations], uuids: Mapping[str, str] | None = None) -> None:
+        self.tables = tables
+        """By identifier (``namespace.table``)."""
+        self._uuids = uuids or {}
+        self._by_lower: dict[str, list[str]] = {}
+        for identifier in tables:
+            self._by_lower.setdefault(identifier.lower(), []).append(identifier)
+        self._indexes: dict[Hashable, LocationIndex] = {}
+
+    def selves(self, identifier: str, table_uuid: str) -> frozenset[str]:
+        """The identifiers that name the table `identifier` (whose UUID is `table_uuid`): itself,
+        and one that differs only in case (catalogs that fold case) with the same UUID. Another
+        identifier of the same UUID (a table registered twice) is another table writing to the
+        same place."""
+        same = [i for i in self._by_lower.get(identifier.lower(), ()) if self._uuids.get(i) == table_uuid]
+        return frozenset([identifier, *same])
+
+    def index(self, fs: Callable[[str], str]) -> LocationIndex:
+        """The tables' locations indexed by `fs` (a location → its FileSystem path; equal `fs`
+        give the same index), built at its first use."""
+        index = self._indexes.get(fs)
+        if index is None:
+            paths = {t: {fs(location): location for location in ls.all()} for t, ls in self.tables.items()}
+            index = self._indexes.setdefault(fs, LocationIndex(paths))
+        return index
 
 
 @dataclass(frozen=True)
 class OtherTables:
     """The other tables of a table's catalog, as one check found them."""
 
-    locations: Mapping[str, TableLocations] = field(default_factory=dict)
-    """By identifier (``namespace.table``)."""
+    tables: LocationSnapshot = field(default_factory=lambda: LocationSnapshot({}))
+    """Every table of the catalog read, the checked table among them."""
+    excluded: frozenset[str] = frozenset()
+    """The identifiers in `tables` that name the checked table."""
     unchecked: str = ""
-    """Why some or all other tables are not in `locations`; empty when every one is."""
+    """Why some or all other tables are not in `tables`; empty when every one is."""
+
+    @property
+    def locations(self) -> dict[str, TableLocations]:
+        """The other tables' locations, by identifier."""
+        return {i: locations for i, locations in self.tables.tables.items() if i not in self.excluded}
 
 
 @dataclass
@@ -79,6 +121,12 @@ class CatalogLocations:
         self._probe = probe
         """Every table's metadata file in one call, or None where the catalog cannot tell."""
         self._entries: dict[str, _Entry] = {}
+        self._snapshot: LocationSnapshot | None = None
+        """What `_entries` hold, shared by the checks; None after they changed."""
+        self._last_probe: Mapping[str, str] = {}
+        self._last_probe_s = 0.0
+        self._pending: set[str] = set()
+        """Identifiers probed whose entry is missing or read from another metadata file."""
         self._lock = threading.Lock()
         self.reads = 0
         """Tables read so far (tests check what a check reads again)."""
@@ -90,28 +138,62 @@ class CatalogLocations:
         with self._lock:
             try:
                 probed = self._probe(self.catalog)
-                identifiers = set(probed if probed is not None else list_table_identifiers(self.catalog))
+                listed = None if probed is not None else set(list_table_identifiers(self.catalog))
             except Exception as exc:  # not permitted, not answering: reported, never guessed at
                 return OtherTables(unchecked=f"the catalog's tables could not be listed ({short_error(exc)})")
-            self._entries = {i: e for i, e in self._entries.items() if i in identifiers}
-            stale = []
-            for other in sorted(identifiers - {identifier}):
-                entry = self._entries.get(other)
-                if entry is not None and probed is not None and probed[other] == entry.metadata_location:
-                    entry.current_s = now_s  # the file read is still the table's: current now
-                elif entry is None or entry.current_s < now_s - max_age_s:
-                    stale.append(other)
+            if probed is not None:
+                stale = self._stale_probed(probed, identifier, now_s - max_age_s)
+                self._last_probe, self._last_probe_s = probed, now_s
+            else:
+                stale = self._stale_listed(listed or set(), identifier, now_s - max_age_s)
             failed = self._read(stale, probed, now_s)
-            others = {
-                i: e.locations
-                for i, e in self._entries.items()
-                if not _is_self(i, e.table_uuid, identifier, table_uuid)
-            }
+            if self._snapshot is None:
+                entries = self._entries.items()
+                self._snapshot = LocationSnapshot(
+                    {i: e.locations for i, e in entries}, {i: e.table_uuid for i, e in entries}
+                )
+            snapshot = self._snapshot
         unchecked = ""
         if failed:
             named = "; ".join(f"{i} ({reason})" for i, reason in sorted(failed.items())[:3])
             unchecked = f"{len(failed)} tables could not be read: {named}"
-        return OtherTables(others, unchecked)
+        return OtherTables(snapshot, snapshot.selves(identifier, table_uuid), unchecked)
+
+    def _stale_probed(self, probed: Mapping[str, str], identifier: str, current_after_s: float) -> list[str]:
+        """The tables to read, where the catalog told every table's metadata file (`probed`):
+        only those whose file changed since the last probe are looked at, so a check of an
+        unchanged catalog costs set operations, not a walk of every table."""
+        self._forget(self._entries.keys() - probed.keys())
+        self._pending.intersection_update(probed.keys())
+        for other, metadata_location in probed.items() - self._last_probe.items():
+            entry = self._entries.get(other)
+            if entry is not None and self._last_probe.get(other, None) == entry.metadata_location:
+                entry.current_s = self._last_probe_s  # its file was the table's until the last probe
+            if entry is None or entry.metadata_location != metadata_location:
+                self._pending.add(other)
+            else:
+                self._pending.discard(other)
+        return [
+            other
+            for other in sorted(self._pending - {identifier})
+            if other not in self._entries or self._entries[other].current_s < current_after_s
+        ]
+
+    def _stale_listed(self, listed: set[str], identifier: str, current_after_s: float) -> list[str]:
+        """The tables to read, where the catalog only lists its identifiers: new ones, and those
+        read before `current_after_s`."""
+        self._forget(self._entries.keys() - listed)
+        self._last_probe, self._pending = {}, set()
+        return [
+            other
+            for other in sorted(listed - {identifier})
+            if other not in self._entries or self._entries[other].current_s < current_after_s
+        ]
+
+    def _forget(self, gone: set[str]) -> None:
+        for identifier in gone:
+            del self._entries[identifier]
+            self._snapshot = None
 
     def _read(self, identifiers: list[str], probed: Mapping[str, str] | None, now_s: float) -> dict[str, str]:
         """Read `identifiers` into the cache; returns why each one that failed did."""
@@ -125,10 +207,19 @@ class CatalogLocations:
         failed: dict[str, str] = {}
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
             for identifier, outcome in zip(identifiers, pool.map(_outcome(read), identifiers), strict=True):
+                before = self._entries.get(identifier)
                 if isinstance(outcome, _Entry):
                     self._entries[identifier] = outcome
+                    self._pending.discard(identifier)
+                    if before is None or (before.locations, before.table_uuid) != (
+                        outcome.locations,
+                        outcome.table_uuid,
+                    ):
+                        self._snapshot = None
                 else:
-                    self._entries.pop(identifier, None)
+                    if before is not None:
+                        del self._entries[identifier]
+                        self._snapshot = None
                     failed[identifier] = outcome
         self.reads += len(identifiers)
         return failed
@@ -159,10 +250,3 @@ def _outcome(read: Callable[[str], _Entry]) -> Callable[[str], _Entry | str]:
             return short_error(exc)
 
     return attempt
-
-
-def _is_self(identifier: str, table_uuid: str, own: str, own_uuid: str) -> bool:
-    """Whether the catalog's `identifier` is the table checked: the same identifier, or one that
-    differs only in case (catalogs that fold case) with the same UUID. Another identifier of the
-    same UUID (a table registered twice) is another table writing to the same place."""
-    return identifier == own or (identifier.lower() == own.lower() and table_uuid == own_uuid)

@@ -17,7 +17,6 @@ from __future__ import annotations
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 
 def metadata_locations(catalog: Catalog) -> dict[str, str] | None:
@@ -26,6 +25,7 @@ def metadata_locations(catalog: Catalog) -> dict[str, str] | None:
     if not isinstance(catalog, SqlCatalog):
         return None
     query = select(IcebergTables.table_namespace, IcebergTables.table_name, IcebergTables.metadata_location)
-    with Session(catalog.engine) as session:
-        rows = session.execute(query.where(IcebergTables.catalog_name == catalog.name))
+    # A plain connection, not an ORM session: rows as tuples, without the ORM's loading per row.
+    with catalog.engine.connect() as connection:
+        rows = connection.execute(query.where(IcebergTables.catalog_name == catalog.name)).all()
         return {f"{namespace}.{name}": location for namespace, name, location in rows if location}

@@ -9,7 +9,7 @@ resolved ``..`` change nothing, and ``wh/db/a`` neither contains nor lies inside
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -85,17 +85,54 @@ class Overlap:
         return f"{self.root}, which {self.relation} {self.location}, a location of table {self.table}"
 
 
-def find_overlap(roots: Mapping[str, str], others: Mapping[str, Mapping[str, str]]) -> Overlap | None:
-    """The first root of `roots` (FileSystem path → location) that is, lies inside or contains a
-    location of another table (`others`: table → its locations, by FileSystem path); None when
-    every root is apart from every other table's."""
-    for table in sorted(others):
-        for path, location in others[table].items():
-            for root_path, root in roots.items():
-                found = relation(root_path, path)
-                if found is not None:
-                    return Overlap(root, found, table, location)
-    return None
+@dataclass(frozen=True)
+class _Place:
+    """One location of one table in a `LocationIndex`."""
+
+    table: str
+    order: int
+    """Its place among the table's locations."""
+    location: str
+
+
+class LocationIndex:
+    """The locations of many tables by the parts of their FileSystem paths: which of them a root
+    is, lies inside or contains, found from the root's own parts instead of by comparing the root
+    with every table (orphan cleanup checks its roots against every table of its catalog)."""
+
+    def __init__(self, tables: Mapping[str, Mapping[str, str]]) -> None:
+        """`tables`: table → its locations, by FileSystem path."""
+        self._at: dict[tuple[str, ...], list[_Place]] = {}
+        self._below: dict[tuple[str, ...], list[_Place]] = {}
+        """Every proper prefix of a location's parts → the places below it."""
+        for table, paths in tables.items():
+            for order, (path, location) in enumerate(paths.items()):
+                parts = path_parts(path)
+                place = _Place(table, order, location)
+                self._at.setdefault(parts, []).append(place)
+                for depth in range(len(parts)):
+                    self._below.setdefault(parts[:depth], []).append(place)
+
+    def first_overlap(self, roots: Mapping[str, str], excluded: Container[str] = ()) -> Overlap | None:
+        """The first root of `roots` (FileSystem path → location) that is, lies inside or contains
+        a location of a table not in `excluded`: first by table name, then by the table's
+        location, then by root; None when every root is apart from every such table's."""
+        found: list[tuple[tuple[str, int, int], Overlap]] = []
+        for root_order, (root_path, root) in enumerate(roots.items()):
+            parts = path_parts(root_path)
+            around: list[tuple[_Place, Relation]] = [
+                (place, "lies inside")
+                for depth in range(len(parts))
+                for place in self._at.get(parts[:depth], [])
+            ]
+            around += [(place, "is") for place in self._at.get(parts, ())]
+            around += [(place, "contains") for place in self._below.get(parts, ())]
+            found += [
+                ((place.table, place.order, root_order), Overlap(root, how, place.table, place.location))
+                for place, how in around
+                if place.table not in excluded
+            ]
+        return min(found, key=lambda candidate: candidate[0])[1] if found else None
 
 
 def nest_roots(paths: Mapping[str, str]) -> dict[str, str]:
