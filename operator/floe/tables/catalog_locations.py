@@ -167,7 +167,11 @@ class CatalogLocations:
         self._pending.intersection_update(probed.keys())
         for other, metadata_location in probed.items() - self._last_probe.items():
             entry = self._entries.get(other)
-            if entry is not None and self._last_probe.get(other, None) == entry.metadata_location:
+            if (
+                entry is not None
+                and other in self._last_probe
+                and self._last_probe[other] == entry.metadata_location
+            ):
                 entry.current_s = self._last_probe_s  # its file was the table's until the last probe
             if entry is None or entry.metadata_location != metadata_location:
                 self._pending.add(other)

@@ -123,7 +123,7 @@ class LocationIndex:
             around: list[tuple[_Place, Relation]] = [
                 (place, "lies inside")
                 for depth in range(len(parts))
-                for place in self._at.get(parts[:depth], [])
+                for place in self._at.get(parts[:depth], ())
             ]
             around += [(place, "is") for place in self._at.get(parts, ())]
             around += [(place, "contains") for place in self._below.get(parts, ())]
