@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -703,6 +704,42 @@ def test_group_stats_count_tables_tasks_and_utilization() -> None:
     assert (stats.threads, stats.tables, stats.pending_tables) == (2, 2, 1)
     assert (stats.running_tasks, stats.pending_tasks) == (1, 2)
     assert stats.utilization == pytest.approx(900.0 / HOUR / 2)
+
+
+def test_pending_and_planning_counts_follow_every_transition_of_a_random_run() -> None:
+    # The group keeps its pending and planning tables beside each table's flags, so a round
+    # does not walk every table: after each step both must say what the tables' own flags say.
+    rng = random.Random(7)
+    group = scheduler(threads=2)
+    processes = itertools.count()
+    for step in range(2000):
+        now = float(step)
+        table_id = f"t{rng.randrange(12)}"
+        known = group.stats(now)
+        action = rng.randrange(8)
+        if action == 0:
+            group.upsert_table(table_id, rng.choice((0.1, 0.5, 2.0)), None)
+        elif action == 1 and table_id in known:
+            group.set_pending(table_id, rng.random() < 0.7)
+        elif action == 2:
+            group.next_table_to_plan(now)
+        elif action == 3 and known.get(table_id, None) is not None and known[table_id].planning:
+            (group.planning_empty if rng.random() < 0.5 else group.planning_failed)(table_id)
+        elif action == 4 and table_id in known and known[table_id].planning:
+            process_id = f"p{next(processes)}"
+            group.add_process(table_id, process_id, specs(process_id, rng.randint(1, 3)), 0, False)
+        elif action == 5 and table_id in known and known[table_id].process_id is not None:
+            group.cancel_process(str(known[table_id].process_id), now)
+        elif action == 6 and rng.random() < 0.2:
+            group.remove_table(table_id)
+        tables = group.stats(now)
+        counts = group.group_stats(now)
+        assert counts.pending_tables == sum(t.pending for t in tables.values()), step
+        assert counts.planning_tables == sum(t.planning for t in tables.values()), step
+        waiting = {
+            t.table_id for t in tables.values() if t.pending and not t.planning and t.process_id is None
+        }
+        assert set(group.planning_queue(now).table_ids) == waiting, step
 
 
 # -- the shared lock and change callbacks ------------------------------------------------

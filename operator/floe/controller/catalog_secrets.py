@@ -76,6 +76,8 @@ class CatalogSecretRefresher:
         catalog properties at once, rather than at the next Secret refresh."""
         self._group_secrets: dict[tuple[str, str], tuple[int, list[str]]] = {}
         """`storage_secrets_of` each group, with the `table_changes` it was worked out at."""
+        self._secret_users: tuple[int, dict[tuple[str, str], list[str]]] = (-1, {})
+        """`_users`, with the `table_changes` it was worked out at."""
         self._secret_errors: dict[tuple[str, str], str] = {}
         self._group_locks: dict[str, threading.Lock] = {}
         self._group_locks_lock = threading.Lock()
@@ -105,13 +107,8 @@ class CatalogSecretRefresher:
         once per failure, reason only); the tables the engine has keep their properties.
         Returns how many tables were applied.
         """
-        users: dict[tuple[str, str], list[str]] = {}
-        for table_id, resource in list(self.resources.items()):
-            secret = resource.spec.catalog.secret_ref
-            if secret:
-                users.setdefault((resource.metadata.namespace, secret), []).append(table_id)
         applied = 0
-        for (namespace, name), table_ids in users.items():
+        for (namespace, name), table_ids in self._users().items():
             try:
                 properties = read_catalog_properties(self.kube, name, namespace)
             except CatalogSecretError as exc:
@@ -127,6 +124,19 @@ class CatalogSecretRefresher:
                 self.read(table_id)
                 applied += self._apply_catalog_properties(table_id, name, properties)
         return applied
+
+    def _users(self) -> dict[tuple[str, str], list[str]]:
+        """The tables naming each Secret (namespace, name); worked out again only when a table was
+        applied or removed since, not every refresh (thousands of tables may name none)."""
+        changes = self.table_changes()
+        if self._secret_users[0] != changes:
+            users: dict[tuple[str, str], list[str]] = {}
+            for table_id, resource in list(self.resources.items()):
+                secret = resource.spec.catalog.secret_ref
+                if secret:
+                    users.setdefault((resource.metadata.namespace, secret), []).append(table_id)
+            self._secret_users = (changes, users)
+        return self._secret_users[1]
 
     def group_lock(self, group: str) -> threading.Lock:
         """The lock that serializes changes to one group's Kubernetes objects (namespace/name)."""

@@ -25,7 +25,7 @@ argument. All public methods hold the group's `ChangeMonitor` lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from floe.api.group import SchedulingPolicy
 from floe.kit.monitor import ChangeMonitor
@@ -38,6 +38,7 @@ from floe.scheduling.policy import planning_order, policy_for
 from floe.scheduling.records import (
     FileTasksOutcome,
     GroupSchedulingStats,
+    PlanningMarks,
     PlanningQueue,
     ProcessOutcome,
     ProcessRecord,
@@ -77,6 +78,7 @@ class GroupScheduler:
         self._planning_threads = 0
         self._ledger = TaskTimeLedger()
         self._tables: dict[str, TableRecord] = {}
+        self._marks = PlanningMarks()
         self._book = AttemptBook(self._ledger, self._monitor, requeued=self._reorder)
         self._poll_order: list[TableRecord] = []
         self._poll_order_at: float | None = None
@@ -169,6 +171,7 @@ class GroupScheduler:
             table = self._tables.pop(table_id, None)
             if table is None:
                 return
+            self._marks.forget(table_id)
             self._ledger.forget(table_id)
             self._book.drop_table(table)
             self._poll_order_at = None
@@ -177,7 +180,7 @@ class GroupScheduler:
     def set_pending(self, table_id: str, pending: bool) -> None:
         """The table runtime says whether optimizing is due for the table."""
         with self._monitor.hold():
-            self._table(table_id).pending = pending
+            self._marks.mark(self._table(table_id), pending=pending)
 
     def start_maintenance(self, table_id: str, run_id: str, now: float) -> None:
         """A maintenance job of the table started: its time counts toward the table's quota."""
@@ -214,11 +217,10 @@ class GroupScheduler:
                 return None
             if self._book.ready(within_caps=self._threads > 0) >= threads:
                 return None
-            chosen = next(planning_order(self._policy, _waiting_to_plan(self._tables.values()), now), None)
+            chosen = next(planning_order(self._policy, self._marks.waiting(self._tables), now), None)
             if chosen is None:
                 return None
-            chosen.planning = True
-            chosen.pending = False
+            self._marks.mark(chosen, pending=False, planning=True)
             return chosen.table_id
 
     def planning_failed(self, table_id: str) -> None:
@@ -264,8 +266,7 @@ class GroupScheduler:
             )
             table.process.check = check
             table.process.on_finished = on_finished
-            table.planning = False
-            table.pending = False
+            self._marks.mark(table, pending=False, planning=False)
             self._poll_order_at = None
             self._monitor.changed()
 
@@ -311,7 +312,7 @@ class GroupScheduler:
                     return self._book.hand_out(process, optimizer_id, thread, now)
                 if first is None:
                     first = process
-            if first is not None and not any(t.planning for t in self._tables.values()):
+            if first is not None and not self._marks.planning:
                 return self._book.hand_out(first, optimizer_id, thread, now)
             return None
 
@@ -384,8 +385,7 @@ class GroupScheduler:
             threads = self.threads_to_plan_for
             return PlanningQueue(
                 table_ids=tuple(
-                    t.table_id
-                    for t in planning_order(self._policy, _waiting_to_plan(self._tables.values()), now)
+                    t.table_id for t in planning_order(self._policy, self._marks.waiting(self._tables), now)
                 ),
                 threads=threads,
                 threads_taken=threads > 0 and self._book.ready(within_caps=self._threads > 0) >= threads,
@@ -424,8 +424,8 @@ class GroupScheduler:
             return GroupSchedulingStats(
                 threads=self._threads,
                 tables=len(self._tables),
-                pending_tables=sum(t.pending for t in self._tables.values()),
-                planning_tables=sum(t.planning for t in self._tables.values()),
+                pending_tables=len(self._marks.pending),
+                planning_tables=len(self._marks.planning),
                 running_tasks=sum(len(p.in_flight) for p in processes),
                 pending_tasks=sum(len(p.planned) for p in processes),
                 utilization=task_seconds / QUOTA_WINDOW_S / self._threads if self._threads else 0.0,
@@ -441,9 +441,7 @@ class GroupScheduler:
 
     def _stop_planning(self, table_id: str) -> None:
         with self._monitor.hold():
-            table = self._table(table_id)
-            table.planning = False
-            table.pending = False
+            self._marks.mark(self._table(table_id), pending=False, planning=False)
             self._monitor.changed()
 
     def _reorder(self) -> None:
@@ -469,8 +467,3 @@ def _check_process(process_id: str, specs: Sequence[RewriteTaskSpec], max_retrie
     task_ids = [spec.task_id for spec in specs]
     if len(set(task_ids)) != len(task_ids):
         raise ValueError(f"process {process_id!r} has duplicate task ids")
-
-
-def _waiting_to_plan(tables: Iterable[TableRecord]) -> list[TableRecord]:
-    """The pending tables neither planning nor with a process."""
-    return [t for t in tables if t.pending and not t.planning and t.process is None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -224,3 +224,30 @@ class TableRecord:
             failed=sum(t.status is TaskStatus.FAILED for t in tasks),
             retries=sum(t.retries for t in tasks),
         )
+
+
+class PlanningMarks:
+    """A group's pending and planning tables by id, kept beside their records' flags (set them
+    with `mark`): a round looks at these few, not at every table of a group of thousands of idle ones."""
+
+    def __init__(self) -> None:
+        self.pending: set[str] = set()
+        self.planning: set[str] = set()
+
+    def mark(self, table: TableRecord, *, pending: bool, planning: bool | None = None) -> None:
+        """Set the table's pending flag, and its planning flag unless None."""
+        table.pending = pending
+        (self.pending.add if pending else self.pending.discard)(table.table_id)
+        if planning is not None:
+            table.planning = planning
+            (self.planning.add if planning else self.planning.discard)(table.table_id)
+
+    def forget(self, table_id: str) -> None:
+        """The table left the group."""
+        self.pending.discard(table_id)
+        self.planning.discard(table_id)
+
+    def waiting(self, tables: Mapping[str, TableRecord]) -> list[TableRecord]:
+        """The pending tables of `tables` neither planning nor with a process."""
+        marked = (tables[table_id] for table_id in self.pending)
+        return [table for table in marked if not table.planning and table.process is None]
