@@ -288,6 +288,8 @@ def helm_binary(request: pytest.FixtureRequest) -> str:
 def start_cluster(bin_dir: Path, work_dir: Path, kubectl: str) -> K8sCluster:
     """Start the control plane of `bin_dir`'s binaries, its files under `work_dir` (the ``k8s``
     fixture's, and `bench/operator_scale.py`'s)."""
+    # The processes run in their log directory: a relative `work_dir` would not be found there.
+    work_dir = work_dir.resolve()
     for binary in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
         if not (bin_dir / binary).is_file():
             raise K8sError(f"{bin_dir / binary} is missing; run {BUILD_SCRIPT}")
