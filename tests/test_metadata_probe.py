@@ -20,11 +20,13 @@ from pyiceberg.catalog.sql import SqlCatalog
 from floe.api.group import OptimizerGroup
 from floe.api.models import OptimizedTable
 from floe.api.table import CatalogRef
+from floe.optimizing.catalog_access import PROBE_REUSE_S, CatalogAccess, catalog_key
 from floe.optimizing.catalog_sweeps import CatalogSweep
 from floe.optimizing.engine import OptimizingEngine
 from floe.optimizing.table_state import TableRuntime, TableState
 from floe.optimizing.wakeups import next_visit_s
 from floe.protocol.wire import RegisterRequest
+from floe.service.metrics import ServiceMetrics
 from floe.service.task_service import TaskService
 from floe.tables.metadata_probe import metadata_locations
 
@@ -381,3 +383,44 @@ def test_a_removed_table_leaves_its_sweep_and_an_empty_sweep_probes_no_more(cata
         assert engine.catalog_probes == 2 and sweep.interval_s == math.inf
     finally:
         engine.close()
+
+
+def test_an_orphan_check_takes_the_refreshs_probe_while_it_is_younger_than_the_reuse_age(
+    catalog: SqlCatalog,
+) -> None:
+    for identifier in ("sales.orders", "sales.returns"):
+        catalog.create_table(identifier, ROWS.schema)
+    access = CatalogAccess(ServiceMetrics())
+    ref = CatalogRef(name=catalog.name, properties={"type": "sql", **catalog.properties})
+    key = catalog_key(ref)
+    swept_s = 1_000.0
+    assert set(access.probe({key: ref}, swept_s)[key]) == {"sales.orders", "sales.returns"}
+    index = access.catalog_locations(ref)
+    orders = catalog.load_table("sales.orders")
+    uuid = str(orders.metadata.table_uuid)
+    # A table made after the refresh's probe is not in a check that takes that probe: its files
+    # are younger than the probe, which orphan cleanup's olderThan (an hour at least) keeps.
+    catalog.create_table("sales.refunds", ROWS.schema)
+    within = index.others("sales.orders", uuid, swept_s + PROBE_REUSE_S - 1, 3600.0)
+    assert set(within.locations) == {"sales.returns"} and access.catalog_probes == 1
+    # What the check read is known current as of the probe, not the check: once returns moves
+    # (its data path into orders' location), a check an hour after the probe, though less than
+    # an hour after the check that read it, reads it again.
+    returns = catalog.load_table("sales.returns")
+    returns.transaction().set_properties(
+        {"write.data.path": f"{orders.location()}/data/r"}
+    ).commit_transaction()
+    later_s = swept_s + PROBE_REUSE_S - 1 + 3600.0 - 1
+    later = index.others("sales.orders", uuid, later_s, 3600.0)
+    assert later.locations["sales.returns"].write_paths == (f"{orders.location()}/data/r",)
+    assert set(later.locations) == {"sales.returns", "sales.refunds"}
+    assert (access.catalog_probes, index.reads) == (2, 3)
+    # Within the reuse age, a check takes the last check's own probe; past it, it probes again.
+    index.others("sales.orders", uuid, later_s + PROBE_REUSE_S - 1, 3600.0)
+    assert access.catalog_probes == 2
+    index.others("sales.orders", uuid, later_s + PROBE_REUSE_S, 3600.0)
+    assert access.catalog_probes == 3
+    # A probe older than the latest is not kept as the latest.
+    access.probe({key: ref}, swept_s)
+    index.others("sales.orders", uuid, later_s + PROBE_REUSE_S + 1, 3600.0)
+    assert access.catalog_probes == 4

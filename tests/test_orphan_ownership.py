@@ -218,7 +218,7 @@ def test_where_the_catalog_tells_no_metadata_files_only_reads_older_than_the_age
     a = _table(sql_catalog, "a")
     b = _table(sql_catalog, "b")
     # As a REST catalog: identifiers listed, tables loaded one by one.
-    index = CatalogLocations(sql_catalog, probe=lambda _catalog: None)
+    index = CatalogLocations(sql_catalog, probe=lambda _catalog, _now_s: None)
     now = time.time()
     assert set(index.others("db.a", str(a.metadata.table_uuid), now, HOUR).locations) == {"db.b"}
     # b moves its data path into a's location: files it writes there are younger than the read.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from floe.api.table import CatalogRef
@@ -65,7 +66,7 @@ class CatalogSweep:
             if not self._wanted[wanted]:
                 del self._wanted[wanted]
 
-    def swept(self, now_s: float, locations: dict[str, str]) -> set[str]:
+    def swept(self, now_s: float, locations: Mapping[str, str]) -> set[str]:
         """A probe at `now_s` found `locations` (identifier: metadata file): the identifiers whose
         file moved, appeared or went since the last; each is known at its new file from now on,
         unless `forget` says its tables were not brought up to it."""

@@ -6,6 +6,7 @@ scheduler plans by."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from floe.api.table import CatalogRef
@@ -68,7 +69,7 @@ class TableRefresher:
         for key, swept in self._sweeps.items():
             if swept.due(now):
                 refs.setdefault(key, swept.ref)
-        locations = self._catalogs.probe(refs)
+        locations = self._catalogs.probe(refs, now)
         with registry.lock:
             self._end_sweeps([key for key in refs if key not in locations])
             due_ids = {r.table_id for r in due}
@@ -119,7 +120,7 @@ class TableRefresher:
 
     def _sweep(
         self,
-        locations: dict[CatalogKey, dict[str, str]],
+        locations: Mapping[CatalogKey, Mapping[str, str]],
         refs: dict[CatalogKey, CatalogRef],
         keys: dict[str, CatalogKey],
         now: float,

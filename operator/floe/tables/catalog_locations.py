@@ -18,6 +18,13 @@ more than the cleanups, so one `CatalogLocations` per catalog keeps each table's
   whose metadata file changed, by the rule above: at most once per ``olderThan``, however often
   the table commits.
 
+A probe may be a few seconds old (`floe.optimizing.catalog_access` hands an orphan cleanup the
+refresh's probe when it is younger than ``PROBE_REUSE_S``): what it tells is taken as current
+at the time it was made, not at the check's, and a table it does not show yet (made or moved
+since) has only files younger than the probe at its new place, which the same ``olderThan``
+keeps from the cleanup. That only widens, by those seconds, the wait every check already has
+between its look at the catalog and the cleanup's deletes, which its listing takes.
+
 What a check finds is shared (`LocationSnapshot`) until a table's locations change, with the
 index of them each FileSystem form asked for (`floe.tables.table_locations.LocationIndex`): at
 10,000 tables, comparing every root with every table on each cleanup was most of its CPU.
@@ -42,7 +49,7 @@ from pyiceberg.io import load_file_io
 from pyiceberg.serializers import Compressor
 
 from floe.tables.catalog import short_error
-from floe.tables.metadata_probe import metadata_locations
+from floe.tables.metadata_probe import Probe, fresh_probe
 from floe.tables.selection import list_table_identifiers
 from floe.tables.table_locations import LocationIndex, TableLocations, table_locations
 
@@ -115,11 +122,12 @@ class CatalogLocations:
     """
 
     def __init__(
-        self, catalog: Catalog, probe: Callable[[Catalog], dict[str, str] | None] = metadata_locations
+        self, catalog: Catalog, probe: Callable[[Catalog, float], Probe | None] = fresh_probe
     ) -> None:
         self.catalog = catalog
         self._probe = probe
-        """Every table's metadata file in one call, or None where the catalog cannot tell."""
+        """Every table's metadata file in one call as of a time no later than the check's, or None
+        where the catalog cannot tell."""
         self._entries: dict[str, _Entry] = {}
         self._snapshot: LocationSnapshot | None = None
         """What `_entries` hold, shared by the checks; None after they changed."""
@@ -137,16 +145,17 @@ class CatalogLocations:
         module docstring."""
         with self._lock:
             try:
-                probed = self._probe(self.catalog)
-                listed = None if probed is not None else set(list_table_identifiers(self.catalog))
+                probe = self._probe(self.catalog, now_s)
+                listed = None if probe is not None else set(list_table_identifiers(self.catalog))
             except Exception as exc:  # not permitted, not answering: reported, never guessed at
                 return OtherTables(unchecked=f"the catalog's tables could not be listed ({short_error(exc)})")
-            if probed is not None:
-                stale = self._stale_probed(probed, identifier, now_s - max_age_s)
-                self._last_probe, self._last_probe_s = probed, now_s
+            if probe is not None:
+                stale = self._stale_probed(probe.locations, identifier, now_s - max_age_s)
+                self._last_probe, self._last_probe_s = probe.locations, probe.taken_s
+                failed = self._read(stale, probe.locations, probe.taken_s)
             else:
                 stale = self._stale_listed(listed or set(), identifier, now_s - max_age_s)
-            failed = self._read(stale, probed, now_s)
+                failed = self._read(stale, None, now_s)
             if self._snapshot is None:
                 entries = self._entries.items()
                 self._snapshot = LocationSnapshot(
@@ -200,7 +209,8 @@ class CatalogLocations:
             self._snapshot = None
 
     def _read(self, identifiers: list[str], probed: Mapping[str, str] | None, now_s: float) -> dict[str, str]:
-        """Read `identifiers` into the cache; returns why each one that failed did."""
+        """Read `identifiers` into the cache, as current at `now_s` (a probe's time: the metadata
+        file it named was the table's then); returns why each one that failed did."""
         if not identifiers:
             return {}
         read: Callable[[str], _Entry]

@@ -14,9 +14,22 @@ Modified (`conditional_load`), the rest are loaded.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from sqlalchemy import select
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one probe of a catalog found, and when."""
+
+    locations: Mapping[str, str]
+    """Each table (``namespace.table``) and its metadata file."""
+    taken_s: float
+    """No later than the probe: each file was its table's current one then."""
 
 
 def metadata_locations(catalog: Catalog) -> dict[str, str] | None:
@@ -29,3 +42,9 @@ def metadata_locations(catalog: Catalog) -> dict[str, str] | None:
     with catalog.engine.connect() as connection:
         rows = connection.execute(query.where(IcebergTables.catalog_name == catalog.name)).all()
         return {f"{namespace}.{name}": location for namespace, name, location in rows if location}
+
+
+def fresh_probe(catalog: Catalog, now_s: float) -> Probe | None:
+    """`metadata_locations` of `catalog` asked now (`now_s`); None where it cannot tell."""
+    locations = metadata_locations(catalog)
+    return None if locations is None else Probe(locations, now_s)
