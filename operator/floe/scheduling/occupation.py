@@ -89,6 +89,8 @@ class TaskTimeLedger:
         """Task time of the table within ``[now - window_s, now]``, running tasks included."""
         if window_s > self._retention_s:
             raise ValueError(f"window {window_s}s is longer than the ledger keeps ({self._retention_s}s)")
+        if table_id not in self._finished and table_id not in self._running:
+            return 0.0  # most tables of a large group: no history to sum, and no cache entry to keep
         cached = self._cache.get(table_id)
         if cached is not None:
             cached_window, computed_at, seconds = cached
