@@ -27,7 +27,7 @@ from floe.tables.budgeted_http import budget_rest_catalog
 from floe.tables.catalog import CatalogConfigError, load_table, open_catalog
 from floe.tables.catalog_locations import CatalogLocations
 from floe.tables.conditional_load import LoadedTable, load_table_if_changed
-from floe.tables.metadata_probe import Probe, metadata_locations
+from floe.tables.metadata_probe import Probe, fresh_probe
 from floe.tables.request_budget import BudgetExhausted, BudgetStats, RequestBudget, budget_settings
 
 CatalogKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -162,11 +162,10 @@ class CatalogAccess:
 
     def _probe(self, key: CatalogKey, catalog: Catalog, now_s: float) -> Probe | None:
         """Probe the catalog (asked at `now_s` or later), counted and kept as its latest."""
-        locations = metadata_locations(catalog)
-        if locations is None:
+        probe = fresh_probe(catalog, now_s)
+        if probe is None:
             return None
         self._count("probe")
-        probe = Probe(locations, now_s)
         with self._lock:
             latest = self._probes.get(key)
             if latest is None or latest.taken_s <= now_s:
