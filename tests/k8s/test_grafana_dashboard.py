@@ -13,6 +13,9 @@ naming the panel. The ``group`` variable's own query must list the group.
 
 Environment:
   FLOE_PROMETHEUS  the prometheus binary to run instead of scripts/prometheus/build.sh's
+  FLOE_DASHBOARD_PREVIEW  a PNG to write: once every panel has a series, floe is kept busy a few
+                   minutes more and the dashboard, drawn from what Prometheus scraped
+                   (tests/dashboard_preview.py), is photographed there (scripts/docs/dashboard_preview.py)
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import yaml
+from dashboard_preview import WIDTH, panel_series, render
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 from test_autoscale import partitioned_small_files
+from ui_stack import chromium
 
 from floe.controller.config import OperatorConfig
 from floe.controller.controller import Controller
@@ -42,6 +48,7 @@ from floe.protocol.client import RequestFailed, TaskServiceClient
 from floe.protocol.rewrite_task import RewriteTaskSpec
 from floe.protocol.wire import CompleteRequest, RegisterRequest
 from floe.rewrite.task import run_rewrite_task
+from floe.tables.writer import conform
 from floe_optimizer.app import Optimizer
 
 from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster, _free_ports, _Process, _spawn
@@ -333,6 +340,55 @@ def _refuse_a_forged_result(controller: Controller, group: str) -> None:
         client.close()
 
 
+PREVIEW_ROUNDS = 5
+PREVIEW_ROUND_S = 40.0
+"""For the docs' picture: rounds of new small files, one every 40 s, so its lines have a shape."""
+PREVIEW_STEP_S = 2.0
+
+
+def _photograph(catalog: SqlCatalog, prometheus: Prometheus, group: str, started: float, out: Path) -> None:
+    """Keep floe busy for a few minutes (new small files in each partition, every round), then
+    draw the dashboard from Prometheus' answers over the whole run (tests/dashboard_preview.py)
+    and photograph it in headless Chromium as `out`."""
+    table = catalog.load_table("db.events")
+    for round_ in range(PREVIEW_ROUNDS):
+        for start in range(2):
+            ids = [1000 * (round_ + 1) + 10 * start + i for i in range(10) for _ in range(3)]
+            parts = [p for _ in range(10) for p in range(3)]
+            rows = pa.table({"id": pa.array(ids, pa.int64()), "p": pa.array(parts, pa.int64())})
+            table = catalog.load_table("db.events")
+            table.append(conform(table, rows))
+        time.sleep(PREVIEW_ROUND_S)
+    end = time.time()
+    board = dashboard()
+
+    def query_range(expr: str) -> list[dict[str, Any]]:
+        data = prometheus.get(
+            "/api/v1/query_range",
+            query=expr,
+            start=f"{started:.0f}",
+            end=f"{end:.0f}",
+            step=f"{PREVIEW_STEP_S:g}",
+        )
+        return list(data["result"])
+
+    data = {
+        p["id"]: panel_series(p, query_range, lambda expr: substitute(expr, group)) for p in panels(board)
+    }
+    page = render(board, data, started, end, PREVIEW_STEP_S, {"Data source": "Prometheus", "Group": group})
+    html_file = out.with_suffix(".html")
+    html_file.write_text(page)
+    with chromium(width=WIDTH) as driver:
+        driver.get(html_file.as_uri())
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        # The viewport itself made as tall as the page: a window is capped at the screen's height.
+        metrics = {"width": WIDTH, "height": int(height), "deviceScaleFactor": 1, "mobile": False}
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+        driver.save_screenshot(str(out))
+    html_file.unlink()
+    print(f"wrote {out}")
+
+
 def test_every_panel_shows_series_of_a_running_floe(
     k8s: K8sCluster,
     namespace: str,
@@ -342,6 +398,7 @@ def test_every_panel_shows_series_of_a_running_floe(
     spark: SparkSession,
     tmp_path: Path,
 ) -> None:
+    started = time.time()
     prometheus = Prometheus(prometheus_binary, tmp_path / "prometheus", controller.server.url)
     optimizer: Optimizer | None = None
     try:
@@ -428,6 +485,9 @@ def test_every_panel_shows_series_of_a_running_floe(
         assert not failures, "panels whose query fails or shows nothing:\n" + "\n".join(
             f"  {title!r} target {ref}: {why}" for (title, ref), why in failures.items()
         )
+        shot = os.environ.get("FLOE_DASHBOARD_PREVIEW")
+        if shot:
+            _photograph(sql_catalog, prometheus, group, started, Path(shot))
     finally:
         if optimizer is not None:
             optimizer.stop(grace_s=5)
