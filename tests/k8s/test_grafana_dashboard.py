@@ -350,7 +350,6 @@ def _photograph(catalog: SqlCatalog, prometheus: Prometheus, group: str, started
     """Keep floe busy for a few minutes (new small files in each partition, every round), then
     draw the dashboard from Prometheus' answers over the whole run (tests/dashboard_preview.py)
     and photograph it in headless Chromium as `out`."""
-    table = catalog.load_table("db.events")
     for round_ in range(PREVIEW_ROUNDS):
         for start in range(2):
             ids = [1000 * (round_ + 1) + 10 * start + i for i in range(10) for _ in range(3)]
