@@ -12,12 +12,13 @@ in headless Chromium when ``FLOE_DASHBOARD_PREVIEW`` names the PNG to write.
 
 from __future__ import annotations
 
-import html
 import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from floe.ui.html import escape
 
 WIDTH = 1440
 """The page's width in pixels; the 24 columns share it."""
@@ -129,10 +130,6 @@ def _nice_step(span: float, ticks: int) -> float:
 # Panels
 
 
-def _esc(text: str) -> str:
-    return html.escape(text, quote=True)
-
-
 @dataclass(frozen=True)
 class Box:
     """A panel's place on the page, in pixels."""
@@ -153,23 +150,26 @@ class Box:
         )
 
 
-def _path(
-    points: Sequence[tuple[float, float | None]],
-    x: Callable[[float], float],
-    y: Callable[[float], float],
-    gap: float,
-) -> str:
-    """An SVG path through the points, lifted where a value is missing or a step is longer than `gap`."""
-    parts: list[str] = []
+def _pieces(points: Sequence[tuple[float, float | None]], gap: float) -> list[list[tuple[float, float]]]:
+    """The points in unbroken runs: a run ends where a value is missing or a step is longer than `gap`."""
+    pieces: list[list[tuple[float, float]]] = []
     previous: float | None = None
     for t, v in points:
         if v is None:
             previous = None
             continue
-        move = previous is None or t - previous > gap
-        parts.append(f"{'M' if move else 'L'}{x(t):.1f},{y(v):.1f}")
+        if previous is None or t - previous > gap:
+            pieces.append([])
+        pieces[-1].append((t, v))
         previous = t
-    return "".join(parts)
+    return pieces
+
+
+def _path(
+    piece: Sequence[tuple[float, float]], x: Callable[[float], float], y: Callable[[float], float]
+) -> str:
+    """An SVG path's moves through one run of points."""
+    return "M" + "L".join(f"{x(t):.1f},{y(v):.1f}" for t, v in piece)
 
 
 def timeseries_panel(
@@ -205,7 +205,7 @@ def timeseries_panel(
         svg.append(
             f'<line x1="{plot.left}" x2="{plot.left + plot.width:.1f}" y1="{y(level):.1f}" '
             f'y2="{y(level):.1f}" class="grid"/><text x="{plot.left - 6}" y="{y(level) + 4:.1f}" '
-            f'text-anchor="end">{_esc(format_value(level, unit))}</text>'
+            f'text-anchor="end">{escape(format_value(level, unit))}</text>'
         )
         level += tick
     span = end - start
@@ -218,19 +218,18 @@ def timeseries_panel(
             f'text-anchor="middle">{label}</text>'
         )
         mark += minute_step
+    base = max(low, 0.0)
     for index, one in enumerate(series):
         colour = PALETTE[index % len(PALETTE)]
-        line = _path(one.points, x, y, 2.5 * step)
-        if not line:
-            continue
+        pieces = _pieces(one.points, 2.5 * step)
         if fill:
-            for piece in line.split("M")[1:]:
-                # Down to the baseline below the piece's first and last points, and back.
-                first, last = piece.split("L")[0].split(",")[0], piece.split("L")[-1].split(",")[0]
-                base = f"{y(max(low, 0.0)):.1f}"
-                area = f"M{first},{base}L{piece}L{last},{base}Z"
+            for piece in pieces:
+                # Down to the baseline below the run's first and last points, and back.
+                area = _path([(piece[0][0], base), *piece, (piece[-1][0], base)], x, y) + "Z"
                 svg.append(f'<path d="{area}" fill="{colour}" fill-opacity="{fill}" stroke="none"/>')
-        svg.append(f'<path d="{line}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
+        if pieces:
+            line = "".join(_path(piece, x, y) for piece in pieces)
+            svg.append(f'<path d="{line}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
     svg.append("</svg>")
     legend = ['<table class="legend"><tr><th></th>']
     legend += [f"<th>{'Last *' if c == 'lastNotNull' else 'Max'}</th>" for c in calcs]
@@ -238,13 +237,13 @@ def timeseries_panel(
     for index, one in enumerate(shown):
         colour = PALETTE[index % len(PALETTE)]
         cells = []
+        values = one.values()
         for calc in calcs:
-            values_of = one.values()
-            number = (values_of[-1] if calc == "lastNotNull" else max(values_of)) if values_of else None
-            cells.append(f"<td>{_esc(format_value(number, unit)) if number is not None else '-'}</td>")
+            number = (values[-1] if calc == "lastNotNull" else max(values)) if values else None
+            cells.append(f"<td>{escape(format_value(number, unit)) if number is not None else '-'}</td>")
         legend.append(
             f'<tr><td class="name"><span class="swatch" style="background:{colour}"></span>'
-            f"{_esc(one.name)}</td>" + "".join(cells) + "</tr>"
+            f"{escape(one.name)}</td>" + "".join(cells) + "</tr>"
         )
     if len(series) > len(shown):
         legend.append(f'<tr><td class="name more">and {len(series) - len(shown)} more</td></tr>')
@@ -258,6 +257,7 @@ def stat_panel(panel: dict[str, Any], series: Sequence[Series], start: float, en
     defaults = panel.get("fieldConfig", {}).get("defaults", {})
     unit = defaults.get("unit", "short")
     steps = defaults.get("thresholds", {}).get("steps") or [{"color": "green", "value": None}]
+    width, height = box.width - 16, box.height - TITLE_H - 16
     body = []
     for one in series:
         values = one.values()
@@ -267,21 +267,20 @@ def stat_panel(panel: dict[str, Any], series: Sequence[Series], start: float, en
         last = values[-1]
         reached = [s for s in steps if s.get("value") is None or last >= s["value"]]
         colour = NAMED_COLOURS.get(reached[-1]["color"], reached[-1]["color"])
-        width, height = box.width - 16, box.height - TITLE_H - 16
         low, high = min(values), max(values)
 
-        def x(t: float, width: float = width) -> float:
+        def x(t: float) -> float:
             return width * (t - start) / ((end - start) or 1.0)
 
-        def y(v: float, low: float = low, high: float = high, height: float = height) -> float:
+        def y(v: float, low: float = low, high: float = high) -> float:
             return height * (1 - 0.6 * (v - low) / ((high - low) or 1.0))
 
-        line = _path(one.points, x, y, 2.5 * step)
+        line = "".join(_path(piece, x, y) for piece in _pieces(one.points, 2.5 * step))
         body.append(
             f'<div class="stat" style="color:{colour}">'
             f'<svg class="spark" width="{width:.0f}" height="{height:.0f}"><path d="{line}" fill="none" '
             f'stroke="{colour}" stroke-opacity="0.5" stroke-width="1.5"/></svg>'
-            f"<span>{_esc(format_value(last, unit))}</span></div>"
+            f"<span>{escape(format_value(last, unit))}</span></div>"
         )
     return _panel(box, panel["title"], "".join(body))
 
@@ -289,14 +288,14 @@ def stat_panel(panel: dict[str, Any], series: Sequence[Series], start: float, en
 def _panel(box: Box, title: str, body: str) -> str:
     return (
         f'<section class="panel" style="left:{box.left:.1f}px;top:{box.top:.1f}px;'
-        f'width:{box.width:.1f}px;height:{box.height:.1f}px"><h2>{_esc(title)}</h2>{body}</section>'
+        f'width:{box.width:.1f}px;height:{box.height:.1f}px"><h2>{escape(title)}</h2>{body}</section>'
     )
 
 
 def _row(panel: dict[str, Any]) -> str:
     box = Box.of(panel["gridPos"])
     return (
-        f'<div class="row" style="left:{box.left:.1f}px;top:{box.top:.1f}px">⌄ {_esc(panel["title"])}</div>'
+        f'<div class="row" style="left:{box.left:.1f}px;top:{box.top:.1f}px">⌄ {escape(panel["title"])}</div>'
     )
 
 
@@ -350,12 +349,12 @@ def render(
         else:
             drawer = DRAWERS[panel["type"]]  # a new panel type must be drawn before it is shipped
             parts.append(drawer(panel, data.get(panel["id"], []), start, end, step))
-    chosen = "".join(f'<span class="var">{_esc(k)}: {_esc(v)}</span>' for k, v in variables.items())
+    chosen = "".join(f'<span class="var">{escape(k)}: {escape(v)}</span>' for k, v in variables.items())
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{_esc(board['title'])}</title>"
-        f"<style>{STYLE}</style></head><body><header><h1>{_esc(board['title'])}</h1>{chosen}"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(board['title'])}</title>"
+        f"<style>{STYLE}</style></head><body><header><h1>{escape(board['title'])}</h1>{chosen}"
         '<span class="note">Drawn by tests/dashboard_preview.py from charts/floe/dashboards/'
-        f"{_esc(board['uid'])}.json and Prometheus' answers; not Grafana's own rendering</span></header>"
+        f"{escape(board['uid'])}.json and Prometheus' answers; not Grafana's own rendering</span></header>"
         f'<main style="position:relative;height:{bottom + MARGIN:.0f}px">'
         f"{''.join(parts)}</main></body></html>"
     )

@@ -12,6 +12,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField
 from test_engine import _table
@@ -121,10 +122,16 @@ def partitioned_small_files(catalog: SqlCatalog, name: str, partitions: int) -> 
     spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
     table = catalog.create_table(name, schema, partition_spec=spec)
     for start in range(0, 30, 10):
-        ids = [i for i in range(start, start + 10) for _ in range(partitions)]
-        parts = [p for _ in range(start, start + 10) for p in range(partitions)]
-        rows = pa.table({"id": pa.array(ids, pa.int64()), "p": pa.array(parts, pa.int64())})
-        table.append(conform(table, rows))
+        append_to_each_partition(table, partitions, start)
+
+
+def append_to_each_partition(table: Table, partitions: int, first_id: int) -> None:
+    """One append of ten rows (ids from `first_id`) to each of the partitions 0 to `partitions` - 1
+    of a table that `partitioned_small_files` made: a small file in each."""
+    ids = [i for i in range(first_id, first_id + 10) for _ in range(partitions)]
+    parts = [p for _ in range(10) for p in range(partitions)]
+    rows = pa.table({"id": pa.array(ids, pa.int64()), "p": pa.array(parts, pa.int64())})
+    table.append(conform(table, rows))
 
 
 def test_the_engines_demand_counts_due_tasks_capped_by_quota(sql_catalog: SqlCatalog) -> None:

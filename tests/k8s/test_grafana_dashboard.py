@@ -33,13 +33,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 import yaml
 from dashboard_preview import WIDTH, panel_series, render
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
-from test_autoscale import partitioned_small_files
+from test_autoscale import append_to_each_partition, partitioned_small_files
 from ui_stack import chromium
 
 from floe.controller.config import OperatorConfig
@@ -48,7 +47,6 @@ from floe.protocol.client import RequestFailed, TaskServiceClient
 from floe.protocol.rewrite_task import RewriteTaskSpec
 from floe.protocol.wire import CompleteRequest, RegisterRequest
 from floe.rewrite.task import run_rewrite_task
-from floe.tables.writer import conform
 from floe_optimizer.app import Optimizer
 
 from .conftest import FAKE_NODE_TAINT, REPO_ROOT, K8sCluster, _free_ports, _Process, _spawn
@@ -352,11 +350,7 @@ def _photograph(catalog: SqlCatalog, prometheus: Prometheus, group: str, started
     and photograph it in headless Chromium as `out`."""
     for round_ in range(PREVIEW_ROUNDS):
         for start in range(2):
-            ids = [1000 * (round_ + 1) + 10 * start + i for i in range(10) for _ in range(3)]
-            parts = [p for _ in range(10) for p in range(3)]
-            rows = pa.table({"id": pa.array(ids, pa.int64()), "p": pa.array(parts, pa.int64())})
-            table = catalog.load_table("db.events")
-            table.append(conform(table, rows))
+            append_to_each_partition(catalog.load_table("db.events"), 3, 1000 * (round_ + 1) + 10 * start)
         time.sleep(PREVIEW_ROUND_S)
     end = time.time()
     board = dashboard()
