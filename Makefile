@@ -23,7 +23,7 @@ LINT_DIRS := $(wildcard operator optimizer_image tests scripts)
 # mypy fails on a directory without Python files, and optimizer_image may still be empty.
 MYPY_DIRS := $(foreach dir,operator/floe optimizer_image,$(if $(shell find $(dir) -name '*.py' -print -quit 2>/dev/null),$(dir)))
 
-.PHONY: venv jars test-envs k8s-env helm-env checkov-env moto-env rest-catalog-env flink-env prometheus-env host-env kind-env images lint docs test demo cluster cluster-catalog cluster-down
+.PHONY: venv jars test-envs k8s-env helm-env checkov-env moto-env rest-catalog-env flink-env prometheus-env grafana-board-env host-env kind-env images lint docs test demo cluster cluster-catalog cluster-down
 
 venv: $(VENV_STAMP)
 
@@ -68,6 +68,12 @@ rest-catalog-env:
 # tests/k8s/test_grafana_dashboard.py, which evaluates the chart's dashboard on what it scrapes.
 prometheus-env:
 	scripts/prometheus/build.sh >/dev/null
+
+# The page that draws the chart's Grafana dashboard with Grafana's own panel components
+# (@grafana/ui, Apache-2.0) for tests/test_dashboard_preview.py and docs/img/dashboard.png: npm
+# packages from the lock in tests/grafana_board/, bundled by esbuild and cached by content.
+grafana-board-env:
+	scripts/grafana-board/build.sh >/dev/null
 
 # podman (runc, the ulimits kind's nodes need), debootstrap, and Debian's headless chromium with its
 # chromedriver (tests/test_ui_browser.py), installed and configured only where missing; the images
@@ -121,7 +127,7 @@ docs: venv
 test-envs: venv
 	@$(MAKE) --no-print-directory k8s-env & k8s=$$!; \
 	$(MAKE) --no-print-directory helm-env & helm=$$!; \
-	rc=0; $(MAKE) --no-print-directory jars checkov-env moto-env rest-catalog-env flink-env prometheus-env host-env kind-env || rc=$$?; \
+	rc=0; $(MAKE) --no-print-directory jars checkov-env moto-env rest-catalog-env flink-env prometheus-env grafana-board-env host-env kind-env || rc=$$?; \
 	wait $$k8s || rc=$$?; \
 	wait $$helm || rc=$$?; \
 	exit $$rc

@@ -3,10 +3,11 @@
 It runs tests/k8s/test_grafana_dashboard.py's live test (the operator in-process on the real API
 server of tests/k8s, a real optimizer with Spark, Debian's Prometheus scraping it) with
 ``FLOE_DASHBOARD_PREVIEW`` set: once every panel has a series the test keeps floe busy a few
-minutes more, draws the dashboard from Prometheus' answers (tests/dashboard_preview.py) and
-photographs it in headless Chromium. Grafana is not run: see tests/dashboard_preview.py.
+minutes more, draws the dashboard from Prometheus' answers with Grafana's own panel components
+(tests/dashboard_preview.py, tests/grafana_board/) and photographs it in headless Chromium.
+Grafana's server is not run: see tests/dashboard_preview.py.
 
-Usage (from the repository's root, after ``make k8s-env prometheus-env host-env``):
+Usage (from the repository's root, after ``make k8s-env prometheus-env grafana-board-env host-env``):
   .venv/bin/python scripts/docs/dashboard_preview.py
 """
 

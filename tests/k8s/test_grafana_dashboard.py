@@ -14,8 +14,9 @@ naming the panel. The ``group`` variable's own query must list the group.
 Environment:
   FLOE_PROMETHEUS  the prometheus binary to run instead of scripts/prometheus/build.sh's
   FLOE_DASHBOARD_PREVIEW  a PNG to write: once every panel has a series, floe is kept busy a few
-                   minutes more and the dashboard, drawn from what Prometheus scraped
-                   (tests/dashboard_preview.py), is photographed there (scripts/docs/dashboard_preview.py)
+                   minutes more and the dashboard, drawn from what Prometheus scraped with
+                   Grafana's panel components (tests/dashboard_preview.py), is photographed there
+                   (scripts/docs/dashboard_preview.py)
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
-from dashboard_preview import WIDTH, panel_series, render
+from dashboard_preview import WIDTH, board_payload, grafana_board, open_drawn, panel_series, write_page
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 from test_autoscale import append_to_each_partition, partitioned_small_files
@@ -346,21 +347,22 @@ PREVIEW_STEP_S = 2.0
 
 def _photograph(catalog: SqlCatalog, prometheus: Prometheus, group: str, started: float, out: Path) -> None:
     """Keep floe busy for a few minutes (new small files in each partition, every round), then
-    draw the dashboard from Prometheus' answers over the whole run (tests/dashboard_preview.py)
-    and photograph it in headless Chromium as `out`."""
+    draw the dashboard from Prometheus' answers over the whole run with Grafana's panel components
+    (tests/dashboard_preview.py) and photograph it in headless Chromium as `out`."""
     for round_ in range(PREVIEW_ROUNDS):
         for start in range(2):
             append_to_each_partition(catalog.load_table("db.events"), 3, 1000 * (round_ + 1) + 10 * start)
         time.sleep(PREVIEW_ROUND_S)
-    end = time.time()
+    # Whole seconds: the range asked of Prometheus is the one the page's steps are laid on.
+    first, last = float(round(started)), float(round(time.time()))
     board = dashboard()
 
     def query_range(expr: str) -> list[dict[str, Any]]:
         data = prometheus.get(
             "/api/v1/query_range",
             query=expr,
-            start=f"{started:.0f}",
-            end=f"{end:.0f}",
+            start=f"{first:.0f}",
+            end=f"{last:.0f}",
             step=f"{PREVIEW_STEP_S:g}",
         )
         return list(data["result"])
@@ -368,17 +370,16 @@ def _photograph(catalog: SqlCatalog, prometheus: Prometheus, group: str, started
     data = {
         p["id"]: panel_series(p, query_range, lambda expr: substitute(expr, group)) for p in panels(board)
     }
-    page = render(board, data, started, end, PREVIEW_STEP_S, {"Data source": "Prometheus", "Group": group})
-    html_file = out.with_suffix(".html")
-    html_file.write_text(page)
+    variables = {"Data source": "Prometheus", "Group": group}
+    payload = board_payload(board, data, first, last, PREVIEW_STEP_S, variables)
+    page = out.with_suffix(".html")
+    write_page(payload, grafana_board(), page)
     with chromium(width=WIDTH) as driver:
-        driver.get(html_file.as_uri())
-        height = driver.execute_script("return document.documentElement.scrollHeight")
-        # The viewport itself made as tall as the page: a window is capped at the screen's height.
-        metrics = {"width": WIDTH, "height": int(height), "deviceScaleFactor": 1, "mobile": False}
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+        open_drawn(driver, page)
+        errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+        assert not errors, errors
         driver.save_screenshot(str(out))
-    html_file.unlink()
+    page.unlink()
     print(f"wrote {out}")
 
 
