@@ -6,6 +6,7 @@ simulated by calling poll/ack/complete in a loop.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import random
@@ -24,7 +25,7 @@ from floe.protocol.rewrite_task import RewriteTaskSpec
 from floe.scheduling.group_scheduler import POLL_ORDER_TTL_S, GroupScheduler
 from floe.scheduling.occupation import TaskTimeLedger, occupation, quota_limit
 from floe.scheduling.policy import BalancedPolicy, QuotaPolicy, policy_for
-from floe.scheduling.records import ProcessOutcome
+from floe.scheduling.records import ProcessOutcome, ProcessRecord, TaskRecord
 
 HOUR = 3600.0
 
@@ -883,3 +884,41 @@ def test_removing_a_table_or_cancelling_drops_its_file_tasks() -> None:
     assert group.cancel_process("b/orphans-1", now=1.0)
     assert group.poll("o", 1, now=2.0) is None
     assert group.group_stats(now=2.0).pending_tasks == 0
+
+
+def _records_of(tables: set[str]) -> list[object]:
+    """The scheduler's records of `tables`' processes and tasks the cyclic collector still tracks."""
+    return [
+        o
+        for o in gc.get_objects()
+        if (isinstance(o, ProcessRecord) and o.table.table_id in tables)
+        or (isinstance(o, TaskRecord) and o.process.table.table_id in tables)
+    ]
+
+
+def test_forgotten_processes_and_their_tasks_are_freed_without_the_cyclic_collector() -> None:
+    # A task points back at its process; left in a cycle, finished processes piled up for the
+    # collector's full passes, which paused the task service's answers under load.
+    gc.collect()
+    gc.disable()
+    try:
+        group = scheduler(threads=2)
+        with_process(group, "freed-done", tasks=2, quota=1.0)
+        for thread in range(2):
+            attempt = run_task(group, "o", thread, 0.0)
+            group.complete(attempt.attempt_id, "o", result(attempt.task_id), 1.0)
+        assert [o.succeeded for o in group.take_finished()] == [True]
+
+        cancelled = with_process(group, "freed-cancelled", tasks=2, quota=1.0)
+        run_task(group, "o", 0, 2.0)
+        assert group.cancel_process(cancelled, 2.0)
+
+        group.add_file_tasks("freed-done", "freed-done/orphans-1", _delete_tasks(1), max_retries=0)
+        attempt = run_task(group, "o", 1, 3.0)
+        group.complete(attempt.attempt_id, "o", DeleteFilesResult(task_id=attempt.task_id, deleted=1), 4.0)
+        outcome = group.file_tasks_outcome("freed-done/orphans-1")
+        assert outcome is not None and outcome.succeeded and len(outcome.results) == 1
+
+        assert _records_of({"freed-done", "freed-cancelled"}) == []
+    finally:
+        gc.enable()
