@@ -30,12 +30,19 @@ from floe.ui.html import escape
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUILD = REPO_ROOT / "scripts" / "grafana-board" / "build.sh"
+DASHBOARD = REPO_ROOT / "charts" / "floe" / "dashboards" / "floe.json"
+"""The chart's Grafana dashboard."""
 WIDTH = 1440
 """The page's width in pixels; the grid's 24 columns share it."""
 DRAWN_TYPES = frozenset({"row", "timeseries", "stat"})
 """The panel types board.tsx draws; a dashboard with another fails before any page is written."""
 PANEL_KEYS = ("id", "type", "title", "gridPos", "fieldConfig", "options")
 """What board.tsx reads of a panel besides its series."""
+
+
+def dashboard() -> dict[str, Any]:
+    """The chart's Grafana dashboard, as its JSON says."""
+    return dict(json.loads(DASHBOARD.read_text()))
 
 
 @dataclass(frozen=True)
@@ -77,12 +84,12 @@ def panel_series(
 
 
 def _on_steps(
-    points: Sequence[tuple[float, float | None]], start: float, end: float, step: float
+    points: Sequence[tuple[float, float | None]], start: float, step: float, steps: int
 ) -> list[float | None]:
-    """`points` on every step from `start` to `end`, None where Prometheus had no sample: Grafana
-    breaks a line where a series skips a step of its query's interval."""
+    """`points` on each of the `steps` steps from `start`, None where Prometheus had no sample:
+    Grafana breaks a line where a series skips a step of its query's interval."""
     by_step = {round((t - start) / step): v for t, v in points}
-    return [by_step.get(i) for i in range(round((end - start) / step) + 1)]
+    return [by_step.get(i) for i in range(steps)]
 
 
 def board_payload(
@@ -103,7 +110,7 @@ def board_payload(
     panels = []
     for panel in board["panels"]:
         series = [
-            {"name": one.name, "times": times, "values": _on_steps(one.points, start, end, step)}
+            {"name": one.name, "times": times, "values": _on_steps(one.points, start, step, len(times))}
             for one in data.get(panel["id"], [])
         ]
         kept = {key: panel[key] for key in PANEL_KEYS if key in panel}

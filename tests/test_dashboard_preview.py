@@ -5,23 +5,33 @@ puts it, with Grafana's units, legends and sparklines and no console error."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_preview import Series, board_payload, grafana_board, legend_name, open_drawn, write_page
+from dashboard_preview import (
+    Series,
+    board_payload,
+    dashboard,
+    grafana_board,
+    legend_name,
+    open_drawn,
+    write_page,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from ui_stack import browser_missing, chromium
 
-DASHBOARD = Path(__file__).resolve().parents[1] / "charts" / "floe" / "dashboards" / "floe.json"
 START, END, STEP = 1_764_000_000.0, 1_764_000_118.0, 2.0
 
 
-def _board() -> dict[str, Any]:
-    return dict(json.loads(DASHBOARD.read_text()))
+def _unit(panel: dict[str, Any]) -> str | None:
+    return panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
+
+
+def _shown(board: dict[str, Any]) -> list[dict[str, Any]]:
+    """The panels that draw data: all but the rows."""
+    return [p for p in board["panels"] if p["type"] != "row"]
 
 
 def test_series_are_named_by_their_legend_format() -> None:
@@ -32,7 +42,7 @@ def test_series_are_named_by_their_legend_format() -> None:
 
 
 def test_series_are_laid_on_the_ranges_steps_with_a_gap_where_a_sample_is_missing() -> None:
-    board = _board()
+    board = dashboard()
     stat = next(p for p in board["panels"] if p["type"] == "stat")
     # Prometheus answers only the steps it has a sample for: here not 1004 nor 1006.
     points = [(START, 1.0), (START + 2, 2.0), (START + 8, None), (START + 10, 5.0)]
@@ -49,7 +59,7 @@ def test_series_are_laid_on_the_ranges_steps_with_a_gap_where_a_sample_is_missin
 
 
 def test_a_panel_type_that_cannot_be_drawn_is_named() -> None:
-    board = _board()
+    board = dashboard()
     grid = {"x": 0, "y": 99, "w": 8, "h": 8}
     board["panels"].append({"id": 99, "type": "heatmap", "title": "New", "gridPos": grid})
     with pytest.raises(KeyError, match="heatmap"):
@@ -76,7 +86,7 @@ SHOWN = {
 def _series(panel: dict[str, Any]) -> list[Series]:
     """Two series for a timeseries panel and one for a stat panel, each with a missing sample;
     a percentage is a thousandth of the others."""
-    scale = 0.001 if panel.get("fieldConfig", {}).get("defaults", {}).get("unit") == "percentunit" else 1.0
+    scale = 0.001 if _unit(panel) == "percentunit" else 1.0
     count = 2 if panel["type"] == "timeseries" else 1
 
     def value(i: int, k: int) -> float | None:
@@ -92,8 +102,8 @@ def _series(panel: dict[str, Any]) -> list[Series]:
 def drawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WebDriver, dict[str, Any]]]:
     if browser_missing():
         pytest.skip(browser_missing())
-    board = _board()
-    shown = [p for p in board["panels"] if p["type"] != "row"]
+    board = dashboard()
+    shown = _shown(board)
     data = {p["id"]: _series(p) for p in shown[:-1]}  # the last panel: Prometheus had nothing for it
     payload = board_payload(board, data, START, END, STEP, {"Group": "ns/<g>"})
     page = tmp_path_factory.mktemp("board") / "board.html"
@@ -113,7 +123,7 @@ def test_the_page_draws_without_a_console_error(drawn: tuple[WebDriver, dict[str
 
 def test_every_panel_is_drawn_on_its_grid_with_its_title(drawn: tuple[WebDriver, dict[str, Any]]) -> None:
     driver, board = drawn
-    shown = [p for p in board["panels"] if p["type"] != "row"]
+    shown = _shown(board)
     elements = driver.find_elements(By.CSS_SELECTOR, ".floe-panel")
     assert [int(e.get_attribute("data-panel-id") or 0) for e in elements] == [p["id"] for p in shown]
     for element, panel in zip(elements, shown, strict=True):
@@ -134,7 +144,7 @@ def test_timeseries_panels_draw_their_lines_and_legends_in_grafanas_units(
     drawn: tuple[WebDriver, dict[str, Any]],
 ) -> None:
     driver, board = drawn
-    shown = [p for p in board["panels"] if p["type"] != "row"]
+    shown = _shown(board)
     for panel in shown[:-1]:
         if panel["type"] != "timeseries":
             continue
@@ -150,7 +160,7 @@ def test_timeseries_panels_draw_their_lines_and_legends_in_grafanas_units(
         assert painted > 100, panel["title"]
         legend = element.text
         assert f"{panel['title']} #0" in legend and f"{panel['title']} #1" in legend, legend
-        unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
+        unit = _unit(panel)
         assert f"#1 {SHOWN[unit]} {SHOWN[unit]}" in legend, (panel["title"], legend)  # last, max
 
 
@@ -160,14 +170,14 @@ def test_stat_panels_show_the_last_value_over_a_sparkline(drawn: tuple[WebDriver
         if panel["type"] != "stat":
             continue
         element = driver.find_element(By.CSS_SELECTOR, f".floe-panel[data-panel-id='{panel['id']}']")
-        unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
+        unit = _unit(panel)
         assert SHOWN[unit] in element.text.replace("\n", ""), (panel["title"], element.text)
         assert element.find_elements(By.TAG_NAME, "canvas"), f"no sparkline in {panel['title']}"
 
 
 def test_a_panel_without_series_says_no_data(drawn: tuple[WebDriver, dict[str, Any]]) -> None:
     driver, board = drawn
-    last = [p for p in board["panels"] if p["type"] != "row"][-1]
+    last = _shown(board)[-1]
     element = driver.find_element(By.CSS_SELECTOR, f".floe-panel[data-panel-id='{last['id']}']")
     assert "No data" in element.text
     assert element.find_elements(By.TAG_NAME, "canvas") == []

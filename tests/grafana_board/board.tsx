@@ -255,14 +255,15 @@ function Dashboard() {
     // uPlot draws on the next frames; the photograph waits for this mark.
     requestAnimationFrame(() => requestAnimationFrame(() => (document.body.dataset.drawn = 'yes')));
   }, []);
-  const bottom = Math.max(...board.panels.map((p) => place(p.gridPos).top + place(p.gridPos).height));
+  const boxes = board.panels.map((panel) => place(panel.gridPos));
+  const bottom = Math.max(...boxes.map((box) => box.top + box.height));
   return (
     <ThemeContext.Provider value={theme}>
       <GlobalStyles />
       <div style={{ position: 'relative', width: board.width, height: bottom + PAD_PX }}>
         <Header />
-        {board.panels.map((panel) => {
-          const box = place(panel.gridPos);
+        {board.panels.map((panel, index) => {
+          const box = boxes[index];
           const style = { position: 'absolute' as const, ...box };
           if (panel.type === 'row') {
             return (

@@ -36,7 +36,15 @@ from typing import Any
 
 import pytest
 import yaml
-from dashboard_preview import WIDTH, board_payload, grafana_board, open_drawn, panel_series, write_page
+from dashboard_preview import (
+    WIDTH,
+    board_payload,
+    dashboard,
+    grafana_board,
+    open_drawn,
+    panel_series,
+    write_page,
+)
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 from test_autoscale import append_to_each_partition, partitioned_small_files
@@ -56,7 +64,6 @@ from .in_process import operator_in_process
 
 pytestmark = pytest.mark.k8s
 
-DASHBOARD = CHART / "dashboards" / "floe.json"
 PROMETHEUS_BUILD = REPO_ROOT / "scripts" / "prometheus" / "build.sh"
 DEBIAN_PROMETHEUS = Path("/usr/bin/prometheus")
 PEERING_CRDS = REPO_ROOT / "operator" / "floe" / "controller" / "peering-crds.yaml"
@@ -69,10 +76,6 @@ GRAFANA_VARIABLES = {"$__rate_interval": "30s", "$__interval": "15s", "$__range"
 DATASOURCE = "${datasource}"
 SERIES_TIMEOUT_S = 60.0
 """How long a panel may take to show a series once floe did its work: a rate needs two scrapes."""
-
-
-def dashboard() -> dict[str, Any]:
-    return dict(json.loads(DASHBOARD.read_text()))
 
 
 def panels(board: dict[str, Any]) -> list[dict[str, Any]]:
